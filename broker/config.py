@@ -1,0 +1,223 @@
+"""Broker configuration with Kafka's names.
+
+Sources, later ones winning: built-in defaults < properties file (``--config``)
+< environment (``TXBROKER_`` + the key upper-cased with dots as underscores,
+e.g. ``TXBROKER_NUM_PARTITIONS=3``) < command line (``--host/--port/--data-dir``
+and ``--override key=value``). Every key is listed in docs/configuration.md.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+from storage.log_config import TOPIC_CONFIGS, ConfigError
+
+
+def _bool(text: str) -> bool:
+    value = str(text).strip().lower()
+    if value in ("true", "1", "yes"):
+        return True
+    if value in ("false", "0", "no"):
+        return False
+    raise ConfigError(f"{text!r} is not a boolean")
+
+
+def _int(text: str) -> int:
+    try:
+        return int(str(text).strip())
+    except ValueError:
+        raise ConfigError(f"{text!r} is not an integer") from None
+
+
+def _str(text: str) -> str:
+    return str(text).strip()
+
+
+@dataclass(frozen=True)
+class BrokerKey:
+    name: str
+    default: str
+    parse: Callable[[str], object]
+    doc: str
+
+
+BROKER_KEYS: dict[str, BrokerKey] = {
+    k.name: k
+    for k in [
+        BrokerKey("listeners", "PLAINTEXT://127.0.0.1:9092", _str,
+                  "where the broker listens; the first PLAINTEXT listener is used (port 0: any free port)"),
+        BrokerKey("advertised.listeners", "", _str,
+                  "host:port clients are told to connect to (default: the listener; a 0.0.0.0 "
+                  "listener advertises the machine's host name)"),
+        BrokerKey("node.id", "1", _int, "this broker's id in Metadata responses"),
+        BrokerKey("log.dirs", "./txbroker-data", _str, "the data directory (one directory)"),
+        BrokerKey("num.partitions", "1", _int, "partitions of auto-created topics and of "
+                  "CreateTopics requests that leave the count to the broker (-1)"),
+        BrokerKey("default.replication.factor", "1", _int,
+                  "accepted for compatibility; only replication factor 1 (or -1) is possible"),
+        BrokerKey("auto.create.topics.enable", "true", _bool,
+                  "create a topic when a Metadata request names an unknown one and allows it"),
+        BrokerKey("delete.topic.enable", "true", _bool, "allow DeleteTopics"),
+        BrokerKey("socket.request.max.bytes", "104857600", _int,
+                  "largest request frame accepted; larger ones close the connection (checked "
+                  "before the body is read)"),
+        BrokerKey("connections.max.idle.ms", "600000", _int,
+                  "close connections idle for longer than this"),
+        BrokerKey("queued.max.requests", "500", _int,
+                  "requests a single connection may have in progress before the broker stops "
+                  "reading from it"),
+        BrokerKey("log.retention.check.interval.ms", "300000", _int,
+                  "how often retention (retention.ms / retention.bytes) is applied"),
+        BrokerKey("log.retention.hours", "168", _int,
+                  "retention in hours, used when log.retention.ms is not set"),
+        BrokerKey("log.roll.hours", "168", _int,
+                  "segment roll age in hours, used when log.roll.ms is not set"),
+        BrokerKey("shutdown.timeout.ms", "30000", _int,
+                  "how long a clean shutdown waits for in-flight requests"),
+    ]
+}
+
+# Broker-level defaults for topic configs, by their broker name (log.segment.bytes, ...).
+TOPIC_DEFAULT_KEYS = {d.broker_name: d for d in TOPIC_CONFIGS.values() if d.broker_name}
+
+
+class BrokerConfig:
+    def __init__(self, values: Mapping[str, str] | None = None) -> None:
+        self.values: dict[str, str] = {}
+        self.sources: dict[str, str] = {}
+        for key, value in (values or {}).items():
+            self.set(key, value, "override")
+
+    def set(self, key: str, value: str, source: str) -> None:
+        key = key.strip()
+        if key in BROKER_KEYS:
+            BROKER_KEYS[key].parse(value)
+        elif key in TOPIC_DEFAULT_KEYS:
+            TOPIC_DEFAULT_KEYS[key].parse(value)
+        elif key in ("log.retention.minutes", "log.dir", "port", "host.name"):
+            pass  # legacy aliases, resolved below
+        else:
+            raise ConfigError(f"unknown broker config {key!r}")
+        self.values[key] = str(value).strip()
+        self.sources[key] = source
+
+    def get(self, key: str):
+        if key in BROKER_KEYS:
+            return BROKER_KEYS[key].parse(self.values.get(key, BROKER_KEYS[key].default))
+        if key in TOPIC_DEFAULT_KEYS:
+            return TOPIC_DEFAULT_KEYS[key].parse(self.raw(key))
+        raise KeyError(key)
+
+    def raw(self, key: str) -> str:
+        if key in self.values:
+            return self.values[key]
+        if key == "log.retention.ms":
+            if "log.retention.minutes" in self.values:
+                return str(int(self.values["log.retention.minutes"]) * 60_000)
+            if "log.retention.hours" in self.values:
+                return str(int(self.values["log.retention.hours"]) * 3_600_000)
+        if key == "log.roll.ms" and "log.roll.hours" in self.values:
+            return str(int(self.values["log.roll.hours"]) * 3_600_000)
+        if key == "log.dirs" and "log.dir" in self.values:
+            return self.values["log.dir"]
+        if key in BROKER_KEYS:
+            return BROKER_KEYS[key].default
+        return TOPIC_DEFAULT_KEYS[key].default
+
+    def topic_defaults(self) -> dict[str, str]:
+        """Topic config name -> broker-level value, for keys the operator set."""
+        out = {}
+        for broker_name, d in TOPIC_DEFAULT_KEYS.items():
+            value = self.raw(broker_name)
+            if value != d.default:
+                out[d.name] = value
+        return out
+
+    def source(self, key: str) -> str:
+        return self.sources.get(key, "default")
+
+    # --- convenience accessors ------------------------------------------------------
+
+    @property
+    def listener(self) -> tuple[str, int]:
+        for item in self.get("listeners").split(","):
+            item = item.strip()
+            if "://" not in item:
+                item = "PLAINTEXT://" + item
+            parts = urlsplit(item)
+            if parts.scheme.upper() == "PLAINTEXT":
+                return parts.hostname or "0.0.0.0", parts.port if parts.port is not None else 9092
+        raise ConfigError("listeners has no PLAINTEXT listener")
+
+    @property
+    def advertised(self) -> tuple[str, int] | None:
+        text = self.get("advertised.listeners")
+        if not text:
+            return None
+        item = text.split(",")[0].strip()
+        if "://" not in item:
+            item = "PLAINTEXT://" + item
+        parts = urlsplit(item)
+        if not parts.hostname or parts.port is None:
+            raise ConfigError(f"advertised.listeners {text!r} needs host:port")
+        return parts.hostname, parts.port
+
+    @property
+    def data_dir(self) -> str:
+        return self.raw("log.dirs").split(",")[0].strip()
+
+
+def parse_properties(text: str) -> dict[str, str]:
+    """Java-style properties: key=value or key: value, # and ! comments."""
+    out: dict[str, str] = {}
+    for raw_line in text.splitlines():
+        line = raw_line.strip()
+        if not line or line[0] in "#!":
+            continue
+        for sep in ("=", ":"):
+            if sep in line:
+                key, value = line.split(sep, 1)
+                out[key.strip()] = value.strip()
+                break
+        else:
+            out[line] = ""
+    return out
+
+
+ENV_PREFIX = "TXBROKER_"
+
+
+def env_overrides(environ: Mapping[str, str]) -> dict[str, str]:
+    known = {k.upper().replace(".", "_"): k for k in list(BROKER_KEYS) + list(TOPIC_DEFAULT_KEYS)}
+    out = {}
+    for name, value in environ.items():
+        if name.startswith(ENV_PREFIX):
+            key = known.get(name[len(ENV_PREFIX):])
+            if key is not None:
+                out[key] = value
+    return out
+
+
+def load_config(*, config_file: str | None = None, host: str | None = None,
+                port: int | None = None, data_dir: str | None = None,
+                overrides: Mapping[str, str] | None = None,
+                environ: Mapping[str, str] | None = None) -> BrokerConfig:
+    cfg = BrokerConfig()
+    if config_file:
+        with open(config_file) as f:
+            for key, value in parse_properties(f.read()).items():
+                cfg.set(key, value, f"file {config_file}")
+    for key, value in env_overrides(os.environ if environ is None else environ).items():
+        cfg.set(key, value, "environment")
+    if host is not None or port is not None:
+        cur_host, cur_port = cfg.listener
+        cfg.set("listeners", f"PLAINTEXT://{host or cur_host}:{cur_port if port is None else port}",
+                "command line")
+    if data_dir is not None:
+        cfg.set("log.dirs", data_dir, "command line")
+    for key, value in (overrides or {}).items():
+        cfg.set(key, value, "command line")
+    return cfg

@@ -1,0 +1,35 @@
+"""What a handler gets: the broker, the request header and the connection."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from protocol.messages import RequestHeader, response_class, response_module
+
+if TYPE_CHECKING:
+    from .server import Broker
+
+
+class CloseConnection(Exception):
+    """Raised where Kafka would close the connection instead of answering."""
+
+
+@dataclass(slots=True)
+class RequestContext:
+    broker: Broker
+    header: RequestHeader
+    peer: str
+
+    @property
+    def version(self) -> int:
+        return self.header.api_version
+
+    @property
+    def response_type(self) -> type:
+        return response_class(self.header.api_key, self.header.api_version)
+
+    @property
+    def schema(self) -> Any:
+        """kio's response module of this version, for nested response classes."""
+        return response_module(self.header.api_key, self.header.api_version)

@@ -1,0 +1,52 @@
+"""One module per Kafka API. Each defines API_KEY, MIN_VERSION, MAX_VERSION and
+``async def handle(ctx, request)`` returning the response message (or None to
+send nothing, as for acks=0 produce)."""
+
+from __future__ import annotations
+
+from types import ModuleType
+
+from . import (
+    api_versions,
+    create_partitions,
+    create_topics,
+    delete_topics,
+    describe_cluster,
+    describe_configs,
+    fetch,
+    incremental_alter_configs,
+    init_producer_id,
+    list_offsets,
+    metadata,
+    produce,
+)
+
+HANDLER_MODULES: list[ModuleType] = [
+    produce,
+    fetch,
+    list_offsets,
+    metadata,
+    api_versions,
+    create_topics,
+    delete_topics,
+    describe_configs,
+    create_partitions,
+    incremental_alter_configs,
+    describe_cluster,
+    init_producer_id,
+]
+
+HANDLERS: dict[int, ModuleType] = {m.API_KEY: m for m in HANDLER_MODULES}
+
+
+def supported_versions() -> list[tuple[int, int, int]]:
+    """(api_key, min, max) for ApiVersions, sorted by key."""
+    return sorted((m.API_KEY, m.MIN_VERSION, m.MAX_VERSION) for m in HANDLER_MODULES)
+
+
+def accepts(api_key: int, version: int) -> bool:
+    module = HANDLERS.get(api_key)
+    if module is None:
+        return False
+    low = getattr(module, "MIN_PARSED_VERSION", module.MIN_VERSION)
+    return low <= version <= module.MAX_VERSION

@@ -1,0 +1,45 @@
+"""ApiVersions (key 18): the version ranges this broker implements (KIP-511 fallback)."""
+
+from __future__ import annotations
+
+import datetime
+import re
+
+from kio.schema.api_versions.v0 import response as v0
+
+from protocol.errors import ErrorCode
+from protocol.messages import build
+
+API_KEY = 18
+MIN_VERSION = 0
+MAX_VERSION = 4
+
+_SOFTWARE = re.compile(r"^[a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])?$")
+_ZERO = datetime.timedelta(0)
+
+
+def _ranges(api_version_cls) -> tuple:
+    from . import supported_versions
+
+    return tuple(
+        api_version_cls(api_key=k, min_version=lo, max_version=hi)
+        for k, lo, hi in supported_versions()
+    )
+
+
+def unsupported_version_response():
+    """The v0 answer to an ApiVersions request of a version we do not know."""
+    return v0.ApiVersionsResponse(error_code=ErrorCode.unsupported_version,
+                                  api_keys=_ranges(v0.ApiVersion))
+
+
+async def handle(ctx, request):
+    schema = ctx.schema
+    error = ErrorCode.none
+    if ctx.version >= 3:
+        name = request.client_software_name
+        version = request.client_software_version
+        if not _SOFTWARE.match(name or "") or not _SOFTWARE.match(version or ""):
+            error = ErrorCode.invalid_request
+    return build(ctx.response_type, error_code=error, api_keys=_ranges(schema.ApiVersion),
+                 throttle_time=_ZERO)

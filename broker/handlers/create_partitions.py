@@ -1,0 +1,47 @@
+"""CreatePartitions (key 37): grow a topic's partition count."""
+
+from __future__ import annotations
+
+import datetime
+import logging
+
+from protocol.errors import ErrorCode, KafkaError
+from protocol.messages import build
+
+API_KEY = 37
+MIN_VERSION = 0
+MAX_VERSION = 3
+
+log = logging.getLogger(__name__)
+_ZERO = datetime.timedelta(0)
+
+
+async def handle(ctx, request):
+    broker = ctx.broker
+    schema = ctx.schema
+    node = broker.node_id
+    names = [t.name for t in request.topics]
+    results = []
+    for topic in request.topics:
+        error, message = ErrorCode.none, None
+        try:
+            if names.count(topic.name) > 1:
+                raise KafkaError(f"topic {topic.name!r} appears more than once in the request",
+                                 ErrorCode.invalid_request)
+            info = broker.logs.topics.get(topic.name)
+            if info is not None and topic.assignments is not None:
+                if len(topic.assignments) != topic.count - info.partitions:
+                    raise KafkaError("the number of assignments does not match the new partitions",
+                                     ErrorCode.invalid_replica_assignment)
+                for a in topic.assignments:
+                    if tuple(a.broker_ids) != (node,):
+                        raise KafkaError(f"replica assignment {list(a.broker_ids)} must be [{node}]",
+                                         ErrorCode.invalid_replica_assignment)
+            broker.logs.create_partitions(topic.name, topic.count,
+                                          validate_only=request.validate_only)
+        except KafkaError as e:
+            error, message = e.code, str(e)
+            log.info("create partitions for %r refused: %s", topic.name, e)
+        results.append(build(schema.CreatePartitionsTopicResult, name=topic.name,
+                             error_code=error, error_message=message))
+    return build(ctx.response_type, throttle_time=_ZERO, results=tuple(results))

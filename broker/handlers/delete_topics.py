@@ -1,0 +1,50 @@
+"""DeleteTopics (key 20): by name, or by topic id from v6."""
+
+from __future__ import annotations
+
+import datetime
+import logging
+import uuid
+
+from protocol.errors import ErrorCode, KafkaError
+from protocol.messages import build
+
+API_KEY = 20
+MIN_VERSION = 1
+MAX_VERSION = 6
+
+log = logging.getLogger(__name__)
+_ZERO = datetime.timedelta(0)
+_NO_UUID = uuid.UUID(int=0)
+
+
+async def handle(ctx, request):
+    broker = ctx.broker
+    logs = broker.logs
+    schema = ctx.schema
+    if ctx.version >= 6:
+        wanted = [(t.name, t.topic_id) for t in request.topics]
+    else:
+        wanted = [(name, None) for name in request.topic_names]
+    by_id = {info.topic_id: name for name, info in logs.topics.items()}
+    results = []
+    for name, topic_id in wanted:
+        error, message = ErrorCode.none, None
+        if name is None and topic_id not in (None, _NO_UUID):
+            name = by_id.get(topic_id)
+            if name is None:
+                error, message = ErrorCode.unknown_topic_id, f"unknown topic id {topic_id}"
+        info = logs.topics.get(name) if name else None
+        if error == ErrorCode.none:
+            try:
+                if not broker.config.get("delete.topic.enable"):
+                    raise KafkaError("topic deletion is disabled (delete.topic.enable=false)",
+                                     ErrorCode.topic_deletion_disabled)
+                logs.delete_topic(name or "")
+            except KafkaError as e:
+                error, message = e.code, str(e)
+                log.info("delete topic %r refused: %s", name, e)
+        results.append(build(schema.DeletableTopicResult, name=name,
+                             topic_id=info.topic_id if info else (topic_id or _NO_UUID),
+                             error_code=error, error_message=message))
+    return build(ctx.response_type, throttle_time=_ZERO, responses=tuple(results))

@@ -1,0 +1,34 @@
+"""DescribeCluster (key 60)."""
+
+from __future__ import annotations
+
+import datetime
+
+from protocol.errors import ErrorCode
+from protocol.messages import build
+
+API_KEY = 60
+MIN_VERSION = 0
+MAX_VERSION = 2
+
+BROKERS_ENDPOINT = 1
+_ZERO = datetime.timedelta(0)
+
+
+async def handle(ctx, request):
+    broker = ctx.broker
+    schema = ctx.schema
+    endpoint_type = getattr(request, "endpoint_type", BROKERS_ENDPOINT)
+    if endpoint_type != BROKERS_ENDPOINT:
+        return build(ctx.response_type, throttle_time=_ZERO,
+                     error_code=ErrorCode.unsupported_endpoint_type,
+                     error_message="this node answers only for the brokers endpoint type",
+                     endpoint_type=endpoint_type, cluster_id=broker.cluster_id,
+                     controller_id=-1, brokers=(), cluster_authorized_operations=-2147483648)
+    host, port = broker.advertised_host_port
+    brokers = (build(schema.DescribeClusterBroker, broker_id=broker.node_id, host=host, port=port,
+                     rack=None, is_fenced=False),)
+    return build(ctx.response_type, throttle_time=_ZERO, error_code=ErrorCode.none,
+                 error_message=None, endpoint_type=BROKERS_ENDPOINT, cluster_id=broker.cluster_id,
+                 controller_id=broker.node_id, brokers=brokers,
+                 cluster_authorized_operations=-2147483648)

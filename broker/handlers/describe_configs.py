@@ -1,0 +1,89 @@
+"""DescribeConfigs (key 32): topic and broker configs with their sources."""
+
+from __future__ import annotations
+
+import datetime
+
+from protocol.errors import ErrorCode
+from protocol.messages import build
+from storage.log_config import TOPIC_CONFIGS
+
+from ..config import BROKER_KEYS, TOPIC_DEFAULT_KEYS
+
+API_KEY = 32
+MIN_VERSION = 1
+MAX_VERSION = 4
+
+TOPIC = 2
+BROKER = 4
+BROKER_LOGGER = 8
+
+# Kafka's ConfigSource ids.
+CONFIG_SOURCE = {"topic": 1, "dynamic-broker": 2, "broker": 4, "default": 5}
+# Kafka's ConfigType ids: BOOLEAN 1, STRING 2, INT 3, SHORT 4, LONG 5, DOUBLE 6, LIST 7.
+_TYPES = {
+    "cleanup.policy": 7, "compression.type": 2, "message.timestamp.type": 2,
+    "min.cleanable.dirty.ratio": 6, "unclean.leader.election.enable": 1, "preallocate": 1,
+    "message.downconversion.enable": 1, "max.message.bytes": 3, "index.interval.bytes": 3,
+    "segment.bytes": 3, "segment.index.bytes": 3, "min.insync.replicas": 3,
+    "listeners": 7, "advertised.listeners": 7, "log.dirs": 7, "auto.create.topics.enable": 1,
+    "delete.topic.enable": 1, "node.id": 3, "num.partitions": 3,
+}
+_ZERO = datetime.timedelta(0)
+
+
+def topic_config_entries(logs, topic: str):
+    """(name, value, source, doc) of every topic config, effective values."""
+    for name, (value, source) in sorted(logs.effective_topic_configs(topic).items()):
+        yield name, value, source, TOPIC_CONFIGS[name].doc
+
+
+def broker_config_entries(config):
+    for name, key in sorted(BROKER_KEYS.items()):
+        yield name, config.raw(name), "broker" if name in config.values else "default", key.doc
+    for name, d in sorted(TOPIC_DEFAULT_KEYS.items()):
+        value = config.raw(name)
+        source = "broker" if name in config.values or value != d.default else "default"
+        yield name, value, source, d.doc
+
+
+async def handle(ctx, request):
+    broker = ctx.broker
+    schema = ctx.schema
+    include_docs = getattr(request, "include_documentation", False)
+    results = []
+    for res in request.resources:
+        error, message, entries = ErrorCode.none, None, []
+        read_only = False
+        if res.resource_type == TOPIC:
+            if res.resource_name not in broker.logs.topics:
+                error = ErrorCode.unknown_topic_or_partition
+                message = f"unknown topic {res.resource_name!r}"
+            else:
+                entries = list(topic_config_entries(broker.logs, res.resource_name))
+        elif res.resource_type == BROKER:
+            if res.resource_name not in ("", str(broker.node_id)):
+                error = ErrorCode.invalid_request
+                message = f"unexpected broker id {res.resource_name!r}, expected {broker.node_id}"
+            else:
+                entries = list(broker_config_entries(broker.config))
+                read_only = True  # no dynamic broker configs
+        elif res.resource_type == BROKER_LOGGER:
+            entries = []
+        else:
+            error = ErrorCode.invalid_request
+            message = f"unsupported resource type {res.resource_type}"
+        if res.configuration_keys is not None:
+            wanted = set(res.configuration_keys)
+            entries = [e for e in entries if e[0] in wanted]
+        configs = tuple(
+            build(schema.DescribeConfigsResourceResult, name=name, value=value,
+                  read_only=read_only, config_source=CONFIG_SOURCE[source],
+                  is_default=source == "default", is_sensitive=False, synonyms=(),
+                  config_type=_TYPES.get(name, 5), documentation=doc if include_docs else None)
+            for name, value, source, doc in entries
+        )
+        results.append(build(schema.DescribeConfigsResult, error_code=error, error_message=message,
+                             resource_type=res.resource_type, resource_name=res.resource_name,
+                             configs=configs))
+    return build(ctx.response_type, throttle_time=_ZERO, results=tuple(results))

@@ -1,0 +1,120 @@
+"""Fetch (key 1): long poll across partitions, whole batches, sessionless sessions.
+
+The broker does not cache fetch sessions (KIP-227 allows it): a request that
+asks for a new session gets session id 0 and the client keeps sending full
+fetches; an incremental fetch of an unknown session gets FETCH_SESSION_ID_NOT_FOUND.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import logging
+import time
+
+from protocol.errors import ErrorCode
+from protocol.messages import build
+
+API_KEY = 1
+MIN_VERSION = 4
+MAX_VERSION = 12
+
+log = logging.getLogger(__name__)
+_ZERO = datetime.timedelta(0)
+READ_COMMITTED = 1
+INT32_MAX = 2**31 - 1
+
+
+def _ms(value) -> int:
+    return int(value.total_seconds() * 1000) if isinstance(value, datetime.timedelta) else int(value)
+
+
+def _collect(ctx, request, read_committed: bool):
+    """One pass over the requested partitions: (topics, bytes, any_error, logs)."""
+    logs = ctx.broker.logs
+    schema = ctx.schema
+    remaining = request.max_bytes if getattr(request, "max_bytes", None) is not None else INT32_MAX
+    if remaining <= 0:
+        remaining = INT32_MAX
+    min_one = True
+    total = 0
+    any_error = False
+    touched = []
+    topics = []
+    for topic in request.topics:
+        parts = []
+        for fp in topic.partitions:
+            plog = logs.get_log(topic.topic, fp.partition)
+            error = ErrorCode.none
+            records = b""
+            hw = lso = start = -1
+            epoch = getattr(fp, "current_leader_epoch", -1)
+            if plog is None:
+                error = ErrorCode.unknown_topic_or_partition
+            elif epoch is not None and epoch > 0:
+                error = ErrorCode.unknown_leader_epoch
+            else:
+                touched.append(plog)
+                hw = plog.high_watermark
+                lso = plog.last_stable_offset
+                start = plog.log_start_offset
+                offset = fp.fetch_offset
+                if offset < plog.log_start_offset or offset > plog.log_end_offset:
+                    error = ErrorCode.offset_out_of_range
+                elif remaining > 0:
+                    limit = lso if read_committed else hw
+                    result = plog.read(offset, min(fp.partition_max_bytes, remaining),
+                                       max_offset=limit, min_one=min_one)
+                    if result.data:
+                        records = result.data
+                        remaining -= len(records)
+                        total += len(records)
+                        min_one = False
+            if error != ErrorCode.none:
+                any_error = True
+            parts.append(build(schema.PartitionData, partition_index=fp.partition,
+                               error_code=error, high_watermark=hw, last_stable_offset=lso,
+                               log_start_offset=start,
+                               aborted_transactions=() if read_committed else None,
+                               preferred_read_replica=-1, records=records))
+        topics.append(build(schema.FetchableTopicResponse, topic=topic.topic,
+                            partitions=tuple(parts)))
+    return tuple(topics), total, any_error, touched
+
+
+async def handle(ctx, request):
+    broker = ctx.broker
+    session_id = getattr(request, "session_id", 0)
+    session_epoch = getattr(request, "session_epoch", -1)
+    if session_id != 0 and session_epoch not in (-1, 0):
+        return build(ctx.response_type, throttle_time=_ZERO,
+                     error_code=ErrorCode.fetch_session_id_not_found, session_id=0, responses=())
+    if session_id == 0 and session_epoch not in (-1, 0):
+        return build(ctx.response_type, throttle_time=_ZERO,
+                     error_code=ErrorCode.invalid_fetch_session_epoch, session_id=0, responses=())
+    read_committed = getattr(request, "isolation_level", 0) == READ_COMMITTED
+    max_wait = _ms(request.max_wait) / 1000
+    min_bytes = request.min_bytes
+    deadline = time.monotonic() + max_wait
+    loop = asyncio.get_running_loop()
+    while True:
+        topics, total, any_error, touched = _collect(ctx, request, read_committed)
+        remaining = deadline - time.monotonic()
+        if total >= min_bytes or any_error or remaining <= 0 or broker.stopping.is_set() \
+                or not touched:
+            break
+        wake = loop.create_future()
+        for plog in touched:
+            plog.add_waiter(wake)
+        stop_wait = asyncio.ensure_future(broker.stopping.wait())
+        try:
+            await asyncio.wait([wake, stop_wait], timeout=remaining,
+                               return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stop_wait.cancel()
+            for plog in touched:
+                plog.remove_waiter(wake)
+            if not wake.done():
+                wake.cancel()
+    return build(ctx.response_type, throttle_time=_ZERO, error_code=ErrorCode.none,
+                 session_id=0, responses=topics)

@@ -1,0 +1,118 @@
+"""Produce (key 0): validate each partition's batch, append, answer per acks.
+
+Kafka 4 still advertises Produce from v0 because older librdkafka decides
+feature support from it, and rejects v0-2; so do we (their requests close the
+connection with a log line, as any unparsable request).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import logging
+
+from protocol.errors import ErrorCode, InvalidRecordError, KafkaError, UnsupportedCompressionError
+from protocol.messages import build
+from protocol.records import Compression, peek_size, validate_produced_batch
+from storage.log import now_ms
+
+from ..context import CloseConnection
+
+API_KEY = 0
+MIN_VERSION = 0  # advertised, as Kafka 4 does; v0-2 are refused
+MIN_PARSED_VERSION = 3
+MAX_VERSION = 9
+
+log = logging.getLogger(__name__)
+_ZERO = datetime.timedelta(0)
+
+
+def _check_single_batch(records, version: int):
+    if not records:
+        raise InvalidRecordError(
+            f"produce requests with version {version} must have at least one record batch"
+        )
+    header = validate_produced_batch(records, 0)
+    if header.size != len(records):
+        following = peek_size(records, header.size)
+        raise InvalidRecordError(
+            f"produce requests with version {version} are only allowed to contain exactly one "
+            f"record batch ({len(records) - header.size} bytes follow the first"
+            + (f", next batch claims {following}" if following else "") + ")"
+        )
+    if version < 7 and header.compression == Compression.ZSTD:
+        raise UnsupportedCompressionError(
+            f"zstd requires produce version 7 or later, got {version}"
+        )
+    return header
+
+
+async def handle(ctx, request):
+    broker = ctx.broker
+    logs = broker.logs
+    schema = ctx.schema
+    acks = request.acks
+    results: dict[str, list] = {}
+    durable_waits = []
+    errors = 0
+    if acks not in (0, 1, -1):
+        log.warning("produce from %s with invalid acks=%d", ctx.peer, acks)
+    for topic in request.topic_data:
+        out = results.setdefault(topic.name, [])
+        for part in topic.partition_data:
+            base_offset, append_time, start = -1, -1, -1
+            message = None
+            error = ErrorCode.none
+            plog = logs.get_log(topic.name, part.index)
+            if acks not in (0, 1, -1):
+                error = ErrorCode.invalid_required_acks
+            elif plog is None:
+                error = ErrorCode.unknown_topic_or_partition
+            else:
+                try:
+                    records = part.records
+                    header = _check_single_batch(records, ctx.version)
+                    plog.check_batch(header, now_ms())
+                    result = plog.append(bytearray(records), header)
+                    base_offset = result.base_offset
+                    append_time = result.log_append_time
+                    start = result.log_start_offset
+                    if result.duplicate:
+                        log.info("duplicate batch from producer %d to %s-%d answered with its "
+                                 "original offset %d", header.producer_id, topic.name,
+                                 part.index, base_offset)
+                    if acks == -1 and plog.config.fsync_every_append:
+                        durable_waits.append(broker.logs.flusher.wait_durable(
+                            plog, result.last_offset + 1))
+                except KafkaError as e:
+                    error = e.code
+                    message = str(e)
+                    log.warning("produce to %s-%d from %s rejected: %s: %s", topic.name,
+                                part.index, ctx.peer, error.name.upper(), e)
+            if error != ErrorCode.none:
+                errors += 1
+            out.append((part.index, error, base_offset, append_time, start, message))
+    if durable_waits:
+        await asyncio.gather(*durable_waits)
+    if acks == 0:
+        if errors:
+            # Kafka closes the connection so an acks=0 producer notices and refreshes metadata.
+            raise CloseConnection
+        return None
+    responses = tuple(
+        build(schema.TopicProduceResponse, name=name, partition_responses=tuple(
+            build(schema.PartitionProduceResponse, index=index, error_code=error,
+                  base_offset=base, log_append_time=_to_datetime(append_time),
+                  log_start_offset=start,
+                  record_errors=(), error_message=message)
+            for index, error, base, append_time, start, message in parts))
+        for name, parts in results.items()
+    )
+    return build(ctx.response_type, responses=responses, throttle_time=_ZERO)
+
+
+def _to_datetime(ms: int) -> datetime.datetime | None:
+    # kio encodes None as -1 ("no LogAppendTime").
+    if ms < 0:
+        return None
+    return datetime.datetime.fromtimestamp(ms / 1000, tz=datetime.timezone.utc)

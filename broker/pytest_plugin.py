@@ -1,0 +1,34 @@
+"""pytest plugin (entry point ``txbroker``): the ``txbroker`` fixture.
+
+Installed with the package, so any test suite can write::
+
+    def test_roundtrip(txbroker):
+        producer = KafkaProducer(bootstrap_servers=txbroker.bootstrap)
+
+Each test gets a fresh in-process broker on an ephemeral port with its own
+temporary data directory. ``txbroker_config`` (a dict fixture you may override)
+passes broker config keys, e.g. ``{"num.partitions": "3"}``.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from .testing import BrokerThread
+
+
+@pytest.fixture
+def txbroker_config() -> dict[str, str]:
+    """Override in your conftest.py to change broker config for the txbroker fixture."""
+    return {}
+
+
+@pytest.fixture
+def txbroker(tmp_path, txbroker_config):
+    """A running in-process broker: ``.bootstrap`` is "host:port"."""
+    broker = BrokerThread(str(tmp_path / "txbroker-data"), txbroker_config)
+    broker.start()
+    try:
+        yield broker
+    finally:
+        broker.stop()

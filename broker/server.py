@@ -1,0 +1,272 @@
+"""The asyncio server: connections, framing, request routing, lifecycle.
+
+Each connection reads 4-byte size-prefixed frames. Requests are handled
+concurrently but answered strictly in the order they arrived (a per-connection
+queue of handler tasks drained by one writer), so pipelining clients see
+Kafka's ordering. A frame larger than ``socket.request.max.bytes`` or a request
+that cannot be parsed closes that connection only, with a log line, as Kafka
+does; no other connection notices.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import socket
+import struct
+import time
+
+from protocol.messages import (
+    API_VERSIONS_KEY,
+    api_name,
+    decode_request,
+    encode_response,
+    parse_correlation_id,
+    parse_request_header,
+)
+from protocol.primitives import DecodeError
+from coordinator.producer_ids import ProducerIdManager
+from storage.manager import LogManager
+
+from .config import BrokerConfig
+from .context import CloseConnection, RequestContext
+from .handlers import HANDLERS, accepts, api_versions
+
+log = logging.getLogger("txbroker")
+
+_SIZE = struct.Struct(">i")
+
+
+class Connection:
+    def __init__(self, broker: Broker, reader: asyncio.StreamReader,
+                 writer: asyncio.StreamWriter) -> None:
+        self.broker = broker
+        self.reader = reader
+        self.writer = writer
+        peer = writer.get_extra_info("peername")
+        self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
+        self.last_active = time.monotonic()
+        self.in_flight = 0
+        self._queue: asyncio.Queue = asyncio.Queue(maxsize=broker.config.get("queued.max.requests"))
+        self._read_task: asyncio.Task | None = None
+        self.closing = False
+
+    async def run(self) -> None:
+        sock = self.writer.get_extra_info("socket")
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        writer_task = asyncio.create_task(self._write_loop())
+        self._read_task = asyncio.current_task()
+        try:
+            await self._read_loop()
+        except asyncio.CancelledError:
+            pass  # shutdown or idle reaping: stop reading, answer what is in flight
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass  # the client went away
+        except CloseConnection:
+            pass
+        except Exception:
+            log.exception("connection %s failed", self.peer)
+        finally:
+            self.closing = True
+            await self._queue.put(None)
+            try:
+                await asyncio.wait_for(writer_task, self.broker.shutdown_timeout)
+            except (asyncio.TimeoutError, asyncio.CancelledError):
+                writer_task.cancel()
+            except Exception:
+                pass
+            self.writer.close()
+            with contextlib.suppress(Exception):
+                await self.writer.wait_closed()
+
+    async def _read_loop(self) -> None:
+        max_bytes = self.broker.config.get("socket.request.max.bytes")
+        read = self.reader.readexactly
+        while True:
+            size = _SIZE.unpack(await read(4))[0]
+            self.last_active = time.monotonic()
+            if size < 0 or size > max_bytes:
+                log.warning("closing %s: request size %d is outside [0, socket.request.max.bytes=%d]",
+                            self.peer, size, max_bytes)
+                raise CloseConnection
+            frame = await read(size)
+            self.last_active = time.monotonic()
+            task = self.broker.dispatch(frame, self.peer)
+            await self._queue.put(task)
+            if self.closing:
+                return
+
+    async def _write_loop(self) -> None:
+        while True:
+            task = await self._queue.get()
+            if task is None:
+                return
+            try:
+                response = await task
+            except CloseConnection:
+                self._abort_reading()
+                self._drain_queue()
+                return
+            except Exception:
+                log.exception("request from %s failed; closing the connection", self.peer)
+                self._abort_reading()
+                self._drain_queue()
+                return
+            if response is not None:
+                self.writer.write(response)
+                if self.writer.transport.get_write_buffer_size() > 1 << 20:
+                    await self.writer.drain()
+            self.last_active = time.monotonic()
+
+    def _drain_queue(self) -> None:
+        while not self._queue.empty():
+            task = self._queue.get_nowait()
+            if task is not None:
+                task.cancel()
+
+    def _abort_reading(self) -> None:
+        self.closing = True
+        if self._read_task is not None and not self._read_task.done():
+            self._read_task.cancel()
+
+    def stop_reading(self) -> None:
+        self._abort_reading()
+
+
+class Broker:
+    """One broker: the data directory, the listener and the request handlers."""
+
+    def __init__(self, config: BrokerConfig) -> None:
+        self.config = config
+        self.node_id: int = config.get("node.id")
+        self.logs = LogManager(
+            config.data_dir,
+            config.topic_defaults(),
+            node_id=self.node_id,
+            retention_check_interval_ms=config.get("log.retention.check.interval.ms"),
+        )
+        self.producer_ids = ProducerIdManager(self.logs.data_dir)
+        self.shutdown_timeout = config.get("shutdown.timeout.ms") / 1000
+        self._server: asyncio.AbstractServer | None = None
+        self._connections: set[Connection] = set()
+        self._reaper: asyncio.Task | None = None
+        self.stopping = asyncio.Event()
+        self.host = ""
+        self.port = 0
+        self.started_at = 0.0
+        self.request_counts: dict[str, int] = {}
+
+    @property
+    def cluster_id(self) -> str:
+        return self.logs.cluster_id
+
+    @property
+    def advertised_host_port(self) -> tuple[str, int]:
+        adv = self.config.advertised
+        if adv is not None:
+            return adv
+        host = self.host
+        if host in ("0.0.0.0", "::", ""):
+            host = socket.gethostname()
+        return host, self.port
+
+    async def start(self) -> None:
+        self.stopping = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(None, self.logs.open)
+        await self.logs.start()
+        host, port = self.config.listener
+        self._server = await asyncio.start_server(
+            self._on_connection, host, port, reuse_address=True, limit=1 << 20, backlog=512
+        )
+        sock = self._server.sockets[0]
+        self.host, self.port = sock.getsockname()[:2]
+        self._reaper = asyncio.create_task(self._reap_idle(), name="idle-reaper")
+        self.started_at = time.time()
+        adv_host, adv_port = self.advertised_host_port
+        log.info("txbroker ready: listening on %s:%d (advertised %s:%d), data dir %s, node %d",
+                 self.host, self.port, adv_host, adv_port, self.logs.data_dir, self.node_id)
+
+    async def stop(self) -> None:
+        """Stop accepting, finish in-flight requests, flush and close the logs."""
+        log.info("shutting down")
+        self.stopping.set()
+        if self._server is not None:
+            self._server.close()
+        if self._reaper is not None:
+            self._reaper.cancel()
+        for conn in list(self._connections):
+            conn.stop_reading()
+        if self._connections:
+            deadline = time.monotonic() + self.shutdown_timeout
+            while self._connections and time.monotonic() < deadline:
+                await asyncio.sleep(0.01)
+        if self._server is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self._server.wait_closed(), 1)
+        await self.logs.close()
+        log.info("shutdown complete")
+
+    async def _on_connection(self, reader: asyncio.StreamReader,
+                             writer: asyncio.StreamWriter) -> None:
+        if self.stopping.is_set():
+            writer.close()
+            return
+        conn = Connection(self, reader, writer)
+        self._connections.add(conn)
+        try:
+            await conn.run()
+        finally:
+            self._connections.discard(conn)
+
+    async def _reap_idle(self) -> None:
+        max_idle = self.config.get("connections.max.idle.ms") / 1000
+        while True:
+            await asyncio.sleep(min(max(max_idle / 10, 0.05), 30))
+            now = time.monotonic()
+            for conn in list(self._connections):
+                if now - conn.last_active > max_idle and conn.in_flight == 0:
+                    log.info("closing idle connection %s (connections.max.idle.ms)", conn.peer)
+                    conn.stop_reading()
+
+    # --- request routing ---------------------------------------------------------
+
+    def dispatch(self, frame: bytes, peer: str) -> asyncio.Task:
+        """Start handling one request frame; the task yields the response bytes
+        (None for no response) or raises CloseConnection."""
+        return asyncio.ensure_future(self._handle(frame, peer))
+
+    async def _handle(self, frame: bytes, peer: str) -> bytes | None:
+        try:
+            api_key, version, correlation_id = parse_correlation_id(frame)
+        except DecodeError:
+            log.warning("closing %s: request of %d bytes is too short for a header", peer, len(frame))
+            raise CloseConnection from None
+        if api_key == API_VERSIONS_KEY and not accepts(api_key, version):
+            # KIP-511: answer in v0 with the supported ranges so the client can retry.
+            log.info("%s sent ApiVersions v%d; answering UNSUPPORTED_VERSION with our ranges",
+                     peer, version)
+            return encode_response(API_VERSIONS_KEY, 0, correlation_id,
+                                   api_versions.unsupported_version_response())
+        if not accepts(api_key, version):
+            reason = "unknown API key" if api_key not in HANDLERS else "unsupported version"
+            log.warning("closing %s: %s: %s v%d (correlation id %d)", peer, reason,
+                        api_name(api_key), version, correlation_id)
+            raise CloseConnection
+        try:
+            header = parse_request_header(frame)
+            request = decode_request(header, frame)
+        except DecodeError as e:
+            log.warning("closing %s: malformed %s v%d request: %s", peer, api_name(api_key),
+                        version, e)
+            raise CloseConnection from None
+        name = api_name(api_key)
+        self.request_counts[name] = self.request_counts.get(name, 0) + 1
+        ctx = RequestContext(self, header, peer)
+        response = await HANDLERS[api_key].handle(ctx, request)
+        if response is None:
+            return None
+        return encode_response(api_key, version, correlation_id, response)

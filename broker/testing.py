@@ -1,0 +1,101 @@
+"""An in-process broker on an ephemeral port, for tests (ours and users').
+
+    with BrokerThread(data_dir) as broker:
+        producer = KafkaProducer(bootstrap_servers=broker.bootstrap)
+
+The broker runs its own event loop in a background thread, so synchronous
+clients and asyncio clients (on their own loop) can both talk to it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import threading
+from collections.abc import Mapping
+
+from .config import load_config
+from .server import Broker
+
+
+class BrokerThread:
+    def __init__(self, data_dir: str, overrides: Mapping[str, str] | None = None,
+                 host: str = "127.0.0.1", port: int = 0) -> None:
+        self.config = load_config(host=host, port=port, data_dir=data_dir,
+                                  overrides=dict(overrides or {}), environ={})
+        self.broker: Broker | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._stopped: asyncio.Event | None = None
+
+    @property
+    def host(self) -> str:
+        assert self.broker is not None
+        return self.broker.advertised_host_port[0]
+
+    @property
+    def port(self) -> int:
+        assert self.broker is not None
+        return self.broker.port
+
+    @property
+    def bootstrap(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    def start(self) -> BrokerThread:
+        ready: concurrent.futures.Future = concurrent.futures.Future()
+
+        def run() -> None:
+            loop = asyncio.new_event_loop()
+            self._loop = loop
+            asyncio.set_event_loop(loop)
+
+            async def main() -> None:
+                self._stopped = asyncio.Event()
+                self.broker = Broker(self.config)
+                try:
+                    await self.broker.start()
+                except BaseException as e:
+                    ready.set_exception(e)
+                    return
+                ready.set_result(None)
+                await self._stopped.wait()
+                await self.broker.stop()
+
+            try:
+                loop.run_until_complete(main())
+            finally:
+                loop.close()
+
+        self._thread = threading.Thread(target=run, name="txbroker", daemon=True)
+        self._thread.start()
+        ready.result(timeout=60)
+        return self
+
+    def call(self, fn, *args):
+        """Run ``fn(broker, *args)`` on the broker's loop and return its result."""
+        assert self._loop is not None
+
+        async def invoke():
+            result = fn(self.broker, *args)
+            if asyncio.iscoroutine(result):
+                result = await result
+            return result
+
+        return asyncio.run_coroutine_threadsafe(invoke(), self._loop).result(timeout=60)
+
+    def create_topic(self, name: str, partitions: int = 1, configs: Mapping[str, str] | None = None):
+        return self.call(lambda b: b.logs.create_topic(name, partitions, dict(configs or {})))
+
+    def stop(self) -> None:
+        if self._loop is not None and self._stopped is not None and self._thread is not None:
+            if self._thread.is_alive():
+                self._loop.call_soon_threadsafe(self._stopped.set)
+                self._thread.join(timeout=60)
+        self._thread = None
+
+    def __enter__(self) -> BrokerThread:
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()

@@ -1,0 +1,191 @@
+"""Request/response framing on top of kio's generated message schemas.
+
+Sans-IO: bytes in, typed messages out and back. The request header is parsed
+by hand (it must be read before we know whether kio has a schema for the
+version); bodies are decoded and encoded by kio.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import struct
+from dataclasses import dataclass
+from functools import cache
+from typing import Any
+
+from kio.index import load_payload_module
+from kio.schema.index import api_key_map
+from kio.serial import entity_reader, entity_writer
+from kio.static.constants import EntityType
+
+from .primitives import DecodeError, read_int16, read_int32, read_nullable_string, skip_tagged_fields
+
+API_VERSIONS_KEY = 18
+
+
+@dataclass(frozen=True, slots=True)
+class RequestHeader:
+    api_key: int
+    api_version: int
+    correlation_id: int
+    client_id: str | None
+    body_offset: int
+
+
+def api_name(api_key: int) -> str:
+    return api_key_map.get(api_key, f"unknown({api_key})")
+
+
+@cache
+def request_module(api_key: int, version: int) -> Any:
+    """kio's module for a request version, or None when kio has no schema for it."""
+    try:
+        return load_payload_module(api_key, version, EntityType.request)
+    except Exception:
+        return None
+
+
+@cache
+def response_module(api_key: int, version: int) -> Any:
+    return load_payload_module(api_key, version, EntityType.response)
+
+
+def _payload_class(module: Any, entity_type: EntityType) -> type:
+    for value in vars(module).values():
+        if (
+            isinstance(value, type)
+            and getattr(value, "__type__", None) is entity_type
+            and value.__module__ == module.__name__
+        ):
+            return value
+    raise LookupError(f"no {entity_type.name} class in {module.__name__}")
+
+
+@cache
+def request_class(api_key: int, version: int) -> type | None:
+    module = request_module(api_key, version)
+    return None if module is None else _payload_class(module, EntityType.request)
+
+
+@cache
+def response_class(api_key: int, version: int) -> type:
+    return _payload_class(response_module(api_key, version), EntityType.response)
+
+
+@cache
+def is_flexible_request(api_key: int, version: int) -> bool:
+    cls = request_class(api_key, version)
+    if cls is not None:
+        return bool(cls.__flexible__)
+    # Unknown (newer) versions: every API became flexible at or below its newest version.
+    if api_key == API_VERSIONS_KEY:
+        return version >= 3
+    return False
+
+
+def parse_request_header(buf: bytes | memoryview) -> RequestHeader:
+    """Parse request header v1 or v2 (v2 adds tagged fields) from a frame body."""
+    api_key, off = read_int16(buf, 0)
+    api_version, off = read_int16(buf, off)
+    correlation_id, off = read_int32(buf, off)
+    client_id, off = read_nullable_string(buf, off)
+    if is_flexible_request(api_key, api_version):
+        off = skip_tagged_fields(buf, off)
+    return RequestHeader(api_key, api_version, correlation_id, client_id, off)
+
+
+def parse_correlation_id(buf: bytes | memoryview) -> tuple[int, int, int]:
+    """The first three header fields, readable even when the rest is garbage."""
+    api_key, off = read_int16(buf, 0)
+    api_version, off = read_int16(buf, off)
+    correlation_id, _ = read_int32(buf, off)
+    return api_key, api_version, correlation_id
+
+
+@cache
+def _reader(cls: type):
+    return entity_reader(cls)
+
+
+@cache
+def _writer(cls: type):
+    return entity_writer(cls)
+
+
+def decode_request(header: RequestHeader, buf: bytes | memoryview) -> Any:
+    """Decode the body with kio; raises DecodeError for malformed bytes."""
+    cls = request_class(header.api_key, header.api_version)
+    if cls is None:
+        raise DecodeError(f"no schema for {api_name(header.api_key)} v{header.api_version}")
+    try:
+        message, size = _reader(cls)(buf, header.body_offset)
+    except Exception as e:  # kio's native reader raises assorted errors for garbage
+        raise DecodeError(f"malformed {api_name(header.api_key)} v{header.api_version}: {e}") from None
+    return message
+
+
+def encode_request(api_key: int, version: int, correlation_id: int, client_id: str | None,
+                   message: Any) -> bytes:
+    """Size-prefixed request frame (used by tests and benchmarks acting as clients)."""
+    out = bytearray(struct.pack(">hhi", api_key, version, correlation_id))
+    if client_id is None:
+        out += struct.pack(">h", -1)
+    else:
+        cid = client_id.encode()
+        out += struct.pack(">h", len(cid)) + cid
+    if is_flexible_request(api_key, version):
+        out.append(0)
+    buf = io.BytesIO()
+    _writer(type(message))(buf, message)
+    out += buf.getvalue()
+    return struct.pack(">i", len(out)) + bytes(out)
+
+
+def response_header_is_flexible(api_key: int, version: int) -> bool:
+    # ApiVersions responses always use header v0 so old clients can read them (KIP-511).
+    if api_key == API_VERSIONS_KEY:
+        return False
+    return bool(response_class(api_key, version).__flexible__)
+
+
+def encode_response(api_key: int, version: int, correlation_id: int, message: Any) -> bytes:
+    """Size-prefixed response frame: header v0/v1 + kio-encoded body."""
+    buf = io.BytesIO()
+    buf.write(b"\x00\x00\x00\x00")
+    buf.write(struct.pack(">i", correlation_id))
+    if response_header_is_flexible(api_key, version):
+        buf.write(b"\x00")
+    _writer(type(message))(buf, message)
+    data = buf.getbuffer()
+    struct.pack_into(">i", data, 0, len(data) - 4)
+    return bytes(data)
+
+
+def decode_response(api_key: int, version: int, frame: bytes) -> tuple[int, Any]:
+    """Decode a response frame body (without size prefix): (correlation id, message)."""
+    (correlation_id,) = struct.unpack_from(">i", frame, 0)
+    off = 4
+    if response_header_is_flexible(api_key, version):
+        off = skip_tagged_fields(frame, off)
+    message, _ = _reader(response_class(api_key, version))(frame, off)
+    return correlation_id, message
+
+
+@cache
+def _field_names(cls: type) -> frozenset[str]:
+    return frozenset(f.name for f in dataclasses.fields(cls))
+
+
+def build(cls: type, **values: Any) -> Any:
+    """Instantiate a kio entity of any version, dropping fields this version lacks.
+
+    Handlers fill in the union of fields across the versions they serve.
+    """
+    names = _field_names(cls)
+    return cls(**{k: v for k, v in values.items() if k in names})
+
+
+def has_field(cls_or_obj: Any, name: str) -> bool:
+    cls = cls_or_obj if isinstance(cls_or_obj, type) else type(cls_or_obj)
+    return name in _field_names(cls)

@@ -1,0 +1,371 @@
+"""RecordBatch v2 (magic 2): header view, validation, builders, control records.
+
+The broker treats batches as opaque bytes: it reads the 61-byte header,
+checks the CRC32C over attributes..end, rewrites the base offset in place
+(the CRC does not cover it) and stores the bytes as they came. Decoding of
+individual records exists for tests, timestamp look-ups and compaction.
+
+Layout (big endian):
+  0 baseOffset i64 | 8 batchLength i32 | 12 partitionLeaderEpoch i32 | 16 magic i8
+  17 crc u32 | 21 attributes i16 | 23 lastOffsetDelta i32 | 27 baseTimestamp i64
+  35 maxTimestamp i64 | 43 producerId i64 | 51 producerEpoch i16
+  53 baseSequence i32 | 57 recordsCount i32 | 61 records...
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from enum import IntEnum
+
+import crc32c
+
+from .compression import Compression, compress, decompress
+from .errors import CorruptRecordError, InvalidRecordError
+from .primitives import (
+    DecodeError,
+    read_varint,
+    read_varlong,
+    write_varint,
+    write_varlong,
+)
+
+HEADER_SIZE = 61
+LOG_OVERHEAD = 12  # baseOffset + batchLength: the bytes not counted by batchLength
+MAGIC_V2 = 2
+CRC_START = 21
+
+_HEADER = struct.Struct(">qiibIhiqqqhii")
+_OFFSET = struct.Struct(">q")
+_I64 = struct.Struct(">q")
+_I16 = struct.Struct(">h")
+_I32 = struct.Struct(">i")
+
+ATTR_COMPRESSION_MASK = 0x07
+ATTR_TIMESTAMP_TYPE = 0x08  # 1 = LogAppendTime
+ATTR_TRANSACTIONAL = 0x10
+ATTR_CONTROL = 0x20
+ATTR_DELETE_HORIZON = 0x40
+
+NO_PRODUCER_ID = -1
+NO_PRODUCER_EPOCH = -1
+NO_SEQUENCE = -1
+NO_TIMESTAMP = -1
+
+
+class ControlType(IntEnum):
+    ABORT = 0
+    COMMIT = 1
+
+
+@dataclass(frozen=True, slots=True)
+class BatchHeader:
+    base_offset: int
+    batch_length: int
+    partition_leader_epoch: int
+    magic: int
+    crc: int
+    attributes: int
+    last_offset_delta: int
+    base_timestamp: int
+    max_timestamp: int
+    producer_id: int
+    producer_epoch: int
+    base_sequence: int
+    records_count: int
+
+    @property
+    def size(self) -> int:
+        """Bytes the batch occupies in the log, header included."""
+        return LOG_OVERHEAD + self.batch_length
+
+    @property
+    def last_offset(self) -> int:
+        return self.base_offset + self.last_offset_delta
+
+    @property
+    def compression(self) -> Compression:
+        return Compression(self.attributes & ATTR_COMPRESSION_MASK)
+
+    @property
+    def is_transactional(self) -> bool:
+        return bool(self.attributes & ATTR_TRANSACTIONAL)
+
+    @property
+    def is_control(self) -> bool:
+        return bool(self.attributes & ATTR_CONTROL)
+
+    @property
+    def log_append_time(self) -> bool:
+        return bool(self.attributes & ATTR_TIMESTAMP_TYPE)
+
+    @property
+    def last_sequence(self) -> int:
+        if self.base_sequence == NO_SEQUENCE:
+            return NO_SEQUENCE
+        return (self.base_sequence + self.last_offset_delta) % (2**31)
+
+
+def read_header(buf, offset: int = 0) -> BatchHeader:
+    """Parse the 61-byte header at ``offset`` (no validation beyond length)."""
+    if len(buf) - offset < HEADER_SIZE:
+        raise CorruptRecordError(
+            f"record batch header needs {HEADER_SIZE} bytes, got {len(buf) - offset}"
+        )
+    return BatchHeader(*_HEADER.unpack_from(buf, offset))
+
+
+def peek_size(buf, offset: int = 0) -> int | None:
+    """Total size of the batch at ``offset`` from its length field, or None if unreadable."""
+    if len(buf) - offset < LOG_OVERHEAD:
+        return None
+    return LOG_OVERHEAD + _I32.unpack_from(buf, offset + 8)[0]
+
+
+def compute_crc(buf, offset: int, size: int) -> int:
+    return crc32c.crc32c(memoryview(buf)[offset + CRC_START : offset + size])
+
+
+def validate_batch(buf, offset: int = 0, end: int | None = None) -> BatchHeader:
+    """Check one batch at ``offset``: lengths, magic, CRC and the offset/count fields.
+
+    Raises CorruptRecordError (CORRUPT_MESSAGE) or InvalidRecordError (INVALID_RECORD)
+    the way Kafka's LogValidator does.
+    """
+    end = len(buf) if end is None else end
+    available = end - offset
+    if available < HEADER_SIZE:
+        raise CorruptRecordError(
+            f"record batch is {available} bytes, smaller than the {HEADER_SIZE}-byte header"
+        )
+    magic = buf[offset + 16]
+    if magic != MAGIC_V2:
+        raise InvalidRecordError(f"record batch magic is {magic}; only magic 2 is supported")
+    header = read_header(buf, offset)
+    if header.batch_length < HEADER_SIZE - LOG_OVERHEAD:
+        raise CorruptRecordError(f"record batch length {header.batch_length} is too small")
+    if header.size > available:
+        raise CorruptRecordError(
+            f"record batch length {header.batch_length} exceeds the {available} bytes sent"
+        )
+    actual = compute_crc(buf, offset, header.size)
+    if actual != header.crc:
+        raise CorruptRecordError(
+            f"record batch CRC mismatch: header {header.crc:#010x}, computed {actual:#010x}"
+        )
+    if header.records_count < 0:
+        raise CorruptRecordError(f"invalid record count {header.records_count}")
+    if header.last_offset_delta < 0:
+        raise CorruptRecordError(f"invalid last offset delta {header.last_offset_delta}")
+    if header.attributes & ATTR_COMPRESSION_MASK > Compression.ZSTD:
+        raise CorruptRecordError(
+            f"unknown compression codec {header.attributes & ATTR_COMPRESSION_MASK}"
+        )
+    return header
+
+
+def validate_produced_batch(buf, offset: int = 0, end: int | None = None) -> BatchHeader:
+    """validate_batch plus the rules for batches coming from a producer."""
+    header = validate_batch(buf, offset, end)
+    if header.records_count == 0:
+        raise InvalidRecordError("record batch has no records")
+    if header.last_offset_delta + 1 != header.records_count:
+        raise CorruptRecordError(
+            f"inconsistent batch offset range: last offset delta {header.last_offset_delta}, "
+            f"{header.records_count} records"
+        )
+    if header.is_control:
+        raise InvalidRecordError("clients are not allowed to write control records")
+    return header
+
+
+def iter_batches(buf, offset: int = 0, end: int | None = None) -> Iterator[tuple[int, BatchHeader]]:
+    """Yield (position, header) of each complete batch; stop at a partial tail.
+
+    No CRC check: use it on data the broker wrote itself.
+    """
+    end = len(buf) if end is None else end
+    pos = offset
+    while end - pos >= HEADER_SIZE:
+        header = read_header(buf, pos)
+        if header.batch_length < HEADER_SIZE - LOG_OVERHEAD or pos + header.size > end:
+            return
+        yield pos, header
+        pos += header.size
+
+
+def set_base_offset(buf: bytearray | memoryview, offset: int, base_offset: int) -> None:
+    _OFFSET.pack_into(buf, offset, base_offset)
+
+
+def set_log_append_time(buf: bytearray, offset: int, size: int, timestamp: int) -> None:
+    """Mark a batch as LogAppendTime with ``timestamp`` and fix its CRC (Kafka does the same)."""
+    attrs = _I16.unpack_from(buf, offset + 21)[0] | ATTR_TIMESTAMP_TYPE
+    _I16.pack_into(buf, offset + 21, attrs)
+    _I64.pack_into(buf, offset + 35, timestamp)
+    struct.pack_into(">I", buf, offset + 17, compute_crc(buf, offset, size))
+
+
+# --- records -------------------------------------------------------------
+
+@dataclass(slots=True)
+class Record:
+    key: bytes | None
+    value: bytes | None
+    headers: list[tuple[str, bytes | None]] = field(default_factory=list)
+    timestamp: int = NO_TIMESTAMP
+    offset: int = -1
+
+
+def _encode_record(out: bytearray, rec: Record, offset_delta: int, ts_delta: int) -> None:
+    body = bytearray()
+    body.append(0)  # record attributes (unused)
+    write_varlong(body, ts_delta)
+    write_varint(body, offset_delta)
+    if rec.key is None:
+        write_varint(body, -1)
+    else:
+        write_varint(body, len(rec.key))
+        body += rec.key
+    if rec.value is None:
+        write_varint(body, -1)
+    else:
+        write_varint(body, len(rec.value))
+        body += rec.value
+    write_varint(body, len(rec.headers))
+    for hkey, hval in rec.headers:
+        hk = hkey.encode("utf-8")
+        write_varint(body, len(hk))
+        body += hk
+        if hval is None:
+            write_varint(body, -1)
+        else:
+            write_varint(body, len(hval))
+            body += hval
+    write_varint(out, len(body))
+    out += body
+
+
+def build_batch(
+    records: Sequence[Record],
+    *,
+    base_offset: int = 0,
+    compression: Compression = Compression.NONE,
+    producer_id: int = NO_PRODUCER_ID,
+    producer_epoch: int = NO_PRODUCER_EPOCH,
+    base_sequence: int = NO_SEQUENCE,
+    transactional: bool = False,
+    control: bool = False,
+    partition_leader_epoch: int = -1,
+    base_timestamp: int | None = None,
+    offset_deltas: Sequence[int] | None = None,
+) -> bytes:
+    """Encode a complete magic-2 batch. Record timestamps of -1 take ``base_timestamp``."""
+    if not records:
+        raise ValueError("a batch needs at least one record")
+    stamps = [r.timestamp for r in records]
+    if base_timestamp is None:
+        known = [t for t in stamps if t != NO_TIMESTAMP]
+        base_timestamp = min(known) if known else 0
+    stamps = [base_timestamp if t == NO_TIMESTAMP else t for t in stamps]
+    deltas = list(offset_deltas) if offset_deltas is not None else list(range(len(records)))
+    body = bytearray()
+    for rec, delta, ts in zip(records, deltas, stamps, strict=True):
+        _encode_record(body, rec, delta, ts - base_timestamp)
+    payload = compress(compression, bytes(body)) if compression != Compression.NONE else body
+    attributes = int(compression)
+    if transactional:
+        attributes |= ATTR_TRANSACTIONAL
+    if control:
+        attributes |= ATTR_CONTROL
+    batch_length = HEADER_SIZE - LOG_OVERHEAD + len(payload)
+    out = bytearray(
+        _HEADER.pack(
+            base_offset,
+            batch_length,
+            partition_leader_epoch,
+            MAGIC_V2,
+            0,
+            attributes,
+            deltas[-1],
+            base_timestamp,
+            max(stamps),
+            producer_id,
+            producer_epoch,
+            base_sequence,
+            len(records),
+        )
+    )
+    out += payload
+    struct.pack_into(">I", out, 17, compute_crc(out, 0, len(out)))
+    return bytes(out)
+
+
+def decode_records(batch, offset: int = 0) -> list[Record]:
+    """Decode every record of the batch at ``offset`` (decompressing if needed)."""
+    header = read_header(batch, offset)
+    raw = memoryview(batch)[offset + HEADER_SIZE : offset + header.size]
+    if header.compression != Compression.NONE:
+        raw = memoryview(decompress(header.compression, bytes(raw)))
+    records: list[Record] = []
+    pos = 0
+    try:
+        for _ in range(header.records_count):
+            length, pos = read_varint(raw, pos)
+            end = pos + length
+            pos += 1  # attributes
+            ts_delta, pos = read_varlong(raw, pos)
+            off_delta, pos = read_varint(raw, pos)
+            klen, pos = read_varint(raw, pos)
+            key = None if klen < 0 else bytes(raw[pos : pos + klen])
+            pos += max(klen, 0)
+            vlen, pos = read_varint(raw, pos)
+            value = None if vlen < 0 else bytes(raw[pos : pos + vlen])
+            pos += max(vlen, 0)
+            nheaders, pos = read_varint(raw, pos)
+            headers = []
+            for _h in range(nheaders):
+                hklen, pos = read_varint(raw, pos)
+                hkey = bytes(raw[pos : pos + hklen]).decode("utf-8")
+                pos += hklen
+                hvlen, pos = read_varint(raw, pos)
+                hval = None if hvlen < 0 else bytes(raw[pos : pos + hvlen])
+                pos += max(hvlen, 0)
+                headers.append((hkey, hval))
+            if pos != end or end > len(raw):
+                raise CorruptRecordError("record length does not match its fields")
+            ts = header.max_timestamp if header.log_append_time else header.base_timestamp + ts_delta
+            records.append(Record(key, value, headers, ts, header.base_offset + off_delta))
+    except (DecodeError, UnicodeDecodeError, IndexError) as e:
+        raise CorruptRecordError(f"cannot decode records: {e}") from None
+    return records
+
+
+# --- control records (transaction markers) --------------------------------
+
+def build_control_batch(
+    control_type: ControlType,
+    *,
+    producer_id: int,
+    producer_epoch: int,
+    coordinator_epoch: int = 0,
+    base_offset: int = 0,
+    timestamp: int = 0,
+) -> bytes:
+    key = _I16.pack(0) + _I16.pack(int(control_type))
+    value = _I16.pack(0) + _I32.pack(coordinator_epoch)
+    return build_batch(
+        [Record(key, value, timestamp=timestamp)],
+        base_offset=base_offset,
+        producer_id=producer_id,
+        producer_epoch=producer_epoch,
+        transactional=True,
+        control=True,
+    )
+
+
+def control_type_of(record: Record) -> ControlType:
+    if record.key is None or len(record.key) < 4:
+        raise CorruptRecordError("control record key too short")
+    return ControlType(_I16.unpack_from(record.key, 2)[0])

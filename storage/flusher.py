@@ -1,0 +1,173 @@
+"""Group commit: fsync dirty partition logs off the event loop, one round at a time.
+
+Appends mark their log dirty. A round takes every dirty log, fsyncs its files
+in a small thread pool (one fsync per file per round, files in parallel) and
+then advances each log's flushed offset, which releases ``acks=all`` producers
+and, with ``flush.messages=1``, moves the high watermark. Appends that arrive
+during a round are picked up by the next one, so the fsync cost is shared by
+every request that arrived while the previous one was running.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from concurrent.futures import ThreadPoolExecutor
+
+from .log import PartitionLog, now_ms
+
+log = logging.getLogger(__name__)
+
+
+def _sync_and_close(fds: list[int]) -> None:
+    try:
+        for fd in fds:
+            os.fsync(fd)
+    finally:
+        for fd in fds:
+            os.close(fd)
+
+
+class Flusher:
+    def __init__(self, workers: int = 4) -> None:
+        self._dirty: dict[PartitionLog, None] = {}
+        self._waiters: dict[PartitionLog, list[tuple[int, asyncio.Future]]] = {}
+        self._wake: asyncio.Event | None = None
+        self._executor = ThreadPoolExecutor(workers, thread_name_prefix="txbroker-fsync")
+        self._task: asyncio.Task | None = None
+        self._ticker: asyncio.Task | None = None
+        self._logs: list[PartitionLog] = []
+        self.rounds = 0
+        self.fsyncs = 0
+
+    def start(self, logs: list[PartitionLog]) -> None:
+        self._wake = asyncio.Event()
+        self._logs = logs
+        self._task = asyncio.create_task(self._run(), name="flusher")
+        self._ticker = asyncio.create_task(self._tick(), name="flush-ticker")
+
+    def track(self, plog: PartitionLog) -> None:
+        plog.on_append = self.notify_append
+        if plog not in self._logs:
+            self._logs.append(plog)
+
+    def untrack(self, plog: PartitionLog) -> None:
+        plog.on_append = None
+        if plog in self._logs:
+            self._logs.remove(plog)
+        self._dirty.pop(plog, None)
+        for _, fut in self._waiters.pop(plog, []):
+            if not fut.done():
+                fut.set_result(None)
+
+    def notify_append(self, plog: PartitionLog) -> None:
+        cfg = plog.config
+        if cfg.fsync_every_append or plog.unflushed_messages >= cfg.flush_messages \
+                or plog.directory_dirty or plog.pending_sync:
+            self._mark(plog)
+
+    def _mark(self, plog: PartitionLog) -> None:
+        self._dirty[plog] = None
+        if self._wake is not None:
+            self._wake.set()
+
+    async def wait_durable(self, plog: PartitionLog, offset: int) -> None:
+        """Return once everything below ``offset`` in ``plog`` is fsynced."""
+        if plog.flushed_offset >= offset or plog.closed:
+            return
+        fut = asyncio.get_running_loop().create_future()
+        self._waiters.setdefault(plog, []).append((offset, fut))
+        self._mark(plog)
+        await fut
+
+    async def flush_now(self) -> None:
+        """Flush every log once (used on shutdown and in tests)."""
+        for plog in list(self._logs):
+            if not plog.closed and (plog.flushed_offset < plog.log_end_offset or plog.pending_sync
+                                    or plog.directory_dirty):
+                self._dirty[plog] = None
+        await self._round()
+
+    async def _run(self) -> None:
+        assert self._wake is not None
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            try:
+                await self._round()
+            except Exception:  # a failed fsync must not kill the flusher
+                log.exception("flush round failed")
+                await asyncio.sleep(0.1)
+
+    async def _round(self) -> None:
+        if not self._dirty:
+            return
+        batch = list(self._dirty)
+        self._dirty.clear()
+        jobs: list[tuple[PartitionLog, int, int]] = []
+        futures = []
+        loop = asyncio.get_running_loop()
+        for plog in batch:
+            if plog.closed:
+                continue
+            target = plog.log_end_offset
+            count = plog.unflushed_messages
+            fds = plog.take_sync_fds()
+            self.fsyncs += len(fds)
+            jobs.append((plog, target, count))
+            futures.append(loop.run_in_executor(self._executor, _sync_and_close, fds))
+        results = await asyncio.gather(*futures, return_exceptions=True)
+        self.rounds += 1
+        now = now_ms()
+        for (plog, target, count), result in zip(jobs, results, strict=True):
+            if isinstance(result, BaseException):
+                log.error("fsync of %s failed: %s", plog.name, result)
+                self._mark(plog)
+                continue
+            plog.unflushed_messages = max(0, plog.unflushed_messages - count)
+            plog.last_flush_ms = now
+            plog.mark_flushed(target)
+            waiters = self._waiters.get(plog)
+            if waiters:
+                keep = []
+                for offset, fut in waiters:
+                    if offset <= target:
+                        if not fut.done():
+                            fut.set_result(None)
+                    else:
+                        keep.append((offset, fut))
+                if keep:
+                    self._waiters[plog] = keep
+                    self._mark(plog)
+                else:
+                    del self._waiters[plog]
+
+    async def _tick(self) -> None:
+        """flush.ms for logs that do not fsync every append."""
+        while True:
+            await asyncio.sleep(0.1)
+            now = now_ms()
+            for plog in self._logs:
+                if plog.closed or plog.config.fsync_every_append:
+                    continue
+                if plog.flushed_offset < plog.log_end_offset and \
+                        now - plog.last_flush_ms >= plog.config.flush_ms:
+                    self._mark(plog)
+
+    async def stop(self) -> None:
+        for task in (self._task, self._ticker):
+            if task is not None:
+                task.cancel()
+                try:
+                    await task
+                except asyncio.CancelledError:
+                    pass
+        self._task = self._ticker = None
+        await self.flush_now()
+        for plog, waiters in self._waiters.items():
+            for _, fut in waiters:
+                if not fut.done():
+                    fut.set_result(None)
+        self._waiters.clear()
+        self._executor.shutdown(wait=True)

@@ -1,0 +1,411 @@
+"""A partition's log: ordered segments, offsets, high watermark, roll and retention.
+
+Offsets: ``log_start_offset`` <= ``high_watermark`` <= ``log_end_offset``.
+With ``flush.messages=1`` (the default) the high watermark is the flushed
+offset: consumers only ever see data that survives a crash, the single-broker
+analogue of Kafka's "replicated to the ISR". Otherwise it follows the log end.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from protocol.errors import ErrorCode, KafkaError, RecordTooLargeError
+from protocol.records import (
+    BatchHeader,
+    decode_records,
+    set_base_offset,
+    set_log_append_time,
+)
+
+from .log_config import LogConfig
+from .producer_state import ProducerStateManager, load_latest_snapshot, write_snapshot
+from .segment import LogSegment, ReadResult
+
+log = logging.getLogger(__name__)
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+@dataclass(slots=True)
+class AppendResult:
+    base_offset: int
+    last_offset: int
+    log_append_time: int  # -1 unless the topic uses LogAppendTime
+    log_start_offset: int
+    duplicate: bool = False  # a retried idempotent batch: nothing was appended
+
+
+class InvalidTimestampError(KafkaError):
+    code = ErrorCode.invalid_timestamp
+
+
+class PartitionLog:
+    def __init__(self, topic: str, partition: int, directory: str, config: LogConfig) -> None:
+        self.topic = topic
+        self.partition = partition
+        self.directory = directory
+        self.config = config
+        self.segments: list[LogSegment] = []
+        self.log_start_offset = 0
+        self.high_watermark = 0
+        self.flushed_offset = 0  # everything below is fsynced
+        self.recovery_point = 0  # persisted flushed offset (checkpoint)
+        self.unflushed_messages = 0
+        self.last_flush_ms = now_ms()
+        self._waiters: set[asyncio.Future] = set()
+        self.pending_sync: list[LogSegment] = []  # rolled segments not yet fsynced
+        self.directory_dirty = True
+        self.on_append: Callable[[PartitionLog], None] | None = None
+        self.producer_state = ProducerStateManager(f"{topic}-{partition}")
+        self.closed = False
+
+    # --- opening and recovery ---------------------------------------------------
+
+    @property
+    def name(self) -> str:
+        return f"{self.topic}-{self.partition}"
+
+    def open(self, *, log_start_offset: int = 0, recovery_point: int | None = None,
+             clean: bool = False) -> None:
+        """Load segments. Unless the last shutdown was clean, every segment holding
+        offsets at or above the recovery point is validated and a torn tail cut."""
+        os.makedirs(self.directory, exist_ok=True)
+        bases = sorted(
+            int(name[:-4])
+            for name in os.listdir(self.directory)
+            if name.endswith(".log") and name[:-4].isdigit()
+        )
+        for name in os.listdir(self.directory):
+            if name.endswith((".index", ".timeindex")):
+                stem = name.split(".")[0]
+                if stem.isdigit() and int(stem) not in bases:
+                    os.unlink(os.path.join(self.directory, name))  # index of a deleted segment
+        segments = [LogSegment(self.directory, b, self.config.index_interval_bytes) for b in bases]
+        rp = recovery_point if recovery_point is not None else 0
+        for i, seg in enumerate(segments):
+            is_last = i == len(segments) - 1
+            next_base = segments[i + 1].base_offset if not is_last else None
+            needs_recovery = (not clean) and (next_base is None or next_base > rp)
+            if needs_recovery or (is_last and not clean):
+                truncated = seg.recover()
+                if truncated and not is_last:
+                    # Corruption in the middle: drop everything after it (Kafka does too).
+                    for later in segments[i + 1 :]:
+                        log.warning("%s: deleting segment %s after corrupt data", self.name,
+                                    later.log_path)
+                        later.delete()
+                    segments = segments[: i + 1]
+                    break
+            else:
+                seg.load()
+        # Empty trailing segments other than the only one are useless.
+        while len(segments) > 1 and segments[-1].size == 0 and \
+                segments[-2].next_offset < segments[-1].base_offset:
+            segments.pop().delete()
+        if not segments:
+            segments = [LogSegment(self.directory, log_start_offset,
+                                   self.config.index_interval_bytes, create=True)]
+            segments[0].recover()
+        self.segments = segments
+        self.log_start_offset = max(log_start_offset, segments[0].base_offset)
+        self.log_start_offset = min(self.log_start_offset, self.log_end_offset)
+        self._load_producer_state()
+        # After recovery everything on disk is treated as durable: fsync it once.
+        for seg in segments:
+            os.fsync(seg.fd)
+        self.flushed_offset = self.log_end_offset
+        self.recovery_point = self.flushed_offset
+        self.high_watermark = self.log_end_offset
+
+    def _load_producer_state(self) -> None:
+        """Newest snapshot at or below the log end, then replay the batches after it."""
+        state, start = load_latest_snapshot(self.directory, self.log_end_offset, self.name)
+        replayed = 0
+        for seg in self.segments:
+            if seg.next_offset <= start or seg.size == 0:
+                continue
+            found = seg.position_of(start) if start > seg.base_offset else (0, None)
+            if found is None:
+                continue
+            for _pos, header in seg.batches(found[0]):
+                if header.base_offset >= start:
+                    state.update(header)
+                    replayed += 1
+        self.producer_state = state
+        if replayed:
+            log.debug("%s: producer state rebuilt from offset %d (%d batches)", self.name,
+                      start, replayed)
+
+    def write_producer_snapshot(self) -> None:
+        write_snapshot(self.directory, self.producer_state, self.log_end_offset)
+
+    @property
+    def active_segment(self) -> LogSegment:
+        return self.segments[-1]
+
+    @property
+    def log_end_offset(self) -> int:
+        return self.active_segment.next_offset
+
+    @property
+    def size_bytes(self) -> int:
+        return sum(s.size for s in self.segments)
+
+    @property
+    def last_stable_offset(self) -> int:
+        # No transactions yet: the LSO is the high watermark.
+        return self.high_watermark
+
+    # --- appending --------------------------------------------------------------
+
+    def check_batch(self, header: BatchHeader, now: int) -> None:
+        """Topic-level checks Kafka's LogValidator makes before anything is written."""
+        if header.size > self.config.max_message_bytes:
+            raise RecordTooLargeError(
+                f"batch of {header.size} bytes exceeds max.message.bytes "
+                f"{self.config.max_message_bytes} of {self.name}"
+            )
+        if self.config.message_timestamp_type == "CreateTime" and header.max_timestamp >= 0:
+            if now - header.max_timestamp > self.config.timestamp_before_max_ms or \
+                    header.max_timestamp - now > self.config.timestamp_after_max_ms:
+                raise InvalidTimestampError(
+                    f"timestamp {header.max_timestamp} is out of the accepted range of {self.name}"
+                )
+
+    def append(self, batch: bytearray, header: BatchHeader, *, now: int | None = None) -> AppendResult:
+        """Assign offsets to one validated batch and write it. Synchronous: the
+        write goes to the page cache; the flusher makes it durable."""
+        if self.closed:
+            raise KafkaError(f"{self.name} is closed", code=ErrorCode.not_leader_or_follower)
+        now = now_ms() if now is None else now
+        duplicate = self.producer_state.check(header)
+        if duplicate is not None:
+            return AppendResult(duplicate.first_offset, duplicate.last_offset, -1,
+                                self.log_start_offset, duplicate=True)
+        base = self.log_end_offset
+        set_base_offset(batch, 0, base)
+        append_time = -1
+        if self.config.message_timestamp_type == "LogAppendTime":
+            set_log_append_time(batch, 0, len(batch), now)
+            append_time = now
+        placed = BatchHeader(
+            base, header.batch_length, header.partition_leader_epoch, header.magic,
+            header.crc, header.attributes, header.last_offset_delta, header.base_timestamp,
+            append_time if append_time >= 0 else header.max_timestamp, header.producer_id,
+            header.producer_epoch, header.base_sequence, header.records_count,
+        )
+        self._maybe_roll(placed.size, now)
+        self.active_segment.append(batch, placed)
+        self.producer_state.update(placed)
+        self.unflushed_messages += placed.records_count
+        if not self.config.fsync_every_append:
+            self._advance_high_watermark(self.log_end_offset)
+        if self.on_append is not None:
+            self.on_append(self)
+        return AppendResult(base, placed.last_offset, append_time, self.log_start_offset)
+
+    def append_raw(self, batch: bytearray, header: BatchHeader) -> AppendResult:
+        """Append a broker-written batch (e.g. a control marker) without client checks."""
+        return self.append(batch, header)
+
+    def _maybe_roll(self, incoming: int, now: int) -> None:
+        seg = self.active_segment
+        if seg.size == 0:
+            return
+        too_big = seg.size + incoming > self.config.segment_bytes
+        too_old = seg.rolling_base_ms is not None and \
+            now - seg.rolling_base_ms > self.config.segment_ms
+        if too_big or too_old or seg.index_full(self.config.segment_index_bytes):
+            self.roll()
+
+    def roll(self) -> LogSegment:
+        """Start a new active segment at the log end offset. The old one is fsynced
+        by the flusher's next round (it stays in ``pending_sync`` until then)."""
+        old = self.active_segment
+        new = LogSegment(self.directory, self.log_end_offset, self.config.index_interval_bytes,
+                         create=True)
+        new.recover()
+        self.segments.append(new)
+        self.write_producer_snapshot()  # bounds the replay on the next start
+        self.pending_sync.append(old)
+        self.directory_dirty = True  # the new file's directory entry must be fsynced too
+        log.info("%s: rolled segment at offset %d (previous %d bytes)", self.name,
+                 new.base_offset, old.size)
+        if self.on_append is not None:
+            self.on_append(self)
+        return new
+
+    def take_sync_fds(self) -> list[int]:
+        """Duplicated fds to fsync for this log's next flush round: rolled segments
+        (with their indexes), the active segment, and the directory after a roll.
+        Duplicates keep the flush safe if a segment is closed meanwhile."""
+        fds: list[int] = []
+        for seg in self.pending_sync:
+            if not seg.closed:
+                fds.extend(seg.dup_fds(indexes=True))
+        self.pending_sync = []
+        if not self.active_segment.closed:
+            fds.extend(self.active_segment.dup_fds(indexes=False))
+        if self.directory_dirty:
+            self.directory_dirty = False
+            fds.append(os.open(self.directory, os.O_RDONLY))
+        return fds
+
+    # --- durability ---------------------------------------------------------------
+
+    def mark_flushed(self, offset: int) -> None:
+        if offset > self.flushed_offset:
+            self.flushed_offset = offset
+        if self.config.fsync_every_append:
+            self._advance_high_watermark(min(offset, self.log_end_offset))
+
+    def _advance_high_watermark(self, offset: int) -> None:
+        if offset <= self.high_watermark:
+            return
+        self.high_watermark = offset
+        waiters, self._waiters = self._waiters, set()
+        for fut in waiters:
+            if not fut.done():
+                fut.set_result(None)
+
+    def add_waiter(self, fut: asyncio.Future) -> None:
+        """Resolve ``fut`` when the high watermark next moves (fetch long polls)."""
+        self._waiters.add(fut)
+
+    def remove_waiter(self, fut: asyncio.Future) -> None:
+        self._waiters.discard(fut)
+
+    # --- reading --------------------------------------------------------------------
+
+    def read(self, offset: int, max_bytes: int, *, max_offset: int | None = None,
+             min_one: bool = False) -> ReadResult:
+        """Whole batches from ``offset`` up to ``max_offset`` (default: high watermark)."""
+        limit = self.high_watermark if max_offset is None else max_offset
+        if offset >= limit:
+            return ReadResult(b"", -1, offset)
+        i = self._segment_index_for(offset)
+        while i < len(self.segments):
+            seg = self.segments[i]
+            if seg.base_offset >= limit:
+                break
+            result = seg.read(offset, max_bytes, limit, min_one)
+            if result.data:
+                return result
+            if seg.next_offset > offset and seg.size and seg.position_of(offset) is not None:
+                # The batch exists but does not fit max_bytes.
+                return result
+            i += 1  # offset is past this segment's data (gap at a compacted tail)
+        return ReadResult(b"", -1, offset)
+
+    def _segment_index_for(self, offset: int) -> int:
+        lo, hi = 0, len(self.segments) - 1
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if self.segments[mid].base_offset <= offset:
+                lo = mid
+            else:
+                hi = mid - 1
+        return lo
+
+    def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
+        """(offset, timestamp) of the first record with timestamp >= ``timestamp``
+        below the high watermark, as Kafka's ListOffsets answers it."""
+        for seg in self.segments:
+            if seg.max_timestamp < timestamp or seg.size == 0:
+                continue
+            for pos, header in seg.batches(seg.lookup_timestamp(timestamp)):
+                if header.base_offset >= self.high_watermark:
+                    return None
+                if header.max_timestamp >= timestamp and not header.is_control:
+                    for rec in decode_records(seg.read_batch(pos, header.size)):
+                        if rec.timestamp >= timestamp and rec.offset >= self.log_start_offset:
+                            return rec.offset, rec.timestamp
+        return None
+
+    def max_timestamp_offset(self) -> tuple[int, int] | None:
+        """(offset, timestamp) of the record with the largest timestamp (KIP-734)."""
+        best: tuple[int, int, int, int, LogSegment] | None = None  # ts, -, pos, size, seg
+        for seg in self.segments:
+            if seg.size == 0 or (best is not None and seg.max_timestamp <= best[0]):
+                continue
+            for pos, header in seg.batches():
+                if header.base_offset >= self.high_watermark:
+                    break
+                if not header.is_control and (best is None or header.max_timestamp > best[0]):
+                    best = (header.max_timestamp, header.base_offset, pos, header.size, seg)
+        if best is None:
+            return None
+        ts, _, pos, size, seg = best
+        for rec in decode_records(seg.read_batch(pos, size)):
+            if rec.timestamp == ts:
+                return rec.offset, ts
+        return None
+
+    # --- retention ------------------------------------------------------------------
+
+    def delete_old_segments(self, now: int | None = None) -> int:
+        """Apply retention.ms and retention.bytes to closed segments; returns how many
+        segments were deleted. The log start offset moves to the first kept segment."""
+        if "delete" not in self.config.cleanup_policy:
+            return 0
+        now = now_ms() if now is None else now
+        deletable: list[LogSegment] = []
+        closed = self.segments[:-1]
+        retention_ms = self.config.retention_ms
+        if retention_ms >= 0:
+            for seg in closed:
+                # Only segments entirely below the high watermark can go.
+                if seg.next_offset > self.high_watermark:
+                    break
+                if seg.max_timestamp >= 0 and now - seg.max_timestamp > retention_ms:
+                    deletable.append(seg)
+                elif seg.max_timestamp < 0 and seg.size == 0:
+                    deletable.append(seg)
+                else:
+                    break
+        if self.config.retention_bytes >= 0:
+            excess = self.size_bytes - self.config.retention_bytes
+            for seg in closed[len(deletable):]:
+                if seg.next_offset > self.high_watermark or excess < seg.size:
+                    break
+                excess -= seg.size
+                deletable.append(seg)
+        if not deletable:
+            return 0
+        for seg in deletable:
+            self.segments.remove(seg)
+            if seg in self.pending_sync:
+                self.pending_sync.remove(seg)
+            seg.delete()
+        new_start = self.segments[0].base_offset
+        if new_start > self.log_start_offset:
+            self.log_start_offset = new_start
+        log.info("%s: retention deleted %d segment(s); log start offset now %d", self.name,
+                 len(deletable), self.log_start_offset)
+        return len(deletable)
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        try:
+            self.write_producer_snapshot()
+        except OSError as e:
+            log.warning("%s: cannot write producer snapshot: %s", self.name, e)
+        for seg in self.segments:
+            if not seg.closed:
+                os.fsync(seg.fd)
+                seg.flush_indexes()
+                seg.close()
+        waiters, self._waiters = self._waiters, set()
+        for fut in waiters:
+            if not fut.done():
+                fut.set_result(None)

@@ -1,0 +1,330 @@
+"""One log segment: ``<base>.log`` plus sparse ``.index`` and ``.timeindex``.
+
+The ``.log`` file is the concatenation of record batches exactly as served to
+consumers. Index formats follow Kafka: ``.index`` entries are (relative offset
+i32, position i32) of 8 bytes, ``.timeindex`` entries are (timestamp i64,
+relative offset i32) of 12 bytes. Indexes are rebuildable from the log, so they
+are fsynced only when the segment is closed.
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+import os
+import struct
+import time
+from array import array
+from dataclasses import dataclass
+
+from protocol.records import (
+    HEADER_SIZE,
+    LOG_OVERHEAD,
+    BatchHeader,
+    compute_crc,
+    iter_batches,
+    read_header,
+)
+
+log = logging.getLogger(__name__)
+
+_INDEX_ENTRY = struct.Struct(">ii")
+_TIME_ENTRY = struct.Struct(">qi")
+SCAN_CHUNK = 256 * 1024
+
+
+def filename_prefix(base_offset: int) -> str:
+    return f"{base_offset:020d}"
+
+
+@dataclass(slots=True)
+class ReadResult:
+    data: bytes
+    first_offset: int  # base offset of the first batch returned (-1 if none)
+    next_offset: int  # offset after the last batch returned
+
+
+class LogSegment:
+    def __init__(self, directory: str, base_offset: int, index_interval_bytes: int = 4096,
+                 *, create: bool = False) -> None:
+        self.directory = directory
+        self.base_offset = base_offset
+        self.index_interval_bytes = index_interval_bytes
+        prefix = os.path.join(directory, filename_prefix(base_offset))
+        self.log_path = prefix + ".log"
+        self.index_path = prefix + ".index"
+        self.timeindex_path = prefix + ".timeindex"
+        flags = os.O_RDWR | os.O_CREAT
+        if create:
+            flags |= os.O_EXCL
+        self.fd = os.open(self.log_path, flags, 0o644)
+        self.size = os.fstat(self.fd).st_size
+        self._index_rel = array("i")
+        self._index_pos = array("i")
+        self._time_ts = array("q")
+        self._time_rel = array("i")
+        self._index_fd = -1
+        self._timeindex_fd = -1
+        self._bytes_since_index = 0
+        self.next_offset = base_offset  # offset after the last batch in this segment
+        self.max_timestamp = -1
+        self.offset_of_max_timestamp = -1
+        self.first_batch_timestamp: int | None = None
+        self.created_ms = int(os.fstat(self.fd).st_mtime * 1000) if self.size else None
+        self.closed = False
+
+    # --- opening -------------------------------------------------------------
+
+    def _open_index_files(self, truncate: bool) -> None:
+        mode = os.O_RDWR | os.O_CREAT | (os.O_TRUNC if truncate else 0)
+        self._index_fd = os.open(self.index_path, mode, 0o644)
+        self._timeindex_fd = os.open(self.timeindex_path, mode, 0o644)
+        os.lseek(self._index_fd, 0, os.SEEK_END)
+        os.lseek(self._timeindex_fd, 0, os.SEEK_END)
+
+    def load(self) -> None:
+        """Open a closed segment that was written cleanly: trust its indexes if they fit."""
+        if not self._load_indexes():
+            self.recover()
+            return
+        self._open_index_files(truncate=False)
+        # The last batch gives next_offset; a short scan from the last index entry finds it.
+        start = self._index_pos[-1] if len(self._index_pos) else 0
+        last: BatchHeader | None = None
+        for _pos, header in self._scan(start):
+            last = header
+            if self.first_batch_timestamp is None and _pos == 0:
+                self.first_batch_timestamp = header.max_timestamp
+        if last is not None:
+            self.next_offset = last.last_offset + 1
+        if self.first_batch_timestamp is None and self.size >= HEADER_SIZE:
+            self.first_batch_timestamp = read_header(os.pread(self.fd, HEADER_SIZE, 0)).max_timestamp
+        if len(self._time_ts):
+            self.max_timestamp = self._time_ts[-1]
+            self.offset_of_max_timestamp = self.base_offset + self._time_rel[-1]
+        if last is not None and last.max_timestamp > self.max_timestamp:
+            self.max_timestamp = last.max_timestamp
+            self.offset_of_max_timestamp = last.last_offset
+
+    def _load_indexes(self) -> bool:
+        try:
+            with open(self.index_path, "rb") as f:
+                raw = f.read()
+            with open(self.timeindex_path, "rb") as f:
+                traw = f.read()
+        except FileNotFoundError:
+            return False
+        if len(raw) % 8 or len(traw) % 12:
+            return False
+        for rel, pos in _INDEX_ENTRY.iter_unpack(raw):
+            if pos >= self.size or rel < 0:
+                return False
+            self._index_rel.append(rel)
+            self._index_pos.append(pos)
+        for ts, rel in _TIME_ENTRY.iter_unpack(traw):
+            self._time_ts.append(ts)
+            self._time_rel.append(rel)
+        return True
+
+    def recover(self, expected_base: int | None = None) -> int:
+        """Validate every batch (lengths, magic, CRC, offsets), cut off a torn or corrupt
+        tail, and rebuild the indexes. Returns the number of bytes truncated."""
+        self._index_rel = array("i")
+        self._index_pos = array("i")
+        self._time_ts = array("q")
+        self._time_rel = array("i")
+        self._bytes_since_index = 0
+        self.max_timestamp = -1
+        self.offset_of_max_timestamp = -1
+        self.first_batch_timestamp = None
+        self._open_index_files(truncate=True)
+        expected = self.base_offset if expected_base is None else expected_base
+        valid_end = 0
+        pos = 0
+        reason = ""
+        while pos < self.size:
+            head = os.pread(self.fd, HEADER_SIZE, pos)
+            if len(head) < HEADER_SIZE:
+                reason = f"partial batch header ({len(head)} bytes)"
+                break
+            header = read_header(head)
+            if header.magic != 2 or header.batch_length < HEADER_SIZE - LOG_OVERHEAD:
+                reason = f"bad magic {header.magic} or length {header.batch_length}"
+                break
+            if pos + header.size > self.size:
+                reason = f"partial batch ({self.size - pos} of {header.size} bytes)"
+                break
+            if header.base_offset < expected or header.last_offset_delta < 0:
+                reason = f"offset {header.base_offset} below expected {expected}"
+                break
+            data = os.pread(self.fd, header.size, pos)
+            if compute_crc(data, 0, header.size) != header.crc:
+                reason = "CRC mismatch"
+                break
+            self._note_appended(pos, header)
+            expected = header.last_offset + 1
+            pos += header.size
+            valid_end = pos
+        truncated = self.size - valid_end
+        if truncated:
+            log.warning("%s: truncating %d bytes at position %d: %s", self.log_path,
+                        truncated, valid_end, reason)
+            os.ftruncate(self.fd, valid_end)
+            os.fsync(self.fd)
+            self.size = valid_end
+        self.next_offset = max(expected, self.base_offset)
+        return truncated
+
+    # --- appending -------------------------------------------------------------
+
+    @property
+    def rolling_base_ms(self) -> int | None:
+        """segment.ms is measured from the first batch's timestamp (as Kafka does),
+        or from when the segment got its first batch if that has no timestamp."""
+        if self.first_batch_timestamp is not None and self.first_batch_timestamp > 0:
+            return self.first_batch_timestamp
+        return self.created_ms
+
+    def _note_appended(self, position: int, header: BatchHeader) -> None:
+        if self.first_batch_timestamp is None:
+            self.first_batch_timestamp = header.max_timestamp
+        if self.created_ms is None:
+            self.created_ms = int(time.time() * 1000)
+        if header.max_timestamp > self.max_timestamp:
+            self.max_timestamp = header.max_timestamp
+            self.offset_of_max_timestamp = header.last_offset
+        if self._bytes_since_index > self.index_interval_bytes or position == 0:
+            rel = header.last_offset - self.base_offset
+            self._index_rel.append(rel)
+            self._index_pos.append(position)
+            os.write(self._index_fd, _INDEX_ENTRY.pack(rel, position))
+            if not len(self._time_ts) or self.max_timestamp > self._time_ts[-1]:
+                trel = self.offset_of_max_timestamp - self.base_offset
+                self._time_ts.append(self.max_timestamp)
+                self._time_rel.append(trel)
+                os.write(self._timeindex_fd, _TIME_ENTRY.pack(self.max_timestamp, trel))
+            self._bytes_since_index = 0
+        self._bytes_since_index += header.size
+
+    def append(self, data: bytes | bytearray | memoryview, header: BatchHeader) -> int:
+        """Write one batch (offsets already assigned) at the end; returns its position."""
+        position = self.size
+        view = memoryview(data)
+        written = 0
+        while written < len(view):
+            written += os.pwrite(self.fd, view[written:], position + written)
+        self.size += len(view)
+        self._note_appended(position, header)
+        self.next_offset = header.last_offset + 1
+        return position
+
+    def index_full(self, max_index_bytes: int) -> bool:
+        return (len(self._index_rel) + 1) * 8 > max_index_bytes
+
+    def index_entries(self) -> int:
+        return len(self._index_rel)
+
+    # --- reading ---------------------------------------------------------------
+
+    def _scan(self, position: int, end: int | None = None):
+        """Yield (position, header) for whole batches from ``position``."""
+        end = self.size if end is None else end
+        while position < end:
+            chunk = os.pread(self.fd, min(SCAN_CHUNK, end - position), position)
+            if len(chunk) < HEADER_SIZE:
+                return
+            advanced = 0
+            for rel_pos, header in iter_batches(chunk):
+                yield position + rel_pos, header
+                advanced = rel_pos + header.size
+            if advanced == 0:
+                # A single batch larger than the chunk: read its header alone.
+                header = read_header(chunk)
+                if position + header.size > end or header.size <= 0:
+                    return
+                yield position, header
+                advanced = header.size
+            position += advanced
+
+    def position_of(self, offset: int) -> tuple[int, BatchHeader] | None:
+        """Position and header of the first batch whose last offset >= ``offset``."""
+        i = bisect.bisect_right(self._index_rel, offset - self.base_offset) - 1
+        start = self._index_pos[i] if i >= 0 else 0
+        for pos, header in self._scan(start):
+            if header.last_offset >= offset:
+                return pos, header
+        return None
+
+    def read(self, offset: int, max_bytes: int, max_offset: int, min_one: bool) -> ReadResult:
+        """Whole batches from the one holding ``offset``, below ``max_offset`` (exclusive),
+        at most ``max_bytes`` unless ``min_one`` and the first batch alone is larger."""
+        found = self.position_of(offset)
+        if found is None:
+            return ReadResult(b"", -1, offset)
+        start, first = found
+        if first.base_offset >= max_offset:
+            return ReadResult(b"", -1, offset)
+        want = max(max_bytes, first.size) if min_one else max_bytes
+        want = min(want, self.size - start)
+        if first.size > want:
+            return ReadResult(b"", -1, offset)
+        # One read for the whole range, then cut at the last whole batch below max_offset.
+        data = os.pread(self.fd, want, start)
+        end = 0
+        next_offset = offset
+        for rel, header in iter_batches(data):
+            if header.base_offset >= max_offset:
+                break
+            end = rel + header.size
+            next_offset = header.last_offset + 1
+        if end == 0:
+            return ReadResult(b"", -1, offset)
+        return ReadResult(data if end == len(data) else data[:end], first.base_offset, next_offset)
+
+    def batches(self, start_position: int = 0):
+        """All (position, header) of this segment, for look-ups that scan."""
+        return self._scan(start_position)
+
+    def read_batch(self, position: int, size: int) -> bytes:
+        return os.pread(self.fd, size, position)
+
+    def lookup_timestamp(self, timestamp: int) -> int:
+        """A position from which to scan for the first record with ts >= ``timestamp``."""
+        i = bisect.bisect_left(self._time_ts, timestamp) - 1
+        if i < 0:
+            return 0
+        found = self.position_of(self.base_offset + self._time_rel[i])
+        return found[0] if found else 0
+
+    # --- durability and lifecycle ------------------------------------------------
+
+    def dup_fds(self, *, indexes: bool) -> list[int]:
+        fds = [os.dup(self.fd)]
+        if indexes:
+            fds += [os.dup(fd) for fd in (self._index_fd, self._timeindex_fd) if fd >= 0]
+        return fds
+
+    def flush_indexes(self) -> None:
+        for fd in (self._index_fd, self._timeindex_fd):
+            if fd >= 0:
+                os.fsync(fd)
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        for fd in (self.fd, self._index_fd, self._timeindex_fd):
+            if fd >= 0:
+                os.close(fd)
+        self.fd = self._index_fd = self._timeindex_fd = -1
+
+    def delete(self) -> None:
+        self.close()
+        for path in (self.log_path, self.index_path, self.timeindex_path):
+            try:
+                os.unlink(path)
+            except FileNotFoundError:
+                pass
+
+    def __repr__(self) -> str:
+        return f"LogSegment({self.log_path}, size={self.size}, next={self.next_offset})"
