@@ -221,3 +221,27 @@ def load_config(*, config_file: str | None = None, host: str | None = None,
     for key, value in (overrides or {}).items():
         cfg.set(key, value, "command line")
     return cfg
+
+
+def markdown_reference() -> str:
+    """The key tables of docs/configuration.md (a test keeps the file in sync)."""
+    lines = [
+        "## Broker keys", "",
+        "| key | default | meaning |", "|---|---|---|",
+    ]
+    for key in BROKER_KEYS.values():
+        lines.append(f"| `{key.name}` | `{key.default}` | {key.doc} |")
+    lines += [
+        "", "## Topic configs and their broker-level defaults", "",
+        "Set per topic (CreateTopics, IncrementalAlterConfigs) by the topic name, or for all "
+        "topics in the broker config by the broker name.", "",
+        "| topic key | broker key | default | meaning |", "|---|---|---|---|",
+    ]
+    for d in TOPIC_CONFIGS.values():
+        broker_name = f"`{d.broker_name}`" if d.broker_name else "-"
+        lines.append(f"| `{d.name}` | {broker_name} | `{d.default}` | {d.doc} |")
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    print(markdown_reference(), end="")

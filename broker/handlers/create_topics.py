@@ -63,7 +63,7 @@ async def handle(ctx, request):
         ok = error == ErrorCode.none
         info = logs.topics.get(topic.name) if ok else None
         entries = ()
-        if ok and info is not None:
+        if ok and info is not None and hasattr(schema, "CreatableTopicConfigs"):  # v5+
             entries = tuple(
                 build(schema.CreatableTopicConfigs, name=name, value=value, read_only=False,
                       config_source=CONFIG_SOURCE[source], is_sensitive=False)

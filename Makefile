@@ -1,0 +1,47 @@
+# All set-up happens here: a fresh Debian machine needs only python3, make and apt.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
+SUDO := $(shell [ "$$(id -u)" = "0" ] || echo sudo)
+
+.PHONY: install system-deps test test-fast lint demo bench serve clean
+
+$(STAMP): pyproject.toml
+	@$(PYTHON) -m venv $(VENV) 2>/dev/null || { \
+	  echo "python3 -m venv failed: installing python3-venv"; \
+	  $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq python3-venv && \
+	  rm -rf $(VENV) && $(PYTHON) -m venv $(VENV); }
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[test,bench]'
+	@rm -f $(VENV)/.installed-*
+	@touch $(STAMP)
+
+# kcat is used by the tests (a librdkafka CLI client).
+system-deps:
+	@command -v kcat >/dev/null 2>&1 || { \
+	  echo "installing kcat"; \
+	  $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq kcat; }
+
+install: $(STAMP) system-deps
+
+lint: install
+	$(PY) -m ruff check .
+
+test: install lint
+	$(PY) -m pytest -q -p no:cacheprovider
+
+test-fast: install
+	$(PY) -m pytest -q -x -p no:cacheprovider tests/unit
+
+demo: install
+	$(PY) -m broker.demo
+
+bench: install
+	$(PY) -m bench.throughput
+
+serve: install
+	$(VENV)/bin/txbroker serve --host 127.0.0.1 --port 9092 --data-dir ./txbroker-data
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache .hypothesis

@@ -1,0 +1,1 @@
+"""Reproducible benchmarks: real clients against txbroker (and Tansu for comparison)."""
