@@ -75,6 +75,10 @@ BROKER_KEYS: dict[str, BrokerKey] = {
                   "retention in hours, used when log.retention.ms is not set"),
         BrokerKey("log.roll.hours", "168", _int,
                   "segment roll age in hours, used when log.roll.ms is not set"),
+        BrokerKey("admin.http.port", "-1", _int,
+                  "port of the admin/metrics HTTP endpoint (/health, /metrics, /topics); "
+                  "-1 disables it, 0 picks a free port"),
+        BrokerKey("admin.http.host", "127.0.0.1", _str, "address the admin HTTP endpoint binds"),
         BrokerKey("shutdown.timeout.ms", "30000", _int,
                   "how long a clean shutdown waits for in-flight requests"),
     ]

@@ -95,6 +95,7 @@ class Connection:
             frame = await read(size)
             self.last_active = time.monotonic()
             task = self.broker.dispatch(frame, self.peer)
+            self.in_flight += 1
             await self._queue.put(task)
             if self.closing:
                 return
@@ -106,6 +107,7 @@ class Connection:
                 return
             try:
                 response = await task
+                self.in_flight -= 1
             except CloseConnection:
                 self._abort_reading()
                 self._drain_queue()
@@ -158,6 +160,11 @@ class Broker:
         self.port = 0
         self.started_at = 0.0
         self.request_counts: dict[str, int] = {}
+        self.admin_http = None
+
+    @property
+    def connection_count(self) -> int:
+        return len(self._connections)
 
     @property
     def cluster_id(self) -> str:
@@ -186,6 +193,12 @@ class Broker:
         self.host, self.port = sock.getsockname()[:2]
         self._reaper = asyncio.create_task(self._reap_idle(), name="idle-reaper")
         self.started_at = time.time()
+        admin_port = self.config.get("admin.http.port")
+        if admin_port >= 0:
+            from .admin_http import AdminHttpServer
+
+            self.admin_http = AdminHttpServer(self, self.config.get("admin.http.host"), admin_port)
+            await self.admin_http.start()
         adv_host, adv_port = self.advertised_host_port
         log.info("txbroker ready: listening on %s:%d (advertised %s:%d), data dir %s, node %d",
                  self.host, self.port, adv_host, adv_port, self.logs.data_dir, self.node_id)
@@ -207,6 +220,8 @@ class Broker:
         if self._server is not None:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self._server.wait_closed(), 1)
+        if self.admin_http is not None:
+            await self.admin_http.stop()
         await self.logs.close()
         log.info("shutdown complete")
 
