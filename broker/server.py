@@ -17,6 +17,7 @@ import socket
 import struct
 import time
 
+from coordinator.producer_ids import ProducerIdManager
 from protocol.messages import (
     API_VERSIONS_KEY,
     api_name,
@@ -26,7 +27,6 @@ from protocol.messages import (
     parse_request_header,
 )
 from protocol.primitives import DecodeError
-from coordinator.producer_ids import ProducerIdManager
 from storage.manager import LogManager
 
 from .config import BrokerConfig
@@ -74,7 +74,7 @@ class Connection:
             await self._queue.put(None)
             try:
                 await asyncio.wait_for(writer_task, self.broker.shutdown_timeout)
-            except (asyncio.TimeoutError, asyncio.CancelledError):
+            except (TimeoutError, asyncio.CancelledError):
                 writer_task.cancel()
             except Exception:
                 pass

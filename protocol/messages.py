@@ -19,7 +19,13 @@ from kio.schema.index import api_key_map
 from kio.serial import entity_reader, entity_writer
 from kio.static.constants import EntityType
 
-from .primitives import DecodeError, read_int16, read_int32, read_nullable_string, skip_tagged_fields
+from .primitives import (
+    DecodeError,
+    read_int16,
+    read_int32,
+    read_nullable_string,
+    skip_tagged_fields,
+)
 
 API_VERSIONS_KEY = 18
 

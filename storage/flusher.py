@@ -165,7 +165,7 @@ class Flusher:
                     pass
         self._task = self._ticker = None
         await self.flush_now()
-        for plog, waiters in self._waiters.items():
+        for _plog, waiters in self._waiters.items():
             for _, fut in waiters:
                 if not fut.done():
                     fut.set_result(None)

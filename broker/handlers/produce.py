@@ -13,7 +13,7 @@ import logging
 
 from protocol.errors import ErrorCode, InvalidRecordError, KafkaError, UnsupportedCompressionError
 from protocol.messages import build
-from protocol.records import Compression, peek_size, validate_produced_batch
+from protocol.records import Compression, decode_records, peek_size, validate_produced_batch
 from storage.log import now_ms
 
 from ..context import CloseConnection
@@ -73,6 +73,10 @@ async def handle(ctx, request):
                     records = part.records
                     header = _check_single_batch(records, ctx.version)
                     plog.check_batch(header, now_ms())
+                    if "compact" in plog.config.cleanup_policy and any(
+                            r.key is None for r in decode_records(records)):
+                        raise InvalidRecordError(
+                            f"compacted topic {topic.name} cannot accept a record without a key")
                     result = plog.append(bytearray(records), header)
                     base_offset = result.base_offset
                     append_time = result.log_append_time
@@ -115,4 +119,4 @@ def _to_datetime(ms: int) -> datetime.datetime | None:
     # kio encodes None as -1 ("no LogAppendTime").
     if ms < 0:
         return None
-    return datetime.datetime.fromtimestamp(ms / 1000, tz=datetime.timezone.utc)
+    return datetime.datetime.fromtimestamp(ms / 1000, tz=datetime.UTC)
