@@ -71,6 +71,11 @@ BROKER_KEYS: dict[str, BrokerKey] = {
                   "reading from it"),
         BrokerKey("log.retention.check.interval.ms", "300000", _int,
                   "how often retention (retention.ms / retention.bytes) is applied"),
+        BrokerKey("log.cleaner.backoff.ms", "15000", _int,
+                  "how long the log cleaner sleeps when no compacted log needs cleaning"),
+        BrokerKey("producer.id.expiration.ms", "86400000", _int,
+                  "forget an idempotent producer's per-partition state this long after its "
+                  "last write (checked with retention)"),
         BrokerKey("log.retention.hours", "168", _int,
                   "retention in hours, used when log.retention.ms is not set"),
         BrokerKey("log.roll.hours", "168", _int,

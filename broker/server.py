@@ -63,7 +63,11 @@ class Connection:
             await self._read_loop()
         except asyncio.CancelledError:
             pass  # shutdown or idle reaping: stop reading, answer what is in flight
-        except (asyncio.IncompleteReadError, ConnectionError):
+        except asyncio.IncompleteReadError as e:
+            if e.partial:  # the client went away in the middle of a frame
+                log.info("connection %s closed by the client mid-request (%d of %d bytes "
+                         "received)", self.peer, len(e.partial), e.expected)
+        except ConnectionError:
             pass  # the client went away
         except CloseConnection:
             pass
@@ -149,6 +153,8 @@ class Broker:
             config.topic_defaults(),
             node_id=self.node_id,
             retention_check_interval_ms=config.get("log.retention.check.interval.ms"),
+            cleaner_backoff_ms=config.get("log.cleaner.backoff.ms"),
+            producer_id_expiration_ms=config.get("producer.id.expiration.ms"),
         )
         self.producer_ids = ProducerIdManager(self.logs.data_dir)
         self.shutdown_timeout = config.get("shutdown.timeout.ms") / 1000

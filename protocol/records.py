@@ -166,17 +166,39 @@ def validate_batch(buf, offset: int = 0, end: int | None = None) -> BatchHeader:
 
 
 def validate_produced_batch(buf, offset: int = 0, end: int | None = None) -> BatchHeader:
-    """validate_batch plus the rules for batches coming from a producer."""
+    """validate_batch plus the rules for batches coming from a producer.
+
+    Codes as Kafka answers them: bytes that hold no complete batch, a base offset
+    other than 0, an offset range that disagrees with the record count and an
+    idempotent batch without a sequence are INVALID_RECORD (ProduceRequest.validateRecords,
+    UnifiedLog.analyzeAndValidateRecords, LogValidator.validateBatch)."""
+    available = (len(buf) if end is None else end) - offset
+    size = peek_size(buf, offset)
+    if size is None or size > available:
+        raise InvalidRecordError(
+            "produce requests must have at least one record batch per partition; "
+            + (f"only {available} bytes were sent" if size is None else
+               f"the record batch of {size} bytes exceeds the {available} bytes sent")
+        )
     header = validate_batch(buf, offset, end)
+    if header.base_offset != 0:
+        raise InvalidRecordError(
+            f"the base offset of a produced record batch must be 0, got {header.base_offset}"
+        )
     if header.records_count == 0:
         raise InvalidRecordError("record batch has no records")
     if header.last_offset_delta + 1 != header.records_count:
-        raise CorruptRecordError(
+        raise InvalidRecordError(
             f"inconsistent batch offset range: last offset delta {header.last_offset_delta}, "
             f"{header.records_count} records"
         )
     if header.is_control:
         raise InvalidRecordError("clients are not allowed to write control records")
+    if header.producer_id >= 0 and header.base_sequence < 0:
+        raise InvalidRecordError(
+            f"invalid sequence number {header.base_sequence} in a record batch of "
+            f"producer {header.producer_id}"
+        )
     return header
 
 

@@ -23,6 +23,7 @@ from protocol.records import (
     set_log_append_time,
 )
 
+from .cleaner import recover_interrupted_cleaning
 from .log_config import LogConfig
 from .producer_state import ProducerStateManager, load_latest_snapshot, write_snapshot
 from .segment import LogSegment, ReadResult
@@ -78,6 +79,7 @@ class PartitionLog:
         """Load segments. Unless the last shutdown was clean, every segment holding
         offsets at or above the recovery point is validated and a torn tail cut."""
         os.makedirs(self.directory, exist_ok=True)
+        recover_interrupted_cleaning(self.directory)  # before segments are listed
         bases = sorted(
             int(name[:-4])
             for name in os.listdir(self.directory)

@@ -149,6 +149,8 @@ class LogConfig:
     flush_ms: int = LONG_MAX
     delete_retention_ms: int = 86400000
     min_compaction_lag_ms: int = 0
+    max_compaction_lag_ms: int = LONG_MAX
+    min_cleanable_dirty_ratio: float = 0.5
     timestamp_before_max_ms: int = LONG_MAX
     timestamp_after_max_ms: int = 3600000
 
@@ -178,6 +180,8 @@ class LogConfig:
             flush_ms=get("flush.ms"),
             delete_retention_ms=get("delete.retention.ms"),
             min_compaction_lag_ms=get("min.compaction.lag.ms"),
+            max_compaction_lag_ms=get("max.compaction.lag.ms"),
+            min_cleanable_dirty_ratio=get("min.cleanable.dirty.ratio"),
             timestamp_before_max_ms=get("message.timestamp.before.max.ms"),
             timestamp_after_max_ms=get("message.timestamp.after.max.ms"),
         )

@@ -6,6 +6,7 @@ Layout of a data directory::
     topics.json                        topic name -> id, partition count, config overrides
     recovery-point-offset-checkpoint   flushed offset per partition (Kafka's format)
     log-start-offset-checkpoint        log start offset per partition
+    cleaner-offset-checkpoint          offset compacted logs are cleaned up to
     .txbroker_cleanshutdown            present only after a clean shutdown
     <topic>-<partition>/               segments: <base>.log, .index, .timeindex
 """
@@ -21,12 +22,14 @@ import logging
 import os
 import re
 import shutil
+import time
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from protocol.errors import ErrorCode, KafkaError
 
+from .cleaner import CLEANER_CHECKPOINT_FILE, LogCleaner
 from .flusher import Flusher
 from .log import PartitionLog
 from .log_config import TOPIC_CONFIGS, ConfigError, LogConfig, validate_topic_config
@@ -107,15 +110,20 @@ def _atomic_write(path: str, data: bytes) -> None:
 
 class LogManager:
     def __init__(self, data_dir: str, broker_defaults: Mapping[str, str] | None = None,
-                 *, node_id: int = 1, retention_check_interval_ms: int = 300_000) -> None:
+                 *, node_id: int = 1, retention_check_interval_ms: int = 300_000,
+                 cleaner_backoff_ms: int = 15_000,
+                 producer_id_expiration_ms: int = 86_400_000) -> None:
         self.data_dir = os.path.abspath(data_dir)
         self.broker_defaults = dict(broker_defaults or {})  # topic config name -> value
         self.node_id = node_id
         self.retention_check_interval_ms = retention_check_interval_ms
+        self.producer_id_expiration_ms = producer_id_expiration_ms
         self.topics: dict[str, TopicInfo] = {}
         self.logs: dict[tuple[str, int], PartitionLog] = {}
         self.cluster_id = ""
         self.flusher = Flusher()
+        self.cleaner = LogCleaner(os.path.join(self.data_dir, CLEANER_CHECKPOINT_FILE),
+                                  backoff_ms=cleaner_backoff_ms)
         self._lock_fd = -1
         self._tasks: list[asyncio.Task] = []
         self.was_clean_shutdown = False
@@ -175,14 +183,17 @@ class LogManager:
         self.cluster_id = props["cluster.id"]
 
     async def start(self) -> None:
-        """Start the flusher and the retention/checkpoint background tasks."""
+        """Start the flusher and the retention/checkpoint/log cleaner background tasks."""
         for plog in self.logs.values():
             self.flusher.track(plog)
         self.flusher.start(list(self.logs.values()))
         self._tasks.append(asyncio.create_task(self._retention_loop(), name="retention"))
         self._tasks.append(asyncio.create_task(self._checkpoint_loop(), name="checkpoints"))
+        self._tasks.append(asyncio.create_task(self.cleaner.run(lambda: list(self.logs.values())),
+                                               name="log-cleaner"))
 
     async def close(self) -> None:
+        await self.cleaner.stop()  # waits for a cleaning in its thread to abort
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:
@@ -340,9 +351,11 @@ class LogManager:
 
     def run_retention(self) -> int:
         deleted = 0
+        now = int(time.time() * 1000)
         for plog in list(self.logs.values()):
             if not plog.closed:
-                deleted += plog.delete_old_segments()
+                deleted += plog.delete_old_segments(now)
+                plog.producer_state.expire(now, self.producer_id_expiration_ms)
         return deleted
 
     async def _retention_loop(self) -> None:

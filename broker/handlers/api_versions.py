@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime
+import logging
 import re
 
 from kio.schema.api_versions.v0 import response as v0
@@ -14,6 +15,7 @@ API_KEY = 18
 MIN_VERSION = 0
 MAX_VERSION = 4
 
+log = logging.getLogger(__name__)
 _SOFTWARE = re.compile(r"^[a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])?$")
 _ZERO = datetime.timedelta(0)
 
@@ -41,5 +43,7 @@ async def handle(ctx, request):
         version = request.client_software_version
         if not _SOFTWARE.match(name or "") or not _SOFTWARE.match(version or ""):
             error = ErrorCode.invalid_request
+            log.info("ApiVersions v%d from %s has an invalid client software name/version "
+                     "%r/%r: answering INVALID_REQUEST", ctx.version, ctx.peer, name, version)
     return build(ctx.response_type, error_code=error, api_keys=_ranges(schema.ApiVersion),
                  throttle_time=_ZERO)

@@ -84,14 +84,12 @@ def _collect(ctx, request, read_committed: bool):
 
 async def handle(ctx, request):
     broker = ctx.broker
-    session_id = getattr(request, "session_id", 0)
     session_epoch = getattr(request, "session_epoch", -1)
-    if session_id != 0 and session_epoch not in (-1, 0):
+    if session_epoch not in (-1, 0):
+        # An incremental fetch; no session is ever cached, so none is found (also for id 0,
+        # as Kafka's FetchManager answers it).
         return build(ctx.response_type, throttle_time=_ZERO,
                      error_code=ErrorCode.fetch_session_id_not_found, session_id=0, responses=())
-    if session_id == 0 and session_epoch not in (-1, 0):
-        return build(ctx.response_type, throttle_time=_ZERO,
-                     error_code=ErrorCode.invalid_fetch_session_epoch, session_id=0, responses=())
     read_committed = getattr(request, "isolation_level", 0) == READ_COMMITTED
     max_wait = _ms(request.max_wait) / 1000
     min_bytes = request.min_bytes

@@ -68,6 +68,8 @@ async def handle(ctx, request):
                 error = ErrorCode.invalid_required_acks
             elif plog is None:
                 error = ErrorCode.unknown_topic_or_partition
+                log.info("produce to unknown topic or partition %s-%d from %s", topic.name,
+                         part.index, ctx.peer)
             else:
                 try:
                     records = part.records
@@ -101,6 +103,7 @@ async def handle(ctx, request):
     if acks == 0:
         if errors:
             # Kafka closes the connection so an acks=0 producer notices and refreshes metadata.
+            log.info("closing %s: acks=0 produce failed for %d partition(s)", ctx.peer, errors)
             raise CloseConnection
         return None
     responses = tuple(

@@ -1,0 +1,842 @@
+"""Log compaction for ``cleanup.policy`` containing ``compact``, after Kafka's LogCleaner.
+
+What a cleaning does to one partition log:
+
+1. **Cleanable range.** Closed segments only (never the active one), from the
+   log start up to the first segment that is not entirely below the last
+   stable offset (so only decided, durable data is cleaned) or whose newest
+   record is younger than ``min.compaction.lag.ms``. The part below the
+   cleaner checkpoint is "clean" (compacted before), the rest "dirty".
+2. **Offset map.** key -> offset of its latest record, over the dirty part.
+3. **Rewrite.** The cleanable segments are grouped (consecutive segments while
+   their total size fits ``segment.bytes``, their indexes ``segment.index.bytes``
+   and their offsets a 32-bit relative range, like Kafka's groupSegmentsBySize)
+   and each group is copied into one new segment keeping a record only if no
+   later record of its key is in the map. Kept records keep their offsets,
+   timestamps and order. Batches that lose nothing are copied byte for byte;
+   others are decoded, filtered and re-encoded with the same codec, base offset,
+   lastOffsetDelta, producer id/epoch/base sequence and flags (as Kafka's
+   MemoryRecords.filterTo does, so producer sequence state stays right). A batch
+   that becomes empty is dropped, except (a) the last data batch of a producer
+   the partition still tracks (producer state must survive a reopen) and (b) the
+   last batch of each group (KAFKA-17076 keeps the last one of a cleaning so the
+   log end offset survives; keeping it per group also means a cleaned segment
+   always ends exactly where the segments it replaces ended, which makes ``.swap``
+   recovery exact): these are kept as header-only batches with zero records.
+   Records without a key are dropped, as Kafka's cleaner does.
+4. **Tombstones** (value None) follow Kafka 3.x (KIP-534): the first cleaning
+   that sees a tombstone's batch keeps it and marks the rewritten batch with the
+   delete horizon (attribute bit 6, horizon = now + ``delete.retention.ms`` stored
+   as the base timestamp; record timestamp deltas are relative to it, so clients
+   decode record timestamps unchanged). A later cleaning at or past the horizon
+   drops the tombstone. The horizon travels with the batch, so it survives
+   restarts and does not depend on file modification times.
+5. **Swap.** Each group is written as ``<base>.log.cleaned`` (+ ``.index.cleaned``,
+   ``.timeindex.cleaned``) and fsynced in a worker thread. On the event loop the
+   files are renamed to ``.swap`` (the commit point), the replaced segments are
+   closed and deleted (first to last), the ``.swap`` files renamed to their
+   final names and the segment list updated. ``recover_interrupted_cleaning``
+   (called by PartitionLog.open) deletes ``*.cleaned`` leftovers and completes a
+   swap whose ``.log.swap`` exists: it deletes every segment file in the swap
+   segment's offset range and renames it into place (indexes are rebuilt).
+
+Transactions (KIP-98) are a later issue: control batches are always kept and
+aborted transactional data is treated like committed data. The hooks are
+marked ``TODO(transactions)`` below.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import logging
+import os
+import struct
+import threading
+import time
+from collections.abc import Callable, Generator, Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from protocol.errors import CorruptRecordError
+from protocol.records import (
+    ATTR_CONTROL,
+    ATTR_DELETE_HORIZON,
+    ATTR_TIMESTAMP_TYPE,
+    ATTR_TRANSACTIONAL,
+    HEADER_SIZE,
+    LOG_OVERHEAD,
+    BatchHeader,
+    Record,
+    build_batch,
+    compute_crc,
+    decode_records,
+    iter_batches,
+    read_header,
+)
+
+from .segment import LogSegment, filename_prefix
+
+if TYPE_CHECKING:  # log.py imports this module for open-time recovery
+    from .log import PartitionLog
+
+log = logging.getLogger(__name__)
+
+CLEANER_CHECKPOINT_FILE = "cleaner-offset-checkpoint"
+CLEANED_SUFFIX = ".cleaned"
+SWAP_SUFFIX = ".swap"
+SEGMENT_FILE_SUFFIXES = (".log", ".index", ".timeindex", ".txnindex")
+LONG_MAX = 2**63 - 1
+INT32_MAX = 2**31 - 1
+_READ_CHUNK = 1 << 20
+_WRITTEN = (".index", ".timeindex", ".log")  # renamed in this order: the .log last
+_HEADER = struct.Struct(">qiibIhiqqqhii")  # the RecordBatch v2 header, as protocol.records
+_INDEX_ENTRY = struct.Struct(">ii")
+_TIME_ENTRY = struct.Struct(">qi")
+_I16 = struct.Struct(">h")
+_I32 = struct.Struct(">i")
+_U32 = struct.Struct(">I")
+
+
+class CleanerError(Exception):
+    """A log that cannot be cleaned (corrupt data): it is skipped until restart."""
+
+
+class _Aborted(Exception):
+    pass
+
+
+# --- crash recovery (PartitionLog.open) ----------------------------------------------
+
+
+def _stem_offset(name: str) -> int | None:
+    stem = name.split(".", 1)[0]
+    return int(stem) if stem.isdigit() else None
+
+
+def _file_next_offset(path: str, base: int) -> int:
+    """Offset after the last whole batch of a segment file (``base`` if none)."""
+    next_offset = base
+    with open(path, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        pos = 0
+        while pos + HEADER_SIZE <= size:
+            header = read_header(os.pread(f.fileno(), HEADER_SIZE, pos))
+            if header.magic != 2 or header.batch_length < HEADER_SIZE - LOG_OVERHEAD or \
+                    pos + header.size > size:
+                break
+            next_offset = header.last_offset + 1
+            pos += header.size
+    return next_offset
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def _fsync_dir(directory: str) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def recover_interrupted_cleaning(directory: str) -> None:
+    """Finish or undo a cleaning that a crash interrupted (see the module docstring).
+
+    ``*.cleaned`` files were never committed: deleted. A ``<base>.log.swap`` was
+    committed: every segment file whose base offset lies in the swap segment's
+    range is a replaced segment (deleted), then the swap becomes ``<base>.log``.
+    Index ``.swap`` files are deleted; the segment's indexes are rebuilt on load."""
+    names = os.listdir(directory)
+    changed = False
+    for name in names:
+        if name.endswith(CLEANED_SUFFIX) or (name.endswith(SWAP_SUFFIX) and
+                                             not name.endswith(".log" + SWAP_SUFFIX)):
+            os.unlink(os.path.join(directory, name))
+            changed = True
+    swaps = sorted(n for n in names if n.endswith(".log" + SWAP_SUFFIX) and _stem_offset(n) is not None)
+    for name in swaps:
+        base = _stem_offset(name)
+        assert base is not None
+        swap_path = os.path.join(directory, name)
+        end = max(_file_next_offset(swap_path, base), base + 1)
+        for other in os.listdir(directory):
+            offset = _stem_offset(other)
+            if offset is not None and base <= offset < end and other.endswith(SEGMENT_FILE_SUFFIXES):
+                os.unlink(os.path.join(directory, other))
+        os.replace(swap_path, os.path.join(directory, filename_prefix(base) + ".log"))
+        log.warning("%s: completed an interrupted log cleaning swap at offset %d", directory, base)
+        changed = True
+    if changed:
+        _fsync_dir(directory)
+
+
+# --- batches (worker thread) ------------------------------------------------------------
+
+
+def _read_batches(fd: int, size: int, abort: Callable[[], bool]
+                  ) -> Iterator[tuple[BatchHeader, memoryview]]:
+    """Every batch of a closed segment, CRC-checked; a short or corrupt file is an error
+    (the cleaner must never silently drop what it cannot read)."""
+    pos = 0
+    while pos < size:
+        if abort():
+            raise _Aborted
+        chunk = memoryview(os.pread(fd, min(_READ_CHUNK, size - pos), pos))
+        advanced = 0
+        for rel, header in iter_batches(chunk):
+            yield header, chunk[rel : rel + header.size]
+            advanced = rel + header.size
+        if advanced == 0:  # one batch larger than the chunk
+            if len(chunk) < HEADER_SIZE:
+                break
+            header = read_header(chunk)
+            if header.batch_length < HEADER_SIZE - LOG_OVERHEAD or pos + header.size > size:
+                break
+            yield header, memoryview(os.pread(fd, header.size, pos))
+            advanced = header.size
+        pos += advanced
+    if pos != size:
+        raise CleanerError(f"unreadable batch at position {pos} of {size}")
+
+
+def _checked(header: BatchHeader, data: memoryview) -> memoryview:
+    if header.magic != 2 or compute_crc(data, 0, header.size) != header.crc:
+        raise CleanerError(f"corrupt batch at offset {header.base_offset}")
+    return data
+
+
+def _empty_batch(header: BatchHeader) -> bytes:
+    """A header-only batch with no records that keeps the original offsets, producer
+    id/epoch/base sequence and flags (Kafka's DefaultRecordBatch.writeEmptyHeader)."""
+    attributes = header.attributes & (ATTR_TIMESTAMP_TYPE | ATTR_TRANSACTIONAL | ATTR_CONTROL)
+    out = bytearray(_HEADER.pack(
+        header.base_offset, HEADER_SIZE - LOG_OVERHEAD, header.partition_leader_epoch, 2, 0,
+        attributes, header.last_offset_delta, header.max_timestamp, header.max_timestamp,
+        header.producer_id, header.producer_epoch, header.base_sequence, 0,
+    ))
+    _U32.pack_into(out, 17, compute_crc(out, 0, len(out)))
+    return bytes(out)
+
+
+def _rebuild(header: BatchHeader, kept: list[Record], horizon: int | None) -> bytes:
+    """Re-encode the kept records of a batch with its codec, offsets and producer fields."""
+    out = bytearray(build_batch(
+        kept,
+        base_offset=header.base_offset,
+        compression=header.compression,
+        producer_id=header.producer_id,
+        producer_epoch=header.producer_epoch,
+        base_sequence=header.base_sequence,
+        transactional=header.is_transactional,
+        partition_leader_epoch=header.partition_leader_epoch,
+        # With a delete horizon the base timestamp field holds it (KIP-534).
+        base_timestamp=header.base_timestamp if horizon is None else horizon,
+        offset_deltas=[r.offset - header.base_offset for r in kept],
+    ))
+    attributes = _I16.unpack_from(out, 21)[0] | (header.attributes & ATTR_TIMESTAMP_TYPE)
+    if horizon is not None:
+        attributes |= ATTR_DELETE_HORIZON
+    _I16.pack_into(out, 21, attributes)
+    # lastOffsetDelta stays the original one so the batch's last sequence is unchanged.
+    _I32.pack_into(out, 23, header.last_offset_delta)
+    _U32.pack_into(out, 17, compute_crc(out, 0, len(out)))
+    return bytes(out)
+
+
+@dataclass
+class _FilterContext:
+    offset_map: dict[bytes, int]
+    now: int
+    delete_retention_ms: int
+    producer_last_offsets: dict[int, int]  # producer id -> last offset of its last data batch
+    records_read: int = 0
+    records_kept: int = 0
+    latest_horizon: int = -1
+
+
+def _filter_batch(header: BatchHeader, data: memoryview, ctx: _FilterContext,
+                  must_retain: bool) -> bytes | memoryview | None:
+    """The bytes to write for one batch, or None to drop it."""
+    if header.is_control:
+        # TODO(transactions): drop a marker once its transaction's data is gone and its
+        # delete horizon has passed (Kafka's CleanedTransactionMetadata).
+        return data
+    # TODO(transactions): records of aborted transactions are removed regardless of keys.
+    records = decode_records(data)
+    ctx.records_read += len(records)
+    has_horizon = bool(header.attributes & ATTR_DELETE_HORIZON)
+    kept: list[Record] = []
+    tombstones = False
+    for rec in records:
+        if rec.key is None:
+            continue  # compacted topics cannot hold keyless records (Kafka drops them too)
+        if rec.offset < ctx.offset_map.get(rec.key, -1):
+            continue  # a later record of this key exists
+        if rec.value is None:
+            if has_horizon and ctx.now >= header.base_timestamp:
+                continue  # the tombstone's delete horizon has passed
+            tombstones = True
+        kept.append(rec)
+    ctx.records_kept += len(kept)
+    horizon: int | None = header.base_timestamp if has_horizon else None
+    if horizon is None and tombstones:
+        horizon = min(ctx.now + ctx.delete_retention_ms, LONG_MAX)
+    if horizon is not None and tombstones:
+        ctx.latest_horizon = max(ctx.latest_horizon, horizon)
+    if not kept:  # also a batch left empty by an earlier cleaning
+        last_of_producer = header.producer_id >= 0 and \
+            ctx.producer_last_offsets.get(header.producer_id) == header.last_offset
+        if not (must_retain or last_of_producer):
+            return None
+        return data if not records else _empty_batch(header)
+    if len(kept) == len(records) and (has_horizon or not tombstones):
+        return data  # nothing to change: the original bytes
+    return _rebuild(header, kept, horizon)
+
+
+class _IndexWriter:
+    """Sparse offset/time index entries for a cleaned segment, by the rules of
+    LogSegment._note_appended, plus a last time entry for the segment's true maximum
+    (Kafka appends it when a segment becomes inactive)."""
+
+    def __init__(self, base_offset: int, interval: int) -> None:
+        self.base = base_offset
+        self.interval = interval
+        self.index = bytearray()
+        self.timeindex = bytearray()
+        self._last_ts: int | None = None
+        self._since = 0
+        self.max_ts = -1
+        self.offset_of_max_ts = -1
+
+    def add(self, position: int, header: BatchHeader) -> None:
+        if header.max_timestamp > self.max_ts:
+            self.max_ts = header.max_timestamp
+            self.offset_of_max_ts = header.last_offset
+        if self._since > self.interval or position == 0:
+            self.index += _INDEX_ENTRY.pack(header.last_offset - self.base, position)
+            self._time_entry()
+            self._since = 0
+        self._since += header.size
+
+    def _time_entry(self) -> None:
+        if self._last_ts is None or self.max_ts > self._last_ts:
+            self.timeindex += _TIME_ENTRY.pack(self.max_ts, self.offset_of_max_ts - self.base)
+            self._last_ts = self.max_ts
+
+    def finish(self) -> None:
+        if self.index:
+            self._time_entry()
+
+
+# --- planning (event loop) ---------------------------------------------------------
+
+
+@dataclass
+class _Source:
+    segment: LogSegment
+    fd: int  # a duplicate: stays valid if the segment is closed meanwhile
+    size: int
+    end_offset: int  # base offset of the next segment
+
+
+@dataclass
+class _Job:
+    plog: PartitionLog
+    sources: list[_Source]
+    groups: list[list[_Source]]
+    first_dirty: int
+    end_offset: int
+    now: int
+    delete_retention_ms: int
+    index_interval: int
+    producer_last_offsets: dict[int, int]
+    abort: Callable[[], bool]
+    cancelled: threading.Event
+
+
+@dataclass
+class _GroupOutput:
+    base_offset: int
+    prefix: str
+    size: int
+
+
+@dataclass
+class CleanStats:
+    """What one cleaning of one log did."""
+
+    log: str
+    first_dirty: int
+    end_offset: int  # everything below was cleaned: the new cleaner checkpoint
+    segments_before: int
+    segments_after: int
+    bytes_before: int
+    bytes_after: int
+    records_read: int
+    records_kept: int
+    completed: bool = True  # False: a swap was given up (the log changed meanwhile)
+
+
+@dataclass
+class _Cleanable:
+    plog: PartitionLog
+    segments: list[LogSegment]  # the cleanable closed segments, from the first
+    end_offset: int  # base offset of the first uncleanable segment
+    first_dirty: int
+    clean_bytes: int
+    dirty_bytes: int
+    needs_now: bool  # max.compaction.lag.ms exceeded by a dirty record
+
+    @property
+    def ratio(self) -> float:
+        total = self.clean_bytes + self.dirty_bytes
+        return self.dirty_bytes / total if total else 0.0
+
+
+def _group_segments(segments: list[LogSegment], ends: list[int], max_bytes: int,
+                    max_index_bytes: int) -> list[list[int]]:
+    """Indexes of consecutive segments cleaned into one (Kafka's groupSegmentsBySize)."""
+    groups: list[list[int]] = []
+    current: list[int] = []
+    size = entries = 0
+    for k, seg in enumerate(segments):
+        if current:
+            span = ends[k] - 1 - segments[current[0]].base_offset
+            if size + seg.size > max_bytes or (entries + seg.index_entries() + 1) * 8 > \
+                    max_index_bytes or span > INT32_MAX:
+                groups.append(current)
+                current, size, entries = [], 0, 0
+        current.append(k)
+        size += seg.size
+        entries += seg.index_entries()
+    if current:
+        groups.append(current)
+    return groups
+
+
+# --- the cleaner -----------------------------------------------------------------
+
+
+class LogCleaner:
+    """Compacts partition logs in the background, one at a time, filthiest first.
+
+    ``run(logs_provider)`` is the background loop (started by LogManager.start);
+    ``clean_log`` (synchronous) and ``compact_now`` (async, work in a thread) clean
+    one log on demand, whatever its dirty ratio."""
+
+    def __init__(self, checkpoint_path: str | None = None, *, backoff_ms: int = 15_000) -> None:
+        self.checkpoint_path = checkpoint_path
+        self.backoff_ms = backoff_ms
+        self._checkpoints: dict[tuple[str, int], int] = {}
+        self._loaded = False
+        self._owners: dict[tuple[str, int], PartitionLog] = {}
+        self._horizons: dict[tuple[str, int], int] = {}  # latest tombstone delete horizon
+        self.uncleanable: set[str] = set()
+        self._executor: ThreadPoolExecutor | None = None
+        self._abort = threading.Event()
+        self._stopping = False
+        self._current: asyncio.Future | None = None
+        self._busy: set[PartitionLog] = set()  # one cleaning per log: they share file names
+        self.cleanings = 0
+
+    # --- checkpoints ---------------------------------------------------------------
+
+    def _load_checkpoints(self) -> None:
+        if self._loaded:
+            return
+        self._loaded = True
+        if self.checkpoint_path is None:
+            return
+        try:
+            with open(self.checkpoint_path) as f:
+                lines = f.read().splitlines()
+        except FileNotFoundError:
+            return
+        try:
+            for line in lines[2:]:
+                topic, partition, offset = line.rsplit(" ", 2)
+                self._checkpoints[(topic, int(partition))] = int(offset)
+        except ValueError:
+            log.warning("ignoring malformed cleaner checkpoint file %s", self.checkpoint_path)
+            self._checkpoints = {}
+
+    def adopt(self, logs: Iterable[PartitionLog]) -> None:
+        """Take the persisted checkpoints for these logs (those open at start). A log
+        first seen later (a new topic, maybe reusing a deleted one's name) starts clean."""
+        self._load_checkpoints()
+        for plog in logs:
+            self._owners.setdefault((plog.topic, plog.partition), plog)
+
+    def checkpoint(self, plog: PartitionLog) -> int:
+        """The offset below which ``plog`` has been cleaned (its first dirty offset)."""
+        self._load_checkpoints()
+        key = (plog.topic, plog.partition)
+        if self._owners.get(key) is not plog:
+            self._owners[key] = plog
+            self._checkpoints.pop(key, None)
+            self._horizons.pop(key, None)
+            self.uncleanable.discard(plog.name)
+        offset = self._checkpoints.get(key, plog.log_start_offset)
+        if offset < plog.log_start_offset or offset > plog.log_end_offset:
+            offset = plog.log_start_offset  # stale (retention or truncation): start over
+        return offset
+
+    def _checkpoint_text(self) -> str:
+        rows = [(k, v) for k, v in sorted(self._checkpoints.items())
+                if k in self._owners and not self._owners[k].closed]
+        return f"0\n{len(rows)}\n" + "".join(f"{t} {p} {o}\n" for (t, p), o in rows)
+
+    def _write_checkpoint_file(self, text: str) -> None:
+        if self.checkpoint_path is None:
+            return
+        tmp = self.checkpoint_path + ".tmp"
+        with open(tmp, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, self.checkpoint_path)
+        _fsync_dir(os.path.dirname(self.checkpoint_path) or ".")
+
+    # --- choosing ----------------------------------------------------------------------
+
+    def cleanable(self, plog: PartitionLog, now: int) -> _Cleanable | None:
+        """The cleanable range of ``plog`` and its dirtiness; None if nothing is cleanable."""
+        if "compact" not in plog.config.cleanup_policy or plog.closed:
+            return None
+        segs = plog.segments
+        limit = min(plog.last_stable_offset, plog.high_watermark)
+        lag = plog.config.min_compaction_lag_ms
+        chosen: list[LogSegment] = []
+        for k, seg in enumerate(segs[:-1]):
+            if segs[k + 1].base_offset > limit:
+                break  # not all of it is decided and durable yet
+            if lag > 0 and seg.max_timestamp > now - lag:
+                break  # holds records younger than min.compaction.lag.ms
+            chosen.append(seg)
+        if not chosen:
+            return None
+        first_dirty = self.checkpoint(plog)
+        clean_bytes = dirty_bytes = 0
+        needs_now = False
+        max_lag = plog.config.max_compaction_lag_ms
+        for k, seg in enumerate(chosen):
+            if segs[k + 1].base_offset <= first_dirty:
+                clean_bytes += seg.size
+            else:
+                dirty_bytes += seg.size
+                ts = seg.first_batch_timestamp
+                if seg.size and ts is not None and ts >= 0 and now - ts > max_lag:
+                    needs_now = True
+        return _Cleanable(plog, chosen, segs[len(chosen)].base_offset, first_dirty,
+                          clean_bytes, dirty_bytes, needs_now)
+
+    def _eligible(self, c: _Cleanable, now: int) -> bool:
+        if c.dirty_bytes > 0 and (c.needs_now or c.ratio >= c.plog.config.min_cleanable_dirty_ratio):
+            return True
+        # Nothing dirty enough: still clean if tombstones' delete horizons have passed.
+        horizon = self._horizons.get((c.plog.topic, c.plog.partition), -1)
+        return 0 <= horizon <= now
+
+    def filthiest(self, logs: Iterable[PartitionLog], now: int) -> _Cleanable | None:
+        """The eligible log with the highest dirty ratio (Kafka's grabFilthiestCompactedLog)."""
+        best: _Cleanable | None = None
+        for plog in logs:
+            if plog.name in self.uncleanable and self._owners.get((plog.topic, plog.partition)) is plog:
+                continue
+            c = self.cleanable(plog, now)
+            if c is not None and self._eligible(c, now) and (best is None or c.ratio > best.ratio):
+                best = c
+        return best
+
+    # --- cleaning --------------------------------------------------------------------
+
+    def _job(self, c: _Cleanable, now: int) -> _Job:
+        plog = c.plog
+        segs = plog.segments
+        sources = []
+        try:
+            for k, seg in enumerate(c.segments):
+                sources.append(_Source(seg, os.dup(seg.fd), seg.size, segs[k + 1].base_offset))
+        except OSError:
+            for s in sources:
+                os.close(s.fd)
+            raise
+        groups = _group_segments(c.segments, [s.end_offset for s in sources],
+                                 plog.config.segment_bytes, plog.config.segment_index_bytes)
+        producers = {pid: e.batches[-1].last_offset
+                     for pid, e in plog.producer_state.producers.items() if e.batches}
+        cancelled = threading.Event()
+        return _Job(plog, sources, [[sources[i] for i in g] for g in groups], c.first_dirty,
+                    c.end_offset, now, plog.config.delete_retention_ms,
+                    plog.config.index_interval_bytes, producers,
+                    lambda: self._abort.is_set() or cancelled.is_set() or plog.closed, cancelled)
+
+    def _steps(self, job: _Job, stats: CleanStats) -> Generator[Callable[[], object], object, None]:
+        """The cleaning as a sequence: each yielded callable is worker-thread work whose
+        result is sent back; the code between yields runs on the caller (event loop)."""
+        ctx = yield functools.partial(_build_offset_map, job)
+        assert isinstance(ctx, _FilterContext)
+        plog = job.plog
+        for group in job.groups:
+            out = yield functools.partial(_write_group, job, group, ctx)
+            assert isinstance(out, _GroupOutput)
+            if self._stopping or not self._swap(plog, group, out):
+                _discard(out.prefix)
+                stats.completed = False
+                break
+            stats.bytes_after += out.size
+        stats.records_read, stats.records_kept = ctx.records_read, ctx.records_kept
+        stats.segments_after = len(job.groups) if stats.completed else stats.segments_before
+        key = (plog.topic, plog.partition)
+        if stats.completed:
+            self._checkpoints[key] = job.end_offset
+            self._horizons[key] = ctx.latest_horizon
+        text = self._checkpoint_text()
+        yield functools.partial(self._finish_io, plog.directory, text)
+
+    def _finish_io(self, directory: str, checkpoint_text: str) -> None:
+        with contextlib.suppress(FileNotFoundError):  # the topic may be gone
+            _fsync_dir(directory)
+        self._write_checkpoint_file(checkpoint_text)
+
+    def _swap(self, plog: PartitionLog, group: list[_Source], out: _GroupOutput) -> bool:
+        """Replace the group's segments by the cleaned one (event loop; metadata only)."""
+        old = [s.segment for s in group]
+        segs = plog.segments
+        try:
+            i = next(k for k, s in enumerate(segs) if s is old[0])
+        except StopIteration:
+            return False  # retention or a topic deletion got there first
+        if plog.closed or i + len(old) >= len(segs) or \
+                any(a is not b for a, b in zip(segs[i : i + len(old)], old, strict=True)):
+            return False
+        prefix = out.prefix
+        for ext in _WRITTEN:  # commit point: the .log.swap rename
+            os.replace(prefix + ext + CLEANED_SUFFIX, prefix + ext + SWAP_SUFFIX)
+        for seg in old:
+            if seg in plog.pending_sync:
+                plog.pending_sync.remove(seg)
+            seg.delete()
+        for ext in _WRITTEN:
+            os.replace(prefix + ext + SWAP_SUFFIX, prefix + ext)
+        new = LogSegment(plog.directory, out.base_offset, plog.config.index_interval_bytes)
+        new.load()
+        segs[i : i + len(old)] = [new]
+        return True
+
+    def _start(self, plog: PartitionLog, now: int | None) -> tuple[_Job, CleanStats] | None:
+        if plog in self._busy:
+            raise RuntimeError(f"{plog.name} is being cleaned already")
+        now = _now_ms() if now is None else now
+        c = self.cleanable(plog, now)
+        if c is None:
+            return None
+        job = self._job(c, now)
+        self._busy.add(plog)
+        stats = CleanStats(plog.name, c.first_dirty, c.end_offset, len(c.segments), 0,
+                           sum(s.size for s in job.sources), 0, 0, 0)
+        return job, stats
+
+    def _done(self, job: _Job, stats: CleanStats, failed: BaseException | None) -> None:
+        for s in job.sources:
+            os.close(s.fd)
+        for group in job.groups:
+            _discard(_group_prefix(job, group))
+        self._busy.discard(job.plog)
+        if isinstance(failed, Exception) and not isinstance(failed, _Aborted):
+            self.uncleanable.add(job.plog.name)
+            log.error("%s: log cleaning failed, the log is skipped until restart: %s",
+                      job.plog.name, failed)
+        elif failed is None and not stats.completed:
+            log.info("%s: log cleaning given up: the log changed meanwhile", stats.log)
+        elif failed is None:
+            self.cleanings += 1
+            log.info("%s: cleaned up to offset %d (dirty from %d): %d -> %d segment(s), "
+                     "%d -> %d bytes, kept %d of %d records", stats.log, stats.end_offset,
+                     stats.first_dirty, stats.segments_before, stats.segments_after,
+                     stats.bytes_before, stats.bytes_after, stats.records_kept,
+                     stats.records_read)
+
+    def clean_log(self, plog: PartitionLog, now: int | None = None) -> CleanStats | None:
+        """Clean ``plog`` now, synchronously, whatever its dirty ratio (for tests and tools).
+        Returns None if it has nothing cleanable or is not compacted."""
+        started = self._start(plog, now)
+        if started is None:
+            return None
+        job, stats = started
+        failed: BaseException | None = None
+        try:
+            steps = self._steps(job, stats)
+            result: object = None
+            with contextlib.suppress(StopIteration):
+                while True:
+                    result = steps.send(result)()
+        except BaseException as e:
+            failed = e
+            raise
+        finally:
+            self._done(job, stats, failed)
+        return stats
+
+    async def compact_now(self, plog: PartitionLog, now: int | None = None) -> CleanStats | None:
+        """Clean ``plog`` now, its heavy work in the cleaner thread, whatever its dirty ratio."""
+        while plog in self._busy and not self._stopping:
+            await asyncio.sleep(0.01)
+        if self._stopping:
+            return None
+        started = self._start(plog, now)
+        if started is None:
+            return None
+        job, stats = started
+        if self._executor is None:
+            self._executor = ThreadPoolExecutor(1, thread_name_prefix="txbroker-cleaner")
+        loop = asyncio.get_running_loop()
+        failed: BaseException | None = None
+        try:
+            steps = self._steps(job, stats)
+            result: object = None
+            with contextlib.suppress(StopIteration):
+                while True:
+                    work = steps.send(result)
+                    self._current = loop.run_in_executor(self._executor, work)
+                    # Shielded: a cancellation must not mark the thread's work done early.
+                    result = await asyncio.shield(self._current)
+        except BaseException as e:
+            failed = e
+            if isinstance(e, _Aborted):
+                return None
+            raise
+        finally:
+            current, self._current = self._current, None
+            if current is not None and not current.done():
+                # Cancelled while the thread works: stop it, and close its fds only
+                # once it has finished with them.
+                job.cancelled.set()
+                current.add_done_callback(lambda _f: self._done(job, stats, _Aborted()))
+            else:
+                self._done(job, stats, failed)
+        return stats
+
+    # --- background loop -------------------------------------------------------------------
+
+    async def run(self, logs_provider: Callable[[], Iterable[PartitionLog]]) -> None:
+        """Clean the filthiest eligible log, again at once if one was cleaned, else after
+        ``log.cleaner.backoff.ms``."""
+        self.adopt(logs_provider())
+        while not self._stopping:
+            cleaned = False
+            try:
+                best = self.filthiest(logs_provider(), _now_ms())
+                if best is not None:
+                    stats = await self.compact_now(best.plog)
+                    cleaned = stats is not None and stats.completed
+            except CleanerError:
+                pass  # logged, and the log is marked uncleanable
+            except Exception:
+                log.exception("log cleaner round failed")
+            await asyncio.sleep(0 if cleaned else self.backoff_ms / 1000)
+
+    async def stop(self) -> None:
+        """Abort a cleaning in progress (its files are discarded) and stop the thread."""
+        self._stopping = True
+        self._abort.set()
+        current = self._current
+        if current is not None:
+            with contextlib.suppress(BaseException):
+                await current
+        if self._executor is not None:
+            self._executor.shutdown(wait=True)
+            self._executor = None
+
+
+# --- worker-thread steps -----------------------------------------------------------------
+
+
+def _group_prefix(job: _Job, group: list[_Source]) -> str:
+    return os.path.join(job.plog.directory, filename_prefix(group[0].segment.base_offset))
+
+
+def _discard(prefix: str) -> None:
+    for ext in _WRITTEN:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(prefix + ext + CLEANED_SUFFIX)
+
+
+def _build_offset_map(job: _Job) -> _FilterContext:
+    """key -> offset of its latest record in the dirty part of the cleanable range."""
+    offset_map: dict[bytes, int] = {}
+    for src in job.sources:
+        if src.end_offset <= job.first_dirty:
+            continue  # clean already: its keys are unique and older than the dirty ones
+        for header, data in _read_batches(src.fd, src.size, job.abort):
+            if header.is_control:
+                continue  # TODO(transactions): also skip batches of aborted transactions
+            try:
+                records = decode_records(_checked(header, data))
+            except CorruptRecordError as e:
+                raise CleanerError(f"offset {header.base_offset}: {e}") from None
+            for rec in records:
+                if rec.key is not None:
+                    offset_map[rec.key] = rec.offset
+    return _FilterContext(offset_map, job.now, job.delete_retention_ms, job.producer_last_offsets)
+
+
+def _group_batches(job: _Job, group: list[_Source]
+                   ) -> Iterator[tuple[BatchHeader, memoryview, bool]]:
+    """(header, bytes, is_last_of_group) for every batch of the group's segments."""
+    pending: tuple[BatchHeader, memoryview] | None = None
+    for src in group:
+        for header, data in _read_batches(src.fd, src.size, job.abort):
+            if pending is not None:
+                yield pending[0], pending[1], False
+            pending = (header, data)
+    if pending is not None:
+        yield pending[0], pending[1], True
+
+
+def _write_group(job: _Job, group: list[_Source], ctx: _FilterContext) -> _GroupOutput:
+    """Write the cleaned segment of one group as ``<base>.*.cleaned`` files, fsynced."""
+    base = group[0].segment.base_offset
+    prefix = _group_prefix(job, group)
+    index = _IndexWriter(base, job.index_interval)
+    position = 0
+    try:
+        with open(prefix + ".log" + CLEANED_SUFFIX, "wb") as out:
+            for header, data, last in _group_batches(job, group):
+                try:
+                    kept = _filter_batch(header, _checked(header, data), ctx, last)
+                except CorruptRecordError as e:
+                    raise CleanerError(f"offset {header.base_offset}: {e}") from None
+                if kept is None:
+                    continue
+                written = header if kept is data else read_header(kept)
+                out.write(kept)
+                index.add(position, written)
+                position += len(kept)
+            out.flush()
+            os.fsync(out.fileno())
+        index.finish()
+        for ext, content in ((".index", index.index), (".timeindex", index.timeindex)):
+            with open(prefix + ext + CLEANED_SUFFIX, "wb") as f:
+                f.write(content)
+                f.flush()
+                os.fsync(f.fileno())
+    except BaseException:
+        _discard(prefix)
+        raise
+    return _GroupOutput(base, prefix, position)
+
+
+__all__ = [
+    "CLEANER_CHECKPOINT_FILE",
+    "CleanStats",
+    "CleanerError",
+    "LogCleaner",
+    "recover_interrupted_cleaning",
+]

@@ -1,0 +1,352 @@
+"""RecordBatch v2: builders and decoding, header fields, CRC coverage, validation."""
+
+from __future__ import annotations
+
+import struct
+
+import crc32c
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from kafka.record import MemoryRecords
+from kafka.record.default_records import DefaultRecordBatchBuilder
+
+from protocol.compression import Compression, compress, decompress
+from protocol.errors import CorruptRecordError, InvalidRecordError
+from protocol.records import (
+    ATTR_TIMESTAMP_TYPE,
+    CRC_START,
+    HEADER_SIZE,
+    LOG_OVERHEAD,
+    ControlType,
+    Record,
+    build_batch,
+    build_control_batch,
+    compute_crc,
+    control_type_of,
+    decode_records,
+    iter_batches,
+    peek_size,
+    read_header,
+    set_base_offset,
+    set_log_append_time,
+    validate_batch,
+    validate_produced_batch,
+)
+
+FAST = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+keys = st.none() | st.binary(max_size=40)
+values = st.none() | st.binary(max_size=300)
+headers = st.lists(st.tuples(st.text(max_size=10), st.none() | st.binary(max_size=20)), max_size=3)
+timestamps = st.one_of(st.just(-1), st.integers(0, 2**41))
+records_st = st.lists(st.builds(Record, keys, values, headers, timestamps), min_size=1, max_size=8)
+codecs = st.sampled_from(list(Compression))
+
+
+def _expected_timestamps(records: list[Record]) -> list[int]:
+    known = [r.timestamp for r in records if r.timestamp != -1]
+    base = min(known) if known else 0
+    return [base if r.timestamp == -1 else r.timestamp for r in records]
+
+
+@FAST
+@given(records=records_st, codec=codecs, base_offset=st.integers(0, 2**40),
+       pid=st.integers(-1, 2**40), epoch=st.integers(-1, 2**15 - 1), seq=st.integers(-1, 2**31 - 100),
+       transactional=st.booleans())
+def test_build_decode_round_trip(records, codec, base_offset, pid, epoch, seq, transactional):
+    data = build_batch(records, base_offset=base_offset, compression=codec, producer_id=pid,
+                       producer_epoch=epoch, base_sequence=seq, transactional=transactional)
+    header = validate_batch(data)
+    stamps = _expected_timestamps(records)
+    # Header fields.
+    assert header.size == len(data)
+    assert header.batch_length == len(data) - LOG_OVERHEAD
+    assert header.magic == 2
+    assert header.base_offset == base_offset
+    assert header.last_offset_delta == len(records) - 1
+    assert header.last_offset == base_offset + len(records) - 1
+    assert header.records_count == len(records)
+    assert header.compression == codec
+    assert header.is_transactional == transactional
+    assert not header.is_control
+    assert header.base_timestamp == min(stamps)
+    assert header.max_timestamp == max(stamps)
+    assert (header.producer_id, header.producer_epoch, header.base_sequence) == (pid, epoch, seq)
+    assert header.partition_leader_epoch == -1
+    if seq >= 0:
+        assert header.last_sequence == seq + len(records) - 1
+    # Records.
+    decoded = decode_records(data)
+    assert [(r.key, r.value, r.headers) for r in decoded] == \
+        [(r.key, r.value, r.headers) for r in records]
+    assert [r.timestamp for r in decoded] == stamps
+    assert [r.offset for r in decoded] == list(range(base_offset, base_offset + len(records)))
+
+
+@FAST
+@given(records=records_st, codec=codecs)
+def test_kafka_python_reads_our_batches(records, codec):
+    """An independent implementation (kafka-python) decodes what we build, CRC included."""
+    data = build_batch(records, compression=codec, producer_id=9, producer_epoch=2, base_sequence=5)
+    batch = MemoryRecords(data).next_batch()
+    assert batch.validate_crc()
+    assert batch.compression_type == int(codec)
+    assert (batch.producer_id, batch.producer_epoch, batch.base_sequence) == (9, 2, 5)
+    got = [(r.offset, r.timestamp, r.key, r.value, [(k, v) for k, v in r.headers]) for r in batch]
+    want = [(i, ts, r.key, r.value, r.headers)
+            for i, (r, ts) in enumerate(zip(records, _expected_timestamps(records), strict=True))]
+    assert got == want
+
+
+@FAST
+@given(records=st.lists(st.tuples(keys, st.binary(max_size=200), st.integers(0, 2**41),
+                                   st.lists(st.tuples(st.text(max_size=8), st.binary(max_size=8)),
+                                            max_size=2)), min_size=1, max_size=6),
+       codec=codecs, transactional=st.booleans())
+def test_we_read_kafka_python_batches(records, codec, transactional):
+    builder = DefaultRecordBatchBuilder(magic=2, compression_type=int(codec),
+                                        is_transactional=transactional, producer_id=4,
+                                        producer_epoch=1, base_sequence=0, batch_size=1 << 20)
+    for i, (key, value, ts, hdrs) in enumerate(records):
+        builder.append(i, timestamp=ts, key=key, value=value, headers=hdrs)
+    data = bytes(builder.build())
+    header = validate_produced_batch(data)
+    assert header.records_count == len(records)
+    assert header.is_transactional == transactional
+    # kafka-python stores a batch uncompressed when compression would not make it smaller.
+    assert header.compression in (codec, Compression.NONE)
+    decoded = decode_records(data)
+    assert [(r.offset, r.timestamp, r.key, r.value, r.headers) for r in decoded] == \
+        [(i, ts, key, value, list(hdrs)) for i, (key, value, ts, hdrs) in enumerate(records)]
+
+
+@given(st.binary(max_size=5000), codecs)
+@settings(max_examples=40, deadline=None)
+def test_compression_round_trip(data, codec):
+    assert decompress(codec, compress(codec, data)) == data
+
+
+@pytest.mark.parametrize("codec", [c for c in Compression if c != Compression.NONE])
+def test_decompress_garbage_is_corrupt(codec):
+    with pytest.raises(CorruptRecordError):
+        decompress(codec, b"\x00\x01garbage that is not compressed\xff" * 3)
+
+
+# --- CRC coverage ---------------------------------------------------------------------
+
+
+def _sample_batch() -> bytes:
+    return build_batch([Record(b"key", b"value", [("h", b"v")], 1_700_000_000_000),
+                        Record(None, b"second", [], 1_700_000_000_005)],
+                       producer_id=11, producer_epoch=0, base_sequence=3)
+
+
+SAMPLE = _sample_batch()
+
+
+@given(position=st.integers(CRC_START, len(SAMPLE) - 1), flip=st.integers(1, 255))
+@settings(max_examples=150, deadline=None)
+def test_crc_covers_attributes_to_end(position, flip):
+    data = bytearray(SAMPLE)
+    data[position] ^= flip
+    with pytest.raises(CorruptRecordError, match="CRC"):
+        validate_batch(data)
+
+
+@given(position=st.integers(0, 7), flip=st.integers(1, 255))
+def test_crc_does_not_cover_base_offset(position, flip):
+    data = bytearray(SAMPLE)
+    data[position] ^= flip
+    validate_batch(data)
+
+
+@given(position=st.integers(12, 15), flip=st.integers(1, 255))
+def test_crc_does_not_cover_partition_leader_epoch(position, flip):
+    data = bytearray(SAMPLE)
+    data[position] ^= flip
+    validate_batch(data)
+
+
+@given(st.integers(0, 2**63 - 1))
+def test_set_base_offset_keeps_batch_valid(base):
+    data = bytearray(SAMPLE)
+    set_base_offset(data, 0, base)
+    header = validate_batch(data)
+    assert header.base_offset == base
+    assert [r.offset for r in decode_records(data)] == [base, base + 1]
+    assert data[8:] == SAMPLE[8:]
+
+
+def test_crc_field_is_crc32c_of_the_covered_range():
+    (stored,) = struct.unpack_from(">I", SAMPLE, 17)
+    assert stored == compute_crc(SAMPLE, 0, len(SAMPLE))
+    assert stored == crc32c.crc32c(SAMPLE[CRC_START:])
+
+
+def test_set_log_append_time():
+    data = bytearray(SAMPLE)
+    set_log_append_time(data, 0, len(data), 1_800_000_000_000)
+    header = validate_batch(data)
+    assert header.log_append_time and header.attributes & ATTR_TIMESTAMP_TYPE
+    assert header.max_timestamp == 1_800_000_000_000
+    assert [r.timestamp for r in decode_records(data)] == [1_800_000_000_000] * 2
+
+
+# --- validation ---------------------------------------------------------------------------
+
+
+@given(st.integers(0, len(SAMPLE) - 1))
+def test_validate_rejects_truncated(cut):
+    with pytest.raises(CorruptRecordError):
+        validate_batch(SAMPLE[:cut])
+    with pytest.raises(CorruptRecordError):
+        validate_batch(SAMPLE, 0, cut)
+
+
+@given(st.integers(1, 2**20))
+def test_validate_rejects_length_beyond_the_bytes(extra):
+    data = bytearray(SAMPLE)
+    struct.pack_into(">i", data, 8, len(SAMPLE) - LOG_OVERHEAD + extra)
+    with pytest.raises(CorruptRecordError, match="exceeds"):
+        validate_batch(data)
+    # A producer sending it gets INVALID_RECORD (no complete batch), as from Kafka.
+    with pytest.raises(InvalidRecordError, match="at least one record batch"):
+        validate_produced_batch(data)
+
+
+@given(st.integers(-(2**31), HEADER_SIZE - LOG_OVERHEAD - 1))
+def test_validate_rejects_length_below_header(length):
+    data = bytearray(SAMPLE)
+    struct.pack_into(">i", data, 8, length)
+    with pytest.raises(CorruptRecordError):
+        validate_batch(data)
+
+
+@given(st.integers(1, 200))
+def test_validate_shorter_length_breaks_crc(less):
+    data = bytearray(SAMPLE)
+    struct.pack_into(">i", data, 8, len(SAMPLE) - LOG_OVERHEAD - min(less, len(SAMPLE) - HEADER_SIZE))
+    with pytest.raises(CorruptRecordError):
+        validate_batch(data)
+
+
+@pytest.mark.parametrize("magic", [0, 1, 3, 255])
+def test_validate_rejects_other_magic(magic):
+    data = bytearray(SAMPLE)
+    data[16] = magic
+    with pytest.raises(InvalidRecordError, match="magic"):
+        validate_batch(data)
+
+
+def test_validate_at_offset_and_with_trailing_bytes():
+    data = b"\x00" * 7 + SAMPLE + b"trailing"
+    header = validate_batch(data, 7)
+    assert header.size == len(SAMPLE)
+    assert validate_batch(data, 7, 7 + len(SAMPLE)) == header
+
+
+def test_validate_rejects_unknown_codec():
+    data = bytearray(SAMPLE)
+    struct.pack_into(">h", data, 21, 5)
+    struct.pack_into(">I", data, 17, compute_crc(data, 0, len(data)))
+    with pytest.raises(CorruptRecordError, match="compression"):
+        validate_batch(data)
+
+
+def _with_fields(base: bytes, **fields) -> bytes:
+    offsets = {"base_offset": (0, ">q"), "last_offset_delta": (23, ">i"),
+               "records_count": (57, ">i"), "base_sequence": (53, ">i"),
+               "attributes": (21, ">h")}
+    data = bytearray(base)
+    for name, value in fields.items():
+        pos, fmt = offsets[name]
+        struct.pack_into(fmt, data, pos, value)
+    struct.pack_into(">I", data, 17, compute_crc(data, 0, len(data)))
+    return bytes(data)
+
+
+@pytest.mark.parametrize("fields,error,match", [
+    ({"records_count": 0, "last_offset_delta": -1}, CorruptRecordError, "offset delta"),
+    ({"records_count": 0}, InvalidRecordError, "no records"),
+    ({"records_count": 5}, InvalidRecordError, "inconsistent"),
+    ({"last_offset_delta": 4}, InvalidRecordError, "inconsistent"),
+    ({"records_count": -3}, CorruptRecordError, "record count"),
+    ({"base_offset": 1}, InvalidRecordError, "base offset"),
+    ({"base_sequence": -1}, InvalidRecordError, "sequence"),
+    ({"attributes": 0x20}, InvalidRecordError, "control"),
+])
+def test_validate_produced_batch_rules(fields, error, match):
+    with pytest.raises(error, match=match):
+        validate_produced_batch(_with_fields(SAMPLE, **fields))
+
+
+def test_validate_produced_batch_accepts_plain_and_idempotent_batches():
+    validate_produced_batch(SAMPLE)
+    validate_produced_batch(build_batch([Record(None, b"x")]))
+    validate_produced_batch(build_batch([Record(None, b"x")], transactional=True, producer_id=1,
+                                        producer_epoch=0, base_sequence=0))
+
+
+@pytest.mark.parametrize("data", [b"", b"\x00" * 11])
+def test_validate_produced_batch_without_a_batch(data):
+    with pytest.raises(InvalidRecordError, match="at least one record batch"):
+        validate_produced_batch(data)
+
+
+# --- iteration and control batches ------------------------------------------------------------
+
+
+@given(st.lists(st.integers(1, 5), min_size=1, max_size=6), st.integers(0, 60))
+def test_iter_batches_stops_at_partial_tail(counts, tail):
+    batches = []
+    offset = 0
+    for n in counts:
+        batches.append(build_batch([Record(None, b"v" * n)] * n, base_offset=offset))
+        offset += n
+    data = b"".join(batches)
+    extra = build_batch([Record(b"k", b"tail")], base_offset=offset)[: min(tail, 60)]
+    found = list(iter_batches(data + extra))
+    assert [pos for pos, _ in found] == [sum(len(b) for b in batches[:i]) for i in range(len(batches))]
+    assert [h.records_count for _, h in found] == counts
+    assert peek_size(data) == len(batches[0])
+
+
+@pytest.mark.parametrize("kind", list(ControlType))
+def test_control_batch_round_trip(kind):
+    data = build_control_batch(kind, producer_id=77, producer_epoch=4, coordinator_epoch=9,
+                               base_offset=123, timestamp=1_700_000_000_000)
+    header = validate_batch(data)
+    assert header.is_control and header.is_transactional
+    assert (header.producer_id, header.producer_epoch) == (77, 4)
+    assert header.base_sequence == -1
+    assert header.base_offset == 123 and header.records_count == 1
+    (record,) = decode_records(data)
+    assert control_type_of(record) == kind
+    assert record.key == struct.pack(">hh", 0, int(kind))
+    assert record.value == struct.pack(">hi", 0, 9)
+    assert record.timestamp == 1_700_000_000_000 and record.offset == 123
+    # Clients may not write them.
+    with pytest.raises(InvalidRecordError):
+        validate_produced_batch(set_zero_base(data))
+
+
+def set_zero_base(data: bytes) -> bytes:
+    buf = bytearray(data)
+    set_base_offset(buf, 0, 0)
+    return bytes(buf)
+
+
+def test_control_type_of_short_key():
+    with pytest.raises(CorruptRecordError):
+        control_type_of(Record(b"\x00", None))
+
+
+def test_build_batch_needs_records():
+    with pytest.raises(ValueError):
+        build_batch([])
+
+
+def test_read_header_needs_61_bytes():
+    with pytest.raises(CorruptRecordError):
+        read_header(SAMPLE[:60])

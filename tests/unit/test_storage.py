@@ -1,0 +1,843 @@
+"""Partition logs on disk: segments, indexes, recovery, retention, timestamps, producer state."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import shutil
+import struct
+import tempfile
+import time
+from dataclasses import dataclass, replace
+
+import pytest
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    precondition,
+    rule,
+)
+
+from protocol.errors import ErrorCode, KafkaError
+from protocol.records import (
+    ControlType,
+    Record,
+    build_batch,
+    build_control_batch,
+    iter_batches,
+    read_header,
+    validate_batch,
+    validate_produced_batch,
+)
+from storage.log import PartitionLog
+from storage.log_config import ConfigError, LogConfig
+from storage.manager import CLEAN_SHUTDOWN_FILE, LogManager, TopicError
+from storage.producer_state import (
+    InvalidProducerEpochError,
+    OutOfOrderSequenceError,
+    ProducerStateManager,
+    list_snapshots,
+)
+from storage.segment import LogSegment
+
+# High watermark follows the log end (no fsync wait) unless a test says otherwise.
+LAZY = LogConfig(flush_messages=10**9)
+
+
+def make_batch(n: int = 1, *, size: int = 20, ts: int = -1, pid: int = -1, epoch: int = -1,
+               seq: int = -1, tag: int = 0) -> bytes:
+    records = [Record(f"k{tag}-{i}".encode(), bytes([97 + (tag + i) % 26]) * size, timestamp=ts)
+               for i in range(n)]
+    return build_batch(records, producer_id=pid, producer_epoch=epoch, base_sequence=seq)
+
+
+def append(plog: PartitionLog, data: bytes, now: int | None = None):
+    header = validate_produced_batch(data)
+    return plog.append(bytearray(data), header, now=now)
+
+
+def open_log(directory: str, config: LogConfig = LAZY, **kwargs) -> PartitionLog:
+    plog = PartitionLog("t", 0, directory, config)
+    plog.open(**kwargs)
+    return plog
+
+
+def crash(plog: PartitionLog) -> None:
+    """Stop using a log as a crash would: no snapshot, no fsync, no clean marker."""
+    for seg in plog.segments:
+        seg.close()
+    plog.closed = True
+
+
+def read_all(plog: PartitionLog, start: int | None = None) -> list[tuple[int, bytes]]:
+    """(base offset, bytes) of every batch from ``start`` to the high watermark."""
+    offset = plog.log_start_offset if start is None else start
+    out = []
+    while offset < plog.high_watermark:
+        result = plog.read(offset, 1 << 20)
+        if not result.data:
+            break
+        for pos, header in iter_batches(result.data):
+            out.append((header.base_offset, result.data[pos:pos + header.size]))
+        offset = result.next_offset
+    return out
+
+
+def with_base(data: bytes, base: int) -> bytes:
+    return struct.pack(">q", base) + data[8:]
+
+
+@pytest.fixture
+def logdir(tmp_path):
+    return str(tmp_path / "t-0")
+
+
+# --- append, roll, read ------------------------------------------------------------------
+
+
+def test_append_and_read_across_segment_rolls(logdir):
+    config = replace(LAZY, segment_bytes=500, index_interval_bytes=100)
+    plog = open_log(logdir, config)
+    sent = []
+    for i in range(40):
+        data = make_batch(1 + i % 3, size=30, tag=i)
+        result = append(plog, data)
+        assert result.base_offset == sum(1 + j % 3 for j in range(i))
+        sent.append((result.base_offset, with_base(data, result.base_offset)))
+    assert len(plog.segments) > 5
+    for seg in plog.segments[:-1]:
+        assert 0 < seg.size <= 500
+    assert [s.base_offset for s in plog.segments] == sorted(s.base_offset for s in plog.segments)
+    assert read_all(plog) == sent
+    names = sorted(n for n in os.listdir(logdir) if n.endswith(".log"))
+    assert names == [f"{s.base_offset:020d}.log" for s in plog.segments]
+    # Reading from any offset starts at the batch holding it.
+    for base, data in sent:
+        header = read_header(data)
+        for offset in range(base, header.last_offset + 1):
+            result = plog.read(offset, 1, min_one=True)
+            assert result.first_offset == base
+            assert result.data == data
+    plog.close()
+
+
+@pytest.mark.parametrize("interval", [0, 150, 4096])
+def test_index_lookup_for_every_offset(logdir, interval):
+    config = replace(LAZY, segment_bytes=2000, index_interval_bytes=interval)
+    plog = open_log(logdir, config)
+    for i in range(60):
+        append(plog, make_batch(1 + i % 4, size=10 + i, tag=i))
+    for reopen in (False, True):
+        if reopen:
+            plog.close()
+            plog = open_log(logdir, config, clean=True, recovery_point=plog.log_end_offset)
+        for offset in range(plog.log_end_offset):
+            seg = plog.segments[plog._segment_index_for(offset)]
+            pos, header = seg.position_of(offset)
+            assert header.base_offset <= offset <= header.last_offset
+            assert read_header(seg.read_batch(pos, header.size)) == header
+            # The brute-force answer: scan the segment from its start.
+            brute = next(p for p, h in seg.batches() if h.last_offset >= offset)
+            assert pos == brute
+        assert plog.segments[-1].position_of(plog.log_end_offset) is None
+    if interval == 0:
+        assert plog.segments[0].index_entries() > 10
+    plog.close()
+
+
+def test_read_max_bytes_cuts_at_whole_batches(logdir):
+    plog = open_log(logdir, replace(LAZY, segment_bytes=10_000))
+    sizes = []
+    for i in range(20):
+        data = make_batch(2, size=10 + 7 * i, tag=i)
+        append(plog, data)
+        sizes.append(len(data))
+    for max_bytes in (0, 1, sizes[0] - 1, sizes[0], sizes[0] + sizes[1] - 1, 1000, 10**6):
+        for min_one in (False, True):
+            result = plog.read(0, max_bytes, min_one=min_one)
+            headers = [h for _, h in iter_batches(result.data)]
+            assert sum(h.size for h in headers) == len(result.data)
+            fit = 0
+            while fit < len(sizes) and sum(sizes[:fit + 1]) <= max_bytes:
+                fit += 1
+            expected = max(fit, 1) if min_one else fit
+            assert len(headers) == expected, (max_bytes, min_one)
+            assert result.next_offset == 2 * expected
+    # max_offset stops at a batch boundary below it (the read_committed / HW limit).
+    result = plog.read(0, 10**6, max_offset=5)
+    assert [h.base_offset for _, h in iter_batches(result.data)] == [0, 2, 4]
+    plog.close()
+
+
+def test_high_watermark_waits_for_flush_with_flush_messages_1(logdir):
+    plog = open_log(logdir, LogConfig())
+    append(plog, make_batch(3))
+    assert plog.log_end_offset == 3 and plog.high_watermark == 0
+    assert plog.read(0, 10**6).data == b""  # not visible before it is durable
+    plog.mark_flushed(3)
+    assert plog.high_watermark == 3
+    assert len(read_all(plog)) == 1
+    plog.close()
+
+
+def test_log_append_time(logdir):
+    plog = open_log(logdir, replace(LAZY, message_timestamp_type="LogAppendTime"))
+    result = append(plog, make_batch(2, ts=5), now=1_700_000_000_123)
+    assert result.log_append_time == 1_700_000_000_123
+    ((_, data),) = read_all(plog)
+    header = validate_batch(data)
+    assert header.log_append_time and header.max_timestamp == 1_700_000_000_123
+    plog.close()
+
+
+def test_check_batch_limits(logdir):
+    plog = open_log(logdir, replace(LAZY, max_message_bytes=200,
+                                    timestamp_after_max_ms=1000))
+    now = int(time.time() * 1000)
+    big = make_batch(1, size=300)
+    with pytest.raises(KafkaError) as e:
+        plog.check_batch(read_header(big), now)
+    assert e.value.code == ErrorCode.message_too_large
+    future = make_batch(1, ts=now + 60_000)
+    with pytest.raises(KafkaError) as e:
+        plog.check_batch(read_header(future), now)
+    assert e.value.code == ErrorCode.invalid_timestamp
+    plog.check_batch(read_header(make_batch(1, ts=now)), now)
+    plog.close()
+
+
+# --- recovery ------------------------------------------------------------------------------
+
+
+def _fill(plog: PartitionLog, count: int, **kwargs) -> list[tuple[int, bytes]]:
+    sent = []
+    for i in range(count):
+        data = make_batch(1 + i % 3, tag=i, **kwargs)
+        result = append(plog, data)
+        sent.append((result.base_offset, with_base(data, result.base_offset)))
+    return sent
+
+
+@pytest.mark.parametrize("damage", ["garbage", "mid-batch", "mid-header", "zeros"])
+def test_recovery_cuts_a_torn_tail(logdir, caplog, damage):
+    config = replace(LAZY, segment_bytes=700)
+    plog = open_log(logdir, config)
+    sent = _fill(plog, 12)
+    path = plog.active_segment.log_path
+    crash(plog)
+    size = os.path.getsize(path)
+    last_size = len(sent[-1][1])
+    if damage == "garbage":
+        with open(path, "ab") as f:
+            f.write(b"\xde\xad\xbe\xef" * 20)
+        survivors = sent
+    elif damage == "zeros":  # preallocated-looking tail
+        with open(path, "ab") as f:
+            f.write(b"\x00" * 200)
+        survivors = sent
+    elif damage == "mid-batch":
+        os.truncate(path, size - last_size // 2)
+        survivors = sent[:-1]
+    else:
+        os.truncate(path, size - last_size + 30)
+        survivors = sent[:-1]
+    caplog.set_level(logging.WARNING, logger="storage")
+    plog = open_log(logdir, config, clean=False, recovery_point=0)
+    assert read_all(plog) == survivors
+    end = survivors[-1][0] + read_header(survivors[-1][1]).records_count
+    assert plog.log_end_offset == end
+    assert any("truncating" in r.getMessage() and r.name.startswith("storage")
+               for r in caplog.records)
+    # New appends continue at the right offset, and survive a clean restart.
+    result = append(plog, make_batch(2, tag=99))
+    assert result.base_offset == end
+    plog.close()
+    plog = open_log(logdir, config, clean=True, recovery_point=end + 2)
+    assert plog.log_end_offset == end + 2
+    assert [b for b, _ in read_all(plog)][-1] == end
+    plog.close()
+
+
+def test_recovery_of_a_crc_error_in_the_last_batch(logdir):
+    plog = open_log(logdir)
+    sent = _fill(plog, 5)
+    path = plog.active_segment.log_path
+    crash(plog)
+    with open(path, "r+b") as f:
+        f.seek(os.path.getsize(path) - 3)
+        f.write(b"XYZ")
+    plog = open_log(logdir, clean=False)
+    assert read_all(plog) == sent[:-1]
+    plog.close()
+
+
+def test_corruption_in_a_middle_segment_drops_everything_after(logdir, caplog):
+    config = replace(LAZY, segment_bytes=400)
+    plog = open_log(logdir, config)
+    sent = _fill(plog, 30)
+    assert len(plog.segments) >= 4
+    victim = plog.segments[1]
+    batches = list(victim.batches())
+    bad_pos, bad_header = batches[len(batches) // 2]
+    path = victim.log_path
+    later = [s.log_path for s in plog.segments[2:]]
+    crash(plog)
+    with open(path, "r+b") as f:
+        f.seek(bad_pos + bad_header.size - 2)
+        f.write(b"!!")
+    caplog.set_level(logging.WARNING, logger="storage")
+    plog = open_log(logdir, config, clean=False, recovery_point=0)
+    assert plog.log_end_offset == bad_header.base_offset
+    assert read_all(plog) == [(b, d) for b, d in sent if b < bad_header.base_offset]
+    assert all(not os.path.exists(p) for p in later)
+    messages = [r.getMessage() for r in caplog.records]
+    assert any("CRC mismatch" in m for m in messages)
+    assert any("deleting segment" in m for m in messages)
+    assert append(plog, make_batch()).base_offset == bad_header.base_offset
+    plog.close()
+
+
+def test_segments_below_the_recovery_point_are_trusted(logdir):
+    """As in Kafka, only segments at or above the recovery point are re-validated."""
+    config = replace(LAZY, segment_bytes=400)
+    plog = open_log(logdir, config)
+    _fill(plog, 20)
+    end = plog.log_end_offset
+    second_base = plog.segments[1].base_offset
+    crash(plog)
+    plog = open_log(logdir, config, clean=False, recovery_point=second_base)
+    assert plog.log_end_offset == end
+    plog.close()
+
+
+def test_missing_or_broken_index_is_rebuilt(logdir):
+    config = replace(LAZY, segment_bytes=600, index_interval_bytes=50)
+    plog = open_log(logdir, config)
+    sent = _fill(plog, 25)
+    first = plog.segments[0]
+    plog.close()
+    os.unlink(first.index_path)
+    with open(plog.segments[1].index_path, "ab") as f:
+        f.write(b"\x01\x02\x03")  # not a multiple of the entry size
+    plog = open_log(logdir, config, clean=True, recovery_point=10**6)
+    assert read_all(plog) == sent
+    for base, _ in sent:
+        seg = plog.segments[plog._segment_index_for(base)]
+        assert seg.position_of(base)[1].base_offset == base
+    assert os.path.exists(first.index_path)
+    plog.close()
+
+
+def test_empty_log_reopens(logdir):
+    plog = open_log(logdir)
+    plog.close()
+    for clean in (True, False):
+        plog = open_log(logdir, clean=clean)
+        assert plog.log_end_offset == 0 and read_all(plog) == []
+        plog.close()
+
+
+# --- retention ----------------------------------------------------------------------------------
+
+
+def test_retention_ms_moves_log_start(logdir, caplog):
+    config = replace(LAZY, segment_bytes=400, retention_ms=3_600_000)
+    plog = open_log(logdir, config)
+    now = int(time.time() * 1000)
+    old = _fill(plog, 10, ts=now - 10 * 3_600_000)
+    plog.roll()
+    new = _fill(plog, 10, ts=now - 1000)
+    first_new = new[0][0]
+    caplog.set_level(logging.INFO, logger="storage")
+    deleted = plog.delete_old_segments(now)
+    assert deleted >= 2
+    assert plog.log_start_offset == first_new
+    assert read_all(plog) == new
+    assert old and all(b < first_new for b, _ in old)
+    assert any("retention deleted" in r.getMessage() for r in caplog.records)
+    # Far in the future everything is old, but the active segment is never deleted.
+    end = plog.log_end_offset
+    assert plog.delete_old_segments(now + 10**12) >= 1
+    assert len(plog.segments) == 1
+    assert plog.log_start_offset == plog.active_segment.base_offset
+    assert plog.log_end_offset == end
+    plog.close()
+
+
+def test_retention_bytes_keeps_the_newest_segments(logdir):
+    config = replace(LAZY, segment_bytes=400, retention_ms=-1)
+    plog = open_log(logdir, config)
+    sent = _fill(plog, 40)
+    total = plog.size_bytes
+    limit = total // 2
+    plog.config = replace(config, retention_bytes=limit)
+    assert plog.delete_old_segments() > 0
+    # Kafka's rule: drop the oldest segment while what is left stays at or above the limit.
+    assert limit <= plog.size_bytes < limit + plog.segments[0].size
+    start = plog.log_start_offset
+    assert start == plog.segments[0].base_offset > 0
+    assert read_all(plog) == [(b, d) for b, d in sent if b >= start]
+    plog.close()
+
+
+def test_retention_never_passes_the_high_watermark(logdir):
+    config = replace(LogConfig(), segment_bytes=300, retention_ms=0)
+    plog = open_log(logdir, config)
+    _fill(plog, 10)
+    assert plog.high_watermark == 0
+    assert plog.delete_old_segments(int(time.time() * 1000) + 10**9) == 0
+    plog.mark_flushed(plog.log_end_offset)
+    assert plog.delete_old_segments(int(time.time() * 1000) + 10**9) > 0
+    plog.close()
+
+
+def test_compact_policy_is_not_deleted(logdir):
+    config = replace(LAZY, segment_bytes=300, retention_ms=0, cleanup_policy="compact")
+    plog = open_log(logdir, config)
+    _fill(plog, 10)
+    assert plog.delete_old_segments(int(time.time() * 1000) + 10**9) == 0
+    plog.close()
+
+
+# --- timestamps -------------------------------------------------------------------------------------
+
+
+def test_offset_for_timestamp_and_max_timestamp(logdir):
+    config = replace(LAZY, segment_bytes=500, index_interval_bytes=60)
+    plog = open_log(logdir, config)
+    base = 1_700_000_000_000
+    stamps = []  # per offset
+    for i in range(30):
+        recs = [Record(b"k", b"v" * 10, timestamp=base + 10 * i + j * 3) for j in range(3)]
+        if i == 17:  # out of order: the maximum lives in the middle
+            recs[1].timestamp = base + 10_000
+        data = build_batch(recs)
+        append(plog, data)
+        stamps += [r.timestamp for r in recs]
+    assert len(plog.segments) > 2
+    for target in [base - 5, base, base + 1, base + 55, base + 171, base + 290, base + 296]:
+        expected = next(((o, t) for o, t in enumerate(stamps) if t >= target), None)
+        assert plog.offset_for_timestamp(target) == expected, target
+    assert plog.offset_for_timestamp(base + 20_000) is None
+    assert plog.max_timestamp_offset() == (17 * 3 + 1, base + 10_000)
+    # Unchanged after a restart that reloads the time indexes.
+    plog.close()
+    plog = open_log(logdir, config, clean=True, recovery_point=90)
+    for target in [base - 5, base + 55, base + 171, base + 296]:
+        expected = next(((o, t) for o, t in enumerate(stamps) if t >= target), None)
+        assert plog.offset_for_timestamp(target) == expected, target
+    assert plog.max_timestamp_offset() == (52, base + 10_000)
+    plog.close()
+
+
+# --- producer state --------------------------------------------------------------------------
+
+
+def test_producer_state_rules():
+    state = ProducerStateManager("p")
+    header = read_header(with_base(make_batch(2, pid=5, epoch=0, seq=0), 0))
+    assert state.check(header) is None
+    state.update(header)
+    assert state.check(header).first_offset == 0  # duplicate
+    with pytest.raises(OutOfOrderSequenceError):
+        state.check(read_header(make_batch(1, pid=5, epoch=0, seq=3)))
+    with pytest.raises(OutOfOrderSequenceError):
+        state.check(read_header(make_batch(1, pid=5, epoch=1, seq=2)))
+    state.update(read_header(with_base(make_batch(1, pid=5, epoch=1, seq=0), 2)))
+    with pytest.raises(InvalidProducerEpochError):
+        state.check(read_header(make_batch(1, pid=5, epoch=0, seq=2)))
+    # Sequences wrap at 2^31 - 1.
+    state.update(read_header(with_base(make_batch(1, pid=6, epoch=0, seq=2**31 - 1), 3)))
+    assert state.check(read_header(make_batch(1, pid=6, epoch=0, seq=0))) is None
+    # Snapshot encoding round trip.
+    copy, offset = ProducerStateManager.decode(state.encode(4), "p")
+    assert offset == 4
+    assert copy.producers == state.producers
+
+
+@pytest.mark.parametrize("restart", ["clean", "crash", "crash-after-roll"])
+def test_duplicates_detected_after_restart(logdir, restart):
+    config = replace(LAZY, segment_bytes=500)
+    plog = open_log(logdir, config)
+    sent = []
+    for i in range(6):
+        data = make_batch(2, pid=42, epoch=3, seq=2 * i, tag=i)
+        sent.append((append(plog, data).base_offset, data))
+    if restart == "crash-after-roll":
+        plog.roll()
+        sent.append((append(plog, make_batch(2, pid=42, epoch=3, seq=12)).base_offset,
+                     make_batch(2, pid=42, epoch=3, seq=12)))
+    end = plog.log_end_offset
+    if restart == "clean":
+        plog.close()
+        assert list_snapshots(logdir)
+        plog = open_log(logdir, config, clean=True, recovery_point=end)
+    else:
+        crash(plog)
+        plog = open_log(logdir, config, clean=False, recovery_point=0)
+    assert plog.log_end_offset == end
+    # The last five batches are answered as duplicates with their original offsets.
+    for base, data in sent[-5:]:
+        result = append(plog, data)
+        assert result.duplicate and result.base_offset == base
+    assert plog.log_end_offset == end
+    with pytest.raises(OutOfOrderSequenceError):
+        append(plog, make_batch(1, pid=42, epoch=3, seq=100))
+    with pytest.raises(InvalidProducerEpochError):
+        append(plog, make_batch(1, pid=42, epoch=2, seq=0))
+    next_seq = 2 * len(sent)
+    assert append(plog, make_batch(1, pid=42, epoch=3, seq=next_seq)).base_offset == end
+    plog.close()
+
+
+def test_producer_state_after_truncation_forgets_lost_batches(logdir):
+    plog = open_log(logdir)
+    for i in range(3):
+        append(plog, make_batch(1, pid=7, epoch=0, seq=i))
+    path = plog.active_segment.log_path
+    last = plog.active_segment.size - list(plog.active_segment.batches())[-1][0]
+    crash(plog)
+    os.truncate(path, os.path.getsize(path) - last + 5)
+    plog = open_log(logdir, clean=False)
+    assert plog.log_end_offset == 2
+    # Sequence 2 was lost with the torn batch: its retry is appended again, not a duplicate.
+    result = append(plog, make_batch(1, pid=7, epoch=0, seq=2))
+    assert not result.duplicate and result.base_offset == 2
+    plog.close()
+
+
+def test_snapshot_beyond_the_recovered_log_end_is_ignored(logdir):
+    """A crash loses a rolled-but-unsynced segment and the new one: the roll's producer
+    snapshot now describes offsets the log no longer has and must not be used."""
+    plog = open_log(logdir)
+    for i in range(3):
+        append(plog, make_batch(1, pid=8, epoch=0, seq=i))
+    older = plog.active_segment
+    last_pos = list(older.batches())[-1][0]
+    plog.roll()  # writes a snapshot at offset 3
+    append(plog, make_batch(1, pid=8, epoch=0, seq=3))
+    newer = plog.active_segment
+    assert 3 in list_snapshots(logdir)
+    crash(plog)
+    os.unlink(newer.log_path)
+    os.truncate(older.log_path, last_pos + 10)
+    plog = open_log(logdir, clean=False, recovery_point=0)
+    assert plog.log_end_offset == 2
+    assert all(offset <= 2 for offset in list_snapshots(logdir))
+    assert not os.path.exists(newer.index_path)
+    # Sequence 2 is gone with the torn batch: appended again at offset 2.
+    result = append(plog, make_batch(1, pid=8, epoch=0, seq=2))
+    assert not result.duplicate and result.base_offset == 2
+    assert append(plog, make_batch(1, pid=8, epoch=0, seq=1)).duplicate
+    plog.close()
+
+
+def test_control_batches_end_the_transaction_in_producer_state(logdir):
+    plog = open_log(logdir)
+    data = build_batch([Record(None, b"x")], producer_id=9, producer_epoch=0, base_sequence=0,
+                       transactional=True)
+    append(plog, data)
+    assert plog.producer_state.producers[9].current_txn_first_offset == 0
+    marker = bytearray(build_control_batch(ControlType.COMMIT, producer_id=9, producer_epoch=0))
+    plog.append_raw(marker, read_header(marker))
+    assert plog.producer_state.producers[9].current_txn_first_offset == -1
+    crash(plog)
+    plog = open_log(logdir, clean=False)
+    assert plog.producer_state.producers[9].current_txn_first_offset == -1
+    assert plog.log_end_offset == 2
+    plog.close()
+
+
+# --- segment files ------------------------------------------------------------------------------
+
+
+def test_segment_file_format(tmp_path):
+    seg = LogSegment(str(tmp_path), 100, index_interval_bytes=0, create=True)
+    seg.recover()
+    data = bytearray(make_batch(3))
+    struct.pack_into(">q", data, 0, 100)
+    seg.append(data, read_header(data))
+    data2 = bytearray(make_batch(2, ts=1_700_000_000_000))
+    struct.pack_into(">q", data2, 0, 103)
+    seg.append(data2, read_header(data2))
+    seg.flush_indexes()
+    assert seg.next_offset == 105
+    with open(seg.log_path, "rb") as f:
+        assert f.read() == bytes(data) + bytes(data2)
+    assert os.path.basename(seg.log_path) == "00000000000000000100.log"
+    with open(seg.index_path, "rb") as f:
+        index = f.read()
+    # (relative offset, position) pairs, 8 bytes each.
+    assert struct.unpack(">ii", index[:8]) == (2, 0)
+    assert struct.unpack(">ii", index[8:16]) == (4, len(data))
+    with open(seg.timeindex_path, "rb") as f:
+        assert struct.unpack(">qi", f.read()[-12:]) == (1_700_000_000_000, 4)
+    seg.close()
+
+
+# --- LogManager ----------------------------------------------------------------------------------
+
+
+def test_log_manager_topics_and_restart(tmp_path):
+    data_dir = str(tmp_path / "data")
+
+    async def first():
+        logs = LogManager(data_dir, {"segment.bytes": "1000"})
+        logs.open()
+        await logs.start()
+        logs.create_topic("a", 3, {"retention.ms": "1000"})
+        logs.create_topic("b.c", 1)
+        with pytest.raises(TopicError) as e:
+            logs.create_topic("b_c", 1)
+        assert e.value.code == ErrorCode.invalid_topic_exception
+        with pytest.raises(TopicError) as e:
+            logs.create_topic("a", 1)
+        assert e.value.code == ErrorCode.topic_already_exists
+        for bad in ["", ".", "..", "x" * 250, "a/b", "a b"]:
+            with pytest.raises(TopicError):
+                logs.create_topic(bad, 1)
+        with pytest.raises(TopicError) as e:
+            logs.create_topic("cfg", 1, {"segment.bytes": "nope"})
+        assert e.value.code == ErrorCode.invalid_config
+        plog = logs.get_log("a", 2)
+        assert plog.config.segment_bytes == 1000 and plog.config.retention_ms == 1000
+        append(plog, make_batch(3))
+        await logs.flusher.wait_durable(plog, 3)
+        assert plog.high_watermark == 3
+        cluster = logs.cluster_id
+        await logs.close()
+        return cluster
+
+    cluster = asyncio.run(first())
+    assert os.path.exists(os.path.join(data_dir, CLEAN_SHUTDOWN_FILE))
+
+    async def second():
+        logs = LogManager(data_dir, {"segment.bytes": "1000"})
+        logs.open()
+        assert logs.was_clean_shutdown
+        assert logs.cluster_id == cluster
+        assert sorted(logs.topics) == ["a", "b.c"]
+        assert logs.topics["a"].configs == {"retention.ms": "1000"}
+        assert logs.get_log("a", 2).log_end_offset == 3
+        assert logs.get_log("a", 3) is None
+        await logs.start()
+        logs.delete_topic("b.c")
+        assert not os.path.exists(os.path.join(data_dir, "b.c-0"))
+        logs.create_partitions("a", 5)
+        assert logs.get_log("a", 4) is not None
+        await logs.close()
+
+    asyncio.run(second())
+
+
+def test_log_manager_unclean_restart_recovers_and_keeps_log_start(tmp_path):
+    data_dir = str(tmp_path / "data")
+
+    async def run():
+        logs = LogManager(data_dir)
+        logs.open()
+        await logs.start()
+        logs.create_topic("r", 1, {"segment.bytes": "300", "retention.bytes": "1",
+                                   "retention.ms": "-1"})
+        plog = logs.get_log("r", 0)
+        for i in range(12):
+            append(plog, make_batch(2, tag=i))
+        await logs.flusher.wait_durable(plog, plog.log_end_offset)
+        assert logs.run_retention() > 0
+        start, end = plog.log_start_offset, plog.log_end_offset
+        assert start > 0
+        logs.write_checkpoints()
+        path = plog.active_segment.log_path
+        await logs.close()
+        return start, end, path
+
+    start, end, path = asyncio.run(run())
+    # Pretend the shutdown was a crash that left garbage after the last batch.
+    os.unlink(os.path.join(data_dir, CLEAN_SHUTDOWN_FILE))
+    with open(path, "ab") as f:
+        f.write(b"torn" * 10)
+    logs = LogManager(data_dir)
+    logs.open()
+    assert not logs.was_clean_shutdown
+    plog = logs.get_log("r", 0)
+    assert (plog.log_start_offset, plog.log_end_offset) == (start, end)
+    assert plog.high_watermark == end
+    asyncio.run(logs.close())
+
+
+def test_log_manager_refuses_a_second_broker(tmp_path):
+    data_dir = str(tmp_path / "data")
+    first = LogManager(data_dir)
+    first.open()
+    with pytest.raises(RuntimeError, match="in use"):
+        LogManager(data_dir).open()
+    asyncio.run(first.close())
+
+
+def test_log_config_rejects_bad_values():
+    for key, value in [("segment.bytes", "13"), ("retention.ms", "-2"), ("cleanup.policy", "x"),
+                       ("message.timestamp.type", "Now"), ("max.message.bytes", str(2**31))]:
+        with pytest.raises(ConfigError):
+            LogConfig.from_values({key: value})
+    assert LogConfig.from_values({"cleanup.policy": "delete, compact"}).cleanup_policy == \
+        "compact,delete"
+
+
+# --- stateful: PartitionLog against a model ------------------------------------------------------
+
+
+@dataclass
+class ModelBatch:
+    base: int
+    count: int
+    data: bytes  # as produced (base offset 0)
+    pid: int
+    seq: int
+
+
+class PartitionLogMachine(RuleBasedStateMachine):
+    """Appends, rolls, flushes, clean restarts and crashes that tear the unflushed tail.
+
+    Durable = everything that was flushed or cleanly closed; a crash may lose any
+    suffix of what came after it, but never more, and never a part of a batch."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.tmp = tempfile.mkdtemp(prefix="plog-sm-")
+        self.directory = os.path.join(self.tmp, "t-0")
+        self.config = replace(LAZY, segment_bytes=700, index_interval_bytes=90)
+        self.plog = open_log(self.directory, self.config)
+        self.model: list[ModelBatch] = []
+        self.durable = 0  # number of model batches that must survive a crash
+        self.next_seq: dict[int, int] = {}
+
+    def teardown(self) -> None:
+        if not self.plog.closed:
+            self.plog.close()
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+    @property
+    def end(self) -> int:
+        return self.model[-1].base + self.model[-1].count if self.model else 0
+
+    @initialize()
+    def start(self) -> None:
+        assert self.plog.log_end_offset == 0
+
+    @rule(count=st.integers(1, 5), size=st.integers(0, 120), pid=st.sampled_from([-1, 1, 2]),
+          tag=st.integers(0, 25))
+    def append(self, count, size, pid, tag):
+        seq = self.next_seq.get(pid, 0) if pid >= 0 else -1
+        data = make_batch(count, size=size, pid=pid, epoch=0 if pid >= 0 else -1, seq=seq, tag=tag)
+        result = append(self.plog, data)
+        assert not result.duplicate
+        assert result.base_offset == self.end
+        self.model.append(ModelBatch(self.end, count, data, pid, seq))
+        if pid >= 0:
+            self.next_seq[pid] = seq + count
+
+    @precondition(lambda self: any(b.pid >= 0 for b in self.model))
+    @rule(back=st.integers(0, 4))
+    def retry(self, back):
+        """A producer retries one of its last batches: same offsets, nothing appended."""
+        pid = next(b.pid for b in reversed(self.model) if b.pid >= 0)
+        mine = [b for b in self.model if b.pid == pid]
+        target = mine[-1 - min(back, len(mine) - 1)]
+        result = append(self.plog, target.data)
+        assert result.duplicate and result.base_offset == target.base
+        assert self.plog.log_end_offset == self.end
+
+    @precondition(lambda self: self.plog.active_segment.size > 0)
+    @rule()
+    def roll(self):
+        self.plog.roll()
+
+    @rule()
+    def flush(self):
+        for fd in self.plog.take_sync_fds():
+            os.fsync(fd)
+            os.close(fd)
+        self.plog.mark_flushed(self.plog.log_end_offset)
+        self.durable = len(self.model)
+
+    @rule()
+    def clean_restart(self):
+        start = self.plog.log_start_offset
+        end = self.plog.log_end_offset
+        self.plog.close()
+        self.plog = open_log(self.directory, self.config, clean=True, log_start_offset=start,
+                             recovery_point=end)
+        self.durable = len(self.model)
+
+    @rule(cut=st.integers(0, 2000), garbage=st.binary(max_size=80))
+    def crash(self, cut, garbage):
+        active = self.plog.active_segment
+        path = active.log_path
+        # Bytes of the active segment that hold durable batches may not be torn.
+        protected = 0
+        for pos, header in list(active.batches()):
+            index = next(i for i, b in enumerate(self.model) if b.base == header.base_offset)
+            if index < self.durable:
+                protected = pos + header.size
+        size = active.size
+        active_batches = list(active.batches())
+        recovery_point = self.model[self.durable - 1].base + self.model[self.durable - 1].count \
+            if self.durable else 0
+        crash(self.plog)
+        new_size = max(protected, size - cut)
+        os.truncate(path, new_size)
+        if garbage:
+            with open(path, "ab") as f:
+                f.write(garbage)
+        survivors = [b for b in self.model if b.base < active.base_offset]
+        for pos, header in active_batches:
+            if pos + header.size <= new_size:
+                survivors.append(next(b for b in self.model if b.base == header.base_offset))
+        self.plog = open_log(self.directory, self.config, clean=False,
+                             recovery_point=recovery_point)
+        # Garbage that happens to form a valid batch is practically impossible (CRC32C).
+        self.model = survivors
+        assert len(self.model) >= self.durable
+        self.durable = len(self.model)
+        self.next_seq = {}
+        for b in self.model:
+            if b.pid >= 0:
+                self.next_seq[b.pid] = b.seq + b.count
+
+    @rule(data=st.data())
+    def read_from_a_batch(self, data):
+        if not self.model:
+            assert self.plog.read(0, 1 << 20).data == b""
+            return
+        i = data.draw(st.integers(0, len(self.model) - 1))
+        inner = data.draw(st.integers(0, self.model[i].count - 1))
+        max_bytes = data.draw(st.integers(0, 2000))
+        result = self.plog.read(self.model[i].base + inner, max_bytes, min_one=True)
+        got = [(h.base_offset, result.data[p:p + h.size]) for p, h in iter_batches(result.data)]
+        assert sum(len(d) for _, d in got) == len(result.data)
+        want = [(b.base, with_base(b.data, b.base)) for b in self.model[i:]]
+        assert got == want[:len(got)]
+        assert len(got) >= 1
+        assert len(result.data) <= max(max_bytes, len(want[0][1]))
+
+    @invariant()
+    def log_matches_model(self):
+        assert self.plog.log_end_offset == self.end
+        assert self.plog.high_watermark == self.end
+        got = read_all(self.plog)
+        assert got == [(b.base, with_base(b.data, b.base)) for b in self.model]
+        bases = [b for b, _ in got]
+        assert bases == sorted(bases) and len(set(bases)) == len(bases)
+        for (b1, d1), (b2, _) in zip(got, got[1:], strict=False):
+            assert b2 == b1 + read_header(d1).records_count  # contiguous offsets
+
+
+TestPartitionLogMachine = PartitionLogMachine.TestCase
+TestPartitionLogMachine.settings = settings(
+    max_examples=40, stateful_step_count=30, deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+)
