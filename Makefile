@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 SUDO := $(shell [ "$$(id -u)" = "0" ] || echo sudo)
 
-.PHONY: install system-deps test test-fast lint demo bench serve clean
+.PHONY: install system-deps test test-fast lint demo bench serve clean docs-config
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -m venv $(VENV) 2>/dev/null || { \
@@ -45,3 +45,7 @@ serve: install
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .hypothesis
+
+# Regenerate the key tables of docs/configuration.md from broker/config.py.
+docs-config: install
+	$(PY) -c "import pathlib, broker.config as c; p = pathlib.Path('docs/configuration.md'); t = p.read_text(); p.write_text(t[:t.index('## Broker keys')] + c.markdown_reference())"

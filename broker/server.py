@@ -17,7 +17,10 @@ import socket
 import struct
 import time
 
+from coordinator.group.coordinator import GroupCoordinator, GroupCoordinatorConfig
+from coordinator.group.state import GroupConfig
 from coordinator.producer_ids import ProducerIdManager
+from protocol.errors import ErrorCode
 from protocol.messages import (
     API_VERSIONS_KEY,
     api_name,
@@ -157,6 +160,19 @@ class Broker:
             producer_id_expiration_ms=config.get("producer.id.expiration.ms"),
         )
         self.producer_ids = ProducerIdManager(self.logs.data_dir)
+        self.groups = GroupCoordinator(self.logs, GroupCoordinatorConfig(
+            offsets_topic_partitions=config.get("offsets.topic.num.partitions"),
+            offsets_topic_segment_bytes=config.get("offsets.topic.segment.bytes"),
+            offsets_retention_ms=config.get("offsets.retention.minutes") * 60_000,
+            offsets_retention_check_interval_ms=config.get("offsets.retention.check.interval.ms"),
+            offset_metadata_max_bytes=config.get("offset.metadata.max.bytes"),
+            group=GroupConfig(
+                min_session_timeout_ms=config.get("group.min.session.timeout.ms"),
+                max_session_timeout_ms=config.get("group.max.session.timeout.ms"),
+                initial_rebalance_delay_ms=config.get("group.initial.rebalance.delay.ms"),
+                max_size=config.get("group.max.size"),
+            ),
+        ))
         self.shutdown_timeout = config.get("shutdown.timeout.ms") / 1000
         self._server: asyncio.AbstractServer | None = None
         self._connections: set[Connection] = set()
@@ -167,6 +183,13 @@ class Broker:
         self.started_at = 0.0
         self.request_counts: dict[str, int] = {}
         self.admin_http = None
+
+    def coordinator_status(self, key_type: int) -> ErrorCode:
+        """FindCoordinator's answer for a key type: 0 group, 1 transaction."""
+        if key_type == 0:
+            self.groups.ensure_offsets_topic()
+            return self.groups.status()
+        return ErrorCode.coordinator_not_available  # transactions are not built yet
 
     @property
     def connection_count(self) -> int:
@@ -191,6 +214,7 @@ class Broker:
         loop = asyncio.get_running_loop()
         await loop.run_in_executor(None, self.logs.open)
         await self.logs.start()
+        await self.groups.start()
         host, port = self.config.listener
         self._server = await asyncio.start_server(
             self._on_connection, host, port, reuse_address=True, limit=1 << 20, backlog=512
@@ -228,6 +252,7 @@ class Broker:
                 await asyncio.wait_for(self._server.wait_closed(), 1)
         if self.admin_http is not None:
             await self.admin_http.stop()
+        await self.groups.stop()
         await self.logs.close()
         log.info("shutdown complete")
 

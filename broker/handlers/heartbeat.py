@@ -1,0 +1,19 @@
+"""Heartbeat (key 12)."""
+
+from __future__ import annotations
+
+from protocol.messages import build
+
+from ._groups import ZERO, code
+
+API_KEY = 12
+MIN_VERSION = 0
+MAX_VERSION = 4
+
+
+async def handle(ctx, request):
+    error = ctx.broker.groups.heartbeat(
+        group_id=request.group_id, generation_id=request.generation_id,
+        member_id=request.member_id,
+        group_instance_id=getattr(request, "group_instance_id", None))
+    return build(ctx.response_type, throttle_time=ZERO, error_code=code(error))

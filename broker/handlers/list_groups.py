@@ -1,0 +1,23 @@
+"""ListGroups (key 16), with the states filter of v4 (KIP-518)."""
+
+from __future__ import annotations
+
+from protocol.errors import ErrorCode
+from protocol.messages import build
+
+from ._groups import ZERO
+
+API_KEY = 16
+MIN_VERSION = 0
+MAX_VERSION = 4
+
+
+async def handle(ctx, request):
+    groups = ctx.broker.groups
+    if not groups.loaded:
+        return build(ctx.response_type, throttle_time=ZERO,
+                     error_code=ErrorCode.coordinator_load_in_progress, groups=())
+    listing = groups.state.list_groups(getattr(request, "states_filter", None) or None)
+    out = tuple(build(ctx.schema.ListedGroup, group_id=g.group_id, protocol_type=g.protocol_type,
+                      group_state=g.state, group_type="classic") for g in listing)
+    return build(ctx.response_type, throttle_time=ZERO, error_code=ErrorCode.none, groups=out)

@@ -1,0 +1,463 @@
+"""The group coordinator's async shell: drives the sans-IO state machine
+(``state.py``) and offsets store (``offsets.py``), persists their records in
+the compacted internal topic ``__consumer_offsets`` and runs the timers.
+
+Ordering rules kept here (see state.py):
+* records are appended in the order the state machine asks for them, and a
+  response that depends on a record is released only after the record is
+  fsynced (``group_persisted``);
+* committed offsets become visible (``OffsetStore.commit``) only once durable.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import time
+import uuid
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from kio.schema.errors import ErrorCode
+
+from protocol.errors import KafkaError
+from protocol.records import ControlType, control_type_of, decode_records, read_header
+from storage.log import PartitionLog
+from storage.manager import LogManager
+
+from ..internal_topic import append_records, partition_for
+from .offsets import OffsetStore
+from .records import (
+    OffsetKey,
+    OffsetValue,
+    encode_group_metadata_key,
+    encode_offset_key,
+    encode_offset_value,
+)
+from .state import (
+    Effects,
+    GroupConfig,
+    GroupCoordinatorState,
+    JoinResult,
+    PersistRequest,
+    SyncResult,
+)
+
+log = logging.getLogger(__name__)
+
+OFFSETS_TOPIC = "__consumer_offsets"
+_E = ErrorCode
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+@dataclass
+class GroupCoordinatorConfig:
+    offsets_topic_partitions: int = 50  # offsets.topic.num.partitions
+    offsets_topic_segment_bytes: int = 104857600  # offsets.topic.segment.bytes
+    offsets_retention_ms: int = 7 * 24 * 3600 * 1000  # offsets.retention.minutes
+    offsets_retention_check_interval_ms: int = 600000  # offsets.retention.check.interval.ms
+    offset_metadata_max_bytes: int = 4096  # offset.metadata.max.bytes
+    group: GroupConfig | None = None
+
+
+@dataclass
+class OffsetCommitEntry:
+    topic: str
+    partition: int
+    offset: int
+    leader_epoch: int | None
+    metadata: str | None
+
+
+class GroupCoordinator:
+    def __init__(self, logs: LogManager, config: GroupCoordinatorConfig) -> None:
+        self.logs = logs
+        self.config = config
+        self.state = GroupCoordinatorState(config.group or GroupConfig(), self._new_member_id)
+        self.offsets = OffsetStore()
+        self.loaded = False
+        self._tokens = itertools.count(1)
+        self._futures: dict[int, asyncio.Future] = {}
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_at: int | None = None
+        self._tasks: set[asyncio.Task] = set()
+        self._load_task: asyncio.Task | None = None
+        self._expiry_task: asyncio.Task | None = None
+
+    @staticmethod
+    def _new_member_id(prefix: str) -> str:
+        # Kafka: client id (or group.instance.id for static members) + "-" + a UUID.
+        return f"{prefix}-{uuid.uuid4()}"
+
+    # --- lifecycle -------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Load __consumer_offsets if it exists (in the background: requests get
+        COORDINATOR_LOAD_IN_PROGRESS until done); it is created on first use."""
+        if OFFSETS_TOPIC in self.logs.topics:
+            self._load_task = asyncio.create_task(self._load(), name="group-coordinator-load")
+        else:
+            self.loaded = True
+        self._expiry_task = asyncio.create_task(self._expiry_loop(), name="offset-expiry")
+
+    async def stop(self) -> None:
+        for task in (self._load_task, self._expiry_task, *self._tasks):
+            if task is not None and not task.done():
+                task.cancel()
+        for task in (self._load_task, self._expiry_task, *self._tasks):
+            if task is not None:
+                try:
+                    await task
+                except (asyncio.CancelledError, Exception):
+                    pass
+        if self._timer is not None:
+            self._timer.cancel()
+        for fut in self._futures.values():
+            if not fut.done():
+                fut.set_result(None)
+        self._futures.clear()
+
+    def ensure_offsets_topic(self) -> None:
+        if OFFSETS_TOPIC not in self.logs.topics:
+            self.logs.create_topic(
+                OFFSETS_TOPIC, self.config.offsets_topic_partitions,
+                {"cleanup.policy": "compact",
+                 "segment.bytes": str(self.config.offsets_topic_segment_bytes)},
+                internal=True)
+
+    def status(self) -> ErrorCode:
+        return _E.none if self.loaded else _E.coordinator_load_in_progress
+
+    def _partition(self, group_id: str) -> PartitionLog:
+        self.ensure_offsets_topic()
+        p = partition_for(group_id, self.logs.topics[OFFSETS_TOPIC].partitions)
+        plog = self.logs.get_log(OFFSETS_TOPIC, p)
+        assert plog is not None
+        return plog
+
+    async def _load(self) -> None:
+        started = time.monotonic()
+        info = self.logs.topics[OFFSETS_TOPIC]
+        records = 0
+        for p in range(info.partitions):
+            plog = self.logs.get_log(OFFSETS_TOPIC, p)
+            if plog is None:
+                continue
+            offset = plog.log_start_offset
+            while offset < plog.log_end_offset:
+                result = plog.read(offset, 1 << 20, max_offset=plog.log_end_offset, min_one=True)
+                if not result.data:
+                    break
+                data = result.data
+                pos = 0
+                while pos < len(data):
+                    header = read_header(data, pos)
+                    recs = decode_records(data, pos)
+                    if header.is_control:
+                        for rec in recs:
+                            commit = control_type_of(rec) == ControlType.COMMIT
+                            self.offsets.complete_transaction(header.producer_id, None, commit)
+                    else:
+                        pid = header.producer_id if header.is_transactional else None
+                        for rec in recs:
+                            if rec.key is None:
+                                continue
+                            try:
+                                if self.offsets.replay(rec.key, rec.value, pid) is None:
+                                    effects = self.state.replay(rec.key, rec.value, now_ms())
+                                    if effects is not None:
+                                        self._apply(effects)
+                            except ValueError as e:
+                                log.warning("%s: skipping unreadable record at offset %d: %s",
+                                            plog.name, rec.offset, e)
+                            records += 1
+                    pos += header.size
+                offset = result.next_offset
+                await asyncio.sleep(0)  # keep serving other requests while loading
+        for group in self.offsets.groups():
+            self.state.ensure_group(group)
+        self.loaded = True
+        self._reschedule()
+        log.info("group coordinator loaded %d record(s) from %s in %.2fs: %d group(s)",
+                 records, OFFSETS_TOPIC, time.monotonic() - started, len(self.state.group_ids()))
+
+    # --- effects, persistence and timers --------------------------------------------
+
+    def _apply(self, effects: Effects) -> None:
+        for token, result in effects.responses.items():
+            fut = self._futures.pop(token, None)
+            if fut is not None and not fut.done():
+                fut.set_result(result)
+        for request in effects.persist:
+            self._persist(request)
+        self._reschedule()
+
+    def _persist(self, request: PersistRequest) -> None:
+        # Appended now, in the order asked; acknowledged once durable.
+        error = _E.none.value
+        plog = None
+        last = -1
+        try:
+            plog = self._partition(request.group_id)
+            last = append_records(plog, [(request.key, request.value)]).last_offset
+        except KafkaError as e:
+            log.error("cannot persist group %s: %s", request.group_id, e)
+            error = _map_storage_error(e.code)
+        self._spawn(self._after_durable(plog, last, request.write_id, error))
+
+    async def _after_durable(self, plog: PartitionLog | None, last: int, write_id: int,
+                             error: int) -> None:
+        if plog is not None and error == _E.none.value:
+            await self.logs.flusher.wait_durable(plog, last + 1)
+        self._apply(self.state.group_persisted(now_ms(), write_id, error))
+
+    def _spawn(self, coro) -> None:
+        task = asyncio.ensure_future(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def _reschedule(self) -> None:
+        wake = self.state.next_wake_ms()
+        if wake == self._timer_at:
+            return
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self._timer_at = wake
+        if wake is None:
+            return
+        delay = max(0.0, (wake - now_ms()) / 1000)
+        self._timer = asyncio.get_running_loop().call_later(delay, self._tick)
+
+    def _tick(self) -> None:
+        self._timer = None
+        self._timer_at = None
+        self._apply(self.state.tick(now_ms()))
+
+    async def _await_token(self, token: int, fut: asyncio.Future):
+        try:
+            return await fut
+        finally:
+            self._futures.pop(token, None)
+
+    # --- group membership --------------------------------------------------------------
+
+    async def join(self, *, group_id: str, member_id: str, group_instance_id: str | None,
+                   client_id: str, client_host: str, session_timeout_ms: int,
+                   rebalance_timeout_ms: int, protocol_type: str,
+                   protocols: list[tuple[str, bytes]], require_known_member_id: bool,
+                   supports_skip_assignment: bool = False) -> JoinResult:
+        if not self.loaded:
+            return JoinResult(_E.coordinator_load_in_progress.value, member_id=member_id)
+        self.ensure_offsets_topic()
+        token = next(self._tokens)
+        fut = asyncio.get_running_loop().create_future()
+        self._futures[token] = fut
+        self._apply(self.state.join(
+            token, now_ms(), group_id, member_id, group_instance_id, client_id, client_host,
+            session_timeout_ms, rebalance_timeout_ms, protocol_type, protocols,
+            require_known_member_id, supports_skip_assignment))
+        result = await self._await_token(token, fut)
+        return result if result is not None else JoinResult(_E.coordinator_not_available.value)
+
+    async def sync(self, *, group_id: str, generation_id: int, member_id: str,
+                   group_instance_id: str | None, protocol_type: str | None,
+                   protocol_name: str | None, assignments: dict[str, bytes]) -> SyncResult:
+        if not self.loaded:
+            return SyncResult(_E.coordinator_load_in_progress.value)
+        self.ensure_offsets_topic()
+        token = next(self._tokens)
+        fut = asyncio.get_running_loop().create_future()
+        self._futures[token] = fut
+        self._apply(self.state.sync(token, now_ms(), group_id, generation_id, member_id,
+                                    group_instance_id, protocol_type, protocol_name,
+                                    assignments))
+        result = await self._await_token(token, fut)
+        return result if result is not None else SyncResult(_E.coordinator_not_available.value)
+
+    def heartbeat(self, *, group_id: str, generation_id: int, member_id: str,
+                  group_instance_id: str | None) -> int:
+        if not self.loaded:
+            return _E.coordinator_load_in_progress.value
+        error = self.state.heartbeat(now_ms(), group_id, generation_id, member_id,
+                                     group_instance_id)
+        self._reschedule()
+        return error
+
+    def leave(self, group_id: str, members: list[tuple[str, str | None]]) -> tuple[int, list[int]]:
+        if not self.loaded:
+            return _E.coordinator_load_in_progress.value, [
+                _E.coordinator_load_in_progress.value] * len(members)
+        result = self.state.leave(now_ms(), group_id, members)
+        self._apply(result.effects)
+        return result.error, result.member_errors
+
+    # --- offsets ------------------------------------------------------------------------
+
+    async def commit_offsets(self, *, group_id: str, generation_id: int, member_id: str,
+                             group_instance_id: str | None, entries: list[OffsetCommitEntry],
+                             api_version: int, retention_ms: int | None = None
+                             ) -> dict[tuple[str, int], int]:
+        """OffsetCommit: per (topic, partition) error codes."""
+        keys = [(e.topic, e.partition) for e in entries]
+        if not self.loaded:
+            return dict.fromkeys(keys, _E.coordinator_load_in_progress.value)
+        self.ensure_offsets_topic()
+        error = self.state.validate_offset_commit(group_id, generation_id, member_id,
+                                                  group_instance_id, now_ms(), api_version)
+        self._reschedule()
+        if error != _E.none.value:
+            return dict.fromkeys(keys, error)
+        results: dict[tuple[str, int], int] = {}
+        records: list[tuple[bytes, bytes | None]] = []
+        accepted: list[tuple[OffsetCommitEntry, OffsetValue]] = []
+        commit_ms = now_ms()
+        expire_ms = commit_ms + retention_ms if retention_ms is not None and retention_ms >= 0 \
+            else None
+        for e in entries:
+            if len((e.metadata or "").encode()) > self.config.offset_metadata_max_bytes:
+                results[(e.topic, e.partition)] = _E.offset_metadata_too_large.value
+                continue
+            if self.logs.get_log(e.topic, e.partition) is None:
+                results[(e.topic, e.partition)] = _E.unknown_topic_or_partition.value
+                continue
+            value = OffsetValue(e.offset, e.leader_epoch, e.metadata or "", commit_ms, expire_ms)
+            records.append((encode_offset_key(group_id, e.topic, e.partition),
+                            encode_offset_value(value)))
+            accepted.append((e, value))
+        if records:
+            plog = self._partition(group_id)
+            try:
+                last = append_records(plog, records, timestamp=commit_ms).last_offset
+                await self.logs.flusher.wait_durable(plog, last + 1)
+            except KafkaError as err:
+                code = _map_storage_error(err.code)
+                for e, _v in accepted:
+                    results[(e.topic, e.partition)] = code
+                return results
+            for e, v in accepted:
+                self.offsets.commit(group_id, e.topic, e.partition, v.offset, v.leader_epoch,
+                                    v.metadata, v.commit_timestamp_ms, v.expire_timestamp_ms)
+                results[(e.topic, e.partition)] = _E.none.value
+        return results
+
+    def fetch_offsets(self, group_id: str, partitions: Iterable[tuple[str, int]] | None,
+                      require_stable: bool) -> tuple[int, dict[tuple[str, int], tuple]]:
+        """OffsetFetch: (group error, {(topic, partition): (offset, leader_epoch, metadata,
+        error)}); ``partitions`` None means every partition the group has offsets for."""
+        if not self.loaded:
+            return _E.coordinator_load_in_progress.value, {}
+        if partitions is None:
+            partitions = sorted(self.offsets.group_offsets(group_id))
+        out = {}
+        for topic, partition in partitions:
+            if require_stable and self.offsets.has_pending(group_id, topic, partition):
+                out[(topic, partition)] = (-1, -1, "", _E.unstable_offset_commit.value)
+                continue
+            v = self.offsets.get(group_id, topic, partition)
+            if v is None:
+                out[(topic, partition)] = (-1, -1, "", _E.none.value)
+            else:
+                epoch = v.leader_epoch if v.leader_epoch is not None else -1
+                out[(topic, partition)] = (v.offset, epoch, v.metadata, _E.none.value)
+        return _E.none.value, out
+
+    async def _write_tombstones(self, keys: list[OffsetKey], groups: list[str]) -> None:
+        by_partition: dict[int, list[tuple[bytes, bytes | None]]] = {}
+        if OFFSETS_TOPIC not in self.logs.topics:
+            return
+        n = self.logs.topics[OFFSETS_TOPIC].partitions
+        for k in keys:
+            by_partition.setdefault(partition_for(k.group_id, n), []).append(
+                (encode_offset_key(k.group_id, k.topic, k.partition), None))
+        for g in groups:
+            by_partition.setdefault(partition_for(g, n), []).append(
+                (encode_group_metadata_key(g), None))
+        waits = []
+        for p, records in by_partition.items():
+            plog = self.logs.get_log(OFFSETS_TOPIC, p)
+            if plog is None:
+                continue
+            last = append_records(plog, records).last_offset
+            waits.append(self.logs.flusher.wait_durable(plog, last + 1))
+        if waits:
+            await asyncio.gather(*waits)
+
+    async def delete_groups(self, group_ids: list[str]) -> dict[str, int]:
+        results = {}
+        keys: list[OffsetKey] = []
+        deleted: list[str] = []
+        for group_id in group_ids:
+            if not self.loaded:
+                results[group_id] = _E.coordinator_load_in_progress.value
+                continue
+            if not group_id:
+                results[group_id] = _E.invalid_group_id.value
+                continue
+            error = self.state.delete_group(group_id)
+            results[group_id] = error
+            if error == _E.none.value:
+                keys += self.offsets.delete_group(group_id)
+                deleted.append(group_id)
+        if deleted:
+            await self._write_tombstones(keys, deleted)
+            log.info("deleted group(s) %s", ", ".join(deleted))
+        return results
+
+    async def delete_offsets(self, group_id: str, partitions: list[tuple[str, int]]
+                             ) -> tuple[int, dict[tuple[str, int], int]]:
+        """OffsetDelete (KIP-496)."""
+        if not self.loaded:
+            return _E.coordinator_load_in_progress.value, {}
+        group_error, topic_errors = self.state.validate_offset_delete(
+            group_id, sorted({t for t, _ in partitions}))
+        if group_error != _E.none.value:
+            return group_error, {}
+        results = {}
+        doomed = []
+        for topic, partition in partitions:
+            error = topic_errors.get(topic, _E.none.value)
+            if error == _E.none.value and self.logs.get_log(topic, partition) is None:
+                error = _E.unknown_topic_or_partition.value
+            results[(topic, partition)] = error
+            if error == _E.none.value:
+                doomed.append((topic, partition))
+        keys = self.offsets.delete(group_id, doomed)
+        groups = self.state.cleanup_groups(self.offsets.has_offsets)
+        await self._write_tombstones(keys, groups)
+        return _E.none.value, results
+
+    async def _expiry_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.config.offsets_retention_check_interval_ms / 1000)
+            if not self.loaded:
+                continue
+            try:
+                await self.expire_offsets()
+            except Exception:
+                log.exception("offset expiry failed")
+
+    async def expire_offsets(self, now: int | None = None) -> int:
+        now = now_ms() if now is None else now
+        keys = self.offsets.expire(now, self.config.offsets_retention_ms,
+                                   self.state.offset_expiry_rule)
+        groups = self.state.cleanup_groups(self.offsets.has_offsets)
+        if keys or groups:
+            await self._write_tombstones(keys, groups)
+            log.info("expired %d offset(s); removed %d empty group(s)", len(keys), len(groups))
+        return len(keys)
+
+
+def _map_storage_error(code: ErrorCode) -> int:
+    # How Kafka's coordinator maps append errors for its clients.
+    if code in (_E.not_enough_replicas, _E.request_timed_out, _E.unknown_topic_or_partition):
+        return _E.coordinator_not_available.value
+    if code in (_E.not_leader_or_follower, _E.kafka_storage_error):
+        return _E.not_coordinator.value
+    if code in (_E.message_too_large, _E.record_list_too_large, _E.invalid_fetch_size):
+        return _E.unknown_server_error.value
+    return code.value

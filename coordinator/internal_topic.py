@@ -1,0 +1,56 @@
+"""Reading and writing the coordinators' internal topics (__consumer_offsets,
+__transaction_state): ordinary compacted partition logs holding key/value
+records the coordinators encode themselves."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from protocol.records import Record, build_batch, decode_records, read_header
+from storage.log import AppendResult, PartitionLog, now_ms
+
+
+def java_string_hash(text: str) -> int:
+    """Java's String.hashCode (UTF-16 code units), which Kafka uses to place a
+    group id or transactional id on a partition of its internal topic."""
+    h = 0
+    data = text.encode("utf-16-be")
+    for i in range(0, len(data), 2):
+        h = (31 * h + ((data[i] << 8) | data[i + 1])) & 0xFFFFFFFF
+    return h - (1 << 32) if h & 0x80000000 else h
+
+
+def partition_for(key: str, partitions: int) -> int:
+    """Kafka's Utils.abs(key.hashCode) % partitions (abs maps MIN_VALUE to 0)."""
+    h = java_string_hash(key)
+    return (h & 0x7FFFFFFF) % partitions
+
+
+def append_records(plog: PartitionLog, records: list[tuple[bytes, bytes | None]],
+                   *, timestamp: int | None = None) -> AppendResult:
+    """Append key/value records (value None = tombstone) as one uncompressed batch."""
+    ts = now_ms() if timestamp is None else timestamp
+    batch = bytearray(build_batch([Record(k, v, timestamp=ts) for k, v in records]))
+    return plog.append(batch, read_header(batch))
+
+
+def iter_records(plog: PartitionLog, start_offset: int | None = None,
+                 end_offset: int | None = None) -> Iterator[Record]:
+    """Every data record from ``start_offset`` (default: log start) below ``end_offset``
+    (default: log end), skipping control batches. Used to load coordinator state."""
+    offset = plog.log_start_offset if start_offset is None else start_offset
+    end = plog.log_end_offset if end_offset is None else end_offset
+    while offset < end:
+        result = plog.read(offset, 1 << 20, max_offset=end, min_one=True)
+        if not result.data:
+            break
+        data = result.data
+        pos = 0
+        while pos < len(data):
+            header = read_header(data, pos)
+            if not header.is_control:
+                for rec in decode_records(data, pos):
+                    if rec.offset >= offset:
+                        yield rec
+            pos += header.size
+        offset = result.next_offset
