@@ -628,6 +628,7 @@ class LogCleaner:
         new = LogSegment(plog.directory, out.base_offset, plog.config.index_interval_bytes)
         new.load()
         segs[i : i + len(old)] = [new]
+        plog.rewrite_txn_indexes()  # the merged segments' .txnindex entries now live in `new`
         return True
 
     def _start(self, plog: PartitionLog, now: int | None) -> tuple[_Job, CleanStats] | None:

@@ -18,7 +18,11 @@ from dataclasses import dataclass
 from protocol.errors import ErrorCode, KafkaError, RecordTooLargeError
 from protocol.records import (
     BatchHeader,
+    ControlType,
+    build_control_batch,
+    control_type_of,
     decode_records,
+    read_header,
     set_base_offset,
     set_log_append_time,
 )
@@ -27,6 +31,7 @@ from .cleaner import recover_interrupted_cleaning
 from .log_config import LogConfig
 from .producer_state import ProducerStateManager, load_latest_snapshot, write_snapshot
 from .segment import LogSegment, ReadResult
+from .txn_index import AbortedTxn, AbortedTxnIndex, read_txnindex, txnindex_path, write_txnindex
 
 log = logging.getLogger(__name__)
 
@@ -66,6 +71,11 @@ class PartitionLog:
         self.directory_dirty = True
         self.on_append: Callable[[PartitionLog], None] | None = None
         self.producer_state = ProducerStateManager(f"{topic}-{partition}")
+        # Transactions: first offset of each producer's open transaction here, and
+        # the aborted ones (mirrored in the segments' .txnindex files).
+        self.ongoing_txns: dict[int, int] = {}
+        self.aborted = AbortedTxnIndex()
+        self._txnindex_dirty = False
         self.closed = False
 
     # --- opening and recovery ---------------------------------------------------
@@ -128,8 +138,18 @@ class PartitionLog:
         self.high_watermark = self.log_end_offset
 
     def _load_producer_state(self) -> None:
-        """Newest snapshot at or below the log end, then replay the batches after it."""
+        """Newest snapshot at or below the log end, then replay the batches after it.
+        Aborted transactions come from the .txnindex files below the snapshot offset
+        and from the replayed markers above it."""
         state, start = load_latest_snapshot(self.directory, self.log_end_offset, self.name)
+        self.aborted = AbortedTxnIndex()
+        for seg in self.segments:
+            for entry in read_txnindex(txnindex_path(self.directory, seg.base_offset)):
+                if entry.last_offset < start and entry.last_offset >= self.log_start_offset:
+                    self.aborted.add(entry)
+        self.ongoing_txns = {pid: e.current_txn_first_offset for pid, e in state.producers.items()
+                             if e.current_txn_first_offset >= 0}
+        self.producer_state = state
         replayed = 0
         for seg in self.segments:
             if seg.next_offset <= start or seg.size == 0:
@@ -137,17 +157,58 @@ class PartitionLog:
             found = seg.position_of(start) if start > seg.base_offset else (0, None)
             if found is None:
                 continue
-            for _pos, header in seg.batches(found[0]):
+            for pos, header in seg.batches(found[0]):
                 if header.base_offset >= start:
+                    self._track_transaction(header, lambda p=pos, h=header, s=seg:
+                                            s.read_batch(p, h.size))
                     state.update(header)
                     replayed += 1
-        self.producer_state = state
+        self.rewrite_txn_indexes()
         if replayed:
             log.debug("%s: producer state rebuilt from offset %d (%d batches)", self.name,
                       start, replayed)
 
     def write_producer_snapshot(self) -> None:
+        # Aborted-transaction entries below the snapshot offset are no longer rebuilt
+        # by replay: make their files durable first.
+        if self._txnindex_dirty:
+            self.rewrite_txn_indexes()
         write_snapshot(self.directory, self.producer_state, self.log_end_offset)
+
+    def _track_transaction(self, header: BatchHeader, batch_bytes) -> None:
+        """Keep ongoing/aborted transactions in step with a batch being appended or
+        replayed (before producer_state.update, which forgets the first offset)."""
+        pid = header.producer_id
+        if header.is_control:
+            first = self.ongoing_txns.pop(pid, None)
+            records = decode_records(batch_bytes())
+            if first is None or not records:
+                return
+            if control_type_of(records[0]) == ControlType.ABORT:
+                lso = min(self.ongoing_txns.values(), default=header.last_offset + 1)
+                self.aborted.add(AbortedTxn(header.last_offset, pid, first, lso))
+                self._txnindex_dirty = True
+        elif header.is_transactional and pid not in self.ongoing_txns:
+            self.ongoing_txns[pid] = header.base_offset
+
+    def rewrite_txn_indexes(self) -> None:
+        """Write each segment's .txnindex from the in-memory aborted transactions."""
+        bases = [s.base_offset for s in self.segments]
+        by_segment: dict[int, list[AbortedTxn]] = {b: [] for b in bases}
+        for entry in self.aborted.entries:
+            i = max(0, self._segment_index_for(entry.last_offset))
+            by_segment[bases[i]].append(entry)
+        for base, entries in by_segment.items():
+            path = txnindex_path(self.directory, base)
+            if entries:
+                write_txnindex(path, entries)
+            elif os.path.exists(path):
+                os.unlink(path)
+        self._txnindex_dirty = False
+
+    def aborted_transactions(self, start: int, end: int) -> list[AbortedTxn]:
+        """Aborted transactions with records in [start, end), for read_committed fetches."""
+        return self.aborted.overlapping(start, end)
 
     @property
     def active_segment(self) -> LogSegment:
@@ -163,7 +224,9 @@ class PartitionLog:
 
     @property
     def last_stable_offset(self) -> int:
-        # No transactions yet: the LSO is the high watermark.
+        """First offset of the oldest open transaction, else the high watermark."""
+        if self.ongoing_txns:
+            return min(min(self.ongoing_txns.values()), self.high_watermark)
         return self.high_watermark
 
     # --- appending --------------------------------------------------------------
@@ -206,6 +269,8 @@ class PartitionLog:
         )
         self._maybe_roll(placed.size, now)
         self.active_segment.append(batch, placed)
+        if placed.producer_id >= 0:
+            self._track_transaction(placed, lambda: batch)
         self.producer_state.update(placed)
         self.unflushed_messages += placed.records_count
         if not self.config.fsync_every_append:
@@ -215,8 +280,18 @@ class PartitionLog:
         return AppendResult(base, placed.last_offset, append_time, self.log_start_offset)
 
     def append_raw(self, batch: bytearray, header: BatchHeader) -> AppendResult:
-        """Append a broker-written batch (e.g. a control marker) without client checks."""
+        """Append a broker-written batch without client checks."""
         return self.append(batch, header)
+
+    def append_marker(self, producer_id: int, producer_epoch: int, commit: bool,
+                      coordinator_epoch: int = 0) -> AppendResult:
+        """Write a COMMIT or ABORT control batch ending the producer's transaction here.
+        A marker from an older epoch than the producer's is refused (fencing)."""
+        batch = bytearray(build_control_batch(
+            ControlType.COMMIT if commit else ControlType.ABORT, producer_id=producer_id,
+            producer_epoch=producer_epoch, coordinator_epoch=coordinator_epoch,
+            timestamp=now_ms()))
+        return self.append(batch, read_header(batch))
 
     def _maybe_roll(self, incoming: int, now: int) -> None:
         seg = self.active_segment
@@ -390,6 +465,7 @@ class PartitionLog:
         new_start = self.segments[0].base_offset
         if new_start > self.log_start_offset:
             self.log_start_offset = new_start
+            self.aborted.drop_below(new_start)
         log.info("%s: retention deleted %d segment(s); log start offset now %d", self.name,
                  len(deletable), self.log_start_offset)
         return len(deletable)

@@ -37,6 +37,10 @@ class InvalidProducerEpochError(KafkaError):
     code = ErrorCode.invalid_producer_epoch
 
 
+class InvalidTxnStateError(KafkaError):
+    code = ErrorCode.invalid_txn_state
+
+
 @dataclass(slots=True)
 class BatchMetadata:
     first_seq: int
@@ -92,6 +96,13 @@ class ProducerStateManager:
                 f"producer {pid} epoch {epoch} is older than the current epoch {entry.epoch} "
                 f"on {self.name}"
             )
+        if not header.is_control:
+            if entry.current_txn_first_offset >= 0 and not header.is_transactional \
+                    and epoch == entry.epoch:
+                raise InvalidTxnStateError(
+                    f"producer {pid} sent a non-transactional batch to {self.name} while its "
+                    f"transaction there is open"
+                )
         if header.base_sequence == NO_SEQUENCE:
             return None
         if epoch > entry.epoch:

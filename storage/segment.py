@@ -320,7 +320,8 @@ class LogSegment:
 
     def delete(self) -> None:
         self.close()
-        for path in (self.log_path, self.index_path, self.timeindex_path):
+        txnindex = self.log_path[:-4] + ".txnindex"
+        for path in (self.log_path, self.index_path, self.timeindex_path, txnindex):
             try:
                 os.unlink(path)
             except FileNotFoundError:

@@ -47,6 +47,7 @@ def _collect(ctx, request, read_committed: bool):
             plog = logs.get_log(topic.topic, fp.partition)
             error = ErrorCode.none
             records = b""
+            aborted = None
             hw = lso = start = -1
             epoch = getattr(fp, "current_leader_epoch", -1)
             if plog is None:
@@ -67,6 +68,11 @@ def _collect(ctx, request, read_committed: bool):
                                        max_offset=limit, min_one=min_one)
                     if result.data:
                         records = result.data
+                        if read_committed:
+                            aborted = tuple(
+                                build(schema.AbortedTransaction, producer_id=a.producer_id,
+                                      first_offset=a.first_offset)
+                                for a in plog.aborted_transactions(offset, result.next_offset))
                         remaining -= len(records)
                         total += len(records)
                         min_one = False
@@ -75,7 +81,7 @@ def _collect(ctx, request, read_committed: bool):
             parts.append(build(schema.PartitionData, partition_index=fp.partition,
                                error_code=error, high_watermark=hw, last_stable_offset=lso,
                                log_start_offset=start,
-                               aborted_transactions=() if read_committed else None,
+                               aborted_transactions=(aborted or ()) if read_committed else None,
                                preferred_read_replica=-1, records=records))
         topics.append(build(schema.FetchableTopicResponse, topic=topic.topic,
                             partitions=tuple(parts)))

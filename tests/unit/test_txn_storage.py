@@ -1,0 +1,114 @@
+"""Partition-level transaction state: last stable offset, markers, aborted index."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from protocol.errors import KafkaError
+from protocol.records import Record, build_batch, decode_records, read_header
+from storage.log import PartitionLog
+from storage.log_config import LogConfig
+from storage.txn_index import read_txnindex, txnindex_path
+
+
+def _open(path, **cfg) -> PartitionLog:
+    plog = PartitionLog("t", 0, str(path), LogConfig(**cfg))
+    plog.open()
+    return plog
+
+
+def _append(plog, pid=-1, epoch=-1, seq=-1, txn=False, n=1, value=b"v"):
+    batch = bytearray(build_batch([Record(b"k", value) for _ in range(n)], producer_id=pid,
+                                  producer_epoch=epoch, base_sequence=seq, transactional=txn))
+    result = plog.append(batch, read_header(batch))
+    plog.mark_flushed(plog.log_end_offset)  # stand in for the flusher
+    return result
+
+
+def test_open_transaction_holds_back_the_lso_until_its_marker(tmp_path):
+    plog = _open(tmp_path)
+    _append(plog)  # offset 0, plain
+    first = _append(plog, pid=7, epoch=0, seq=0, txn=True).base_offset  # 1
+    _append(plog)  # 2, plain, after the open transaction
+    _append(plog, pid=7, epoch=0, seq=1, txn=True)  # 3
+    assert plog.high_watermark == 4
+    assert plog.last_stable_offset == first == 1
+    marker = plog.append_marker(7, 0, commit=True)
+    plog.mark_flushed(plog.log_end_offset)
+    assert marker.base_offset == 4
+    assert plog.last_stable_offset == plog.high_watermark == 5
+    assert plog.aborted_transactions(0, 5) == []
+
+
+def test_abort_is_indexed_and_survives_restart(tmp_path):
+    plog = _open(tmp_path)
+    _append(plog, pid=3, epoch=0, seq=0, txn=True, n=2)  # 0-1
+    _append(plog)  # 2
+    plog.append_marker(3, 0, commit=False)  # 3
+    plog.mark_flushed(plog.log_end_offset)
+    [entry] = plog.aborted_transactions(0, 4)
+    assert (entry.producer_id, entry.first_offset, entry.last_offset) == (3, 0, 3)
+    assert plog.aborted_transactions(4, 10) == []
+    assert plog.aborted_transactions(2, 3) == [entry]  # overlaps the fetched range
+    plog.close()  # snapshot + durable .txnindex
+    assert read_txnindex(txnindex_path(str(tmp_path), 0))[0].producer_id == 3
+    again = _open(tmp_path)
+    assert [(e.producer_id, e.first_offset) for e in again.aborted_transactions(0, 4)] == [(3, 0)]
+
+
+def test_aborted_index_rebuilt_by_replay_after_crash(tmp_path):
+    plog = _open(tmp_path)
+    _append(plog, pid=5, epoch=0, seq=0, txn=True)
+    plog.append_marker(5, 0, commit=False)
+    _append(plog, pid=6, epoch=0, seq=0, txn=True)  # left open
+    # Crash: no snapshot, no clean marker, the .txnindex file lost.
+    for seg in plog.segments:
+        os.fsync(seg.fd)
+    path = txnindex_path(str(tmp_path), 0)
+    if os.path.exists(path):
+        os.unlink(path)
+    again = _open(tmp_path)
+    assert [(e.producer_id, e.first_offset) for e in again.aborted_transactions(0, 10)] == [(5, 0)]
+    assert again.ongoing_txns == {6: 2}
+    assert again.last_stable_offset == 2
+
+
+def test_stale_marker_and_non_transactional_write_are_refused(tmp_path):
+    plog = _open(tmp_path)
+    _append(plog, pid=9, epoch=2, seq=0, txn=True)
+    with pytest.raises(KafkaError) as e:
+        _append(plog, pid=9, epoch=2, seq=1, txn=False)
+    assert e.value.code.name == "invalid_txn_state"
+    with pytest.raises(KafkaError) as e:
+        plog.append_marker(9, 1, commit=True)
+    assert e.value.code.name == "invalid_producer_epoch"
+    # A bumped-epoch abort (coordinator timeout) is accepted and fences the old epoch.
+    plog.append_marker(9, 3, commit=False)
+    with pytest.raises(KafkaError):
+        _append(plog, pid=9, epoch=2, seq=1, txn=True)
+
+
+def test_markers_are_control_batches(tmp_path):
+    plog = _open(tmp_path)
+    _append(plog, pid=1, epoch=0, seq=0, txn=True)
+    plog.append_marker(1, 0, commit=True, coordinator_epoch=4)
+    plog.mark_flushed(plog.log_end_offset)
+    data = plog.read(1, 1 << 20).data
+    header = read_header(data)
+    assert header.is_control and header.is_transactional and header.producer_id == 1
+    [rec] = decode_records(data)
+    assert rec.key[2:4] == b"\x00\x01"  # COMMIT
+
+
+def test_retention_drops_aborted_entries_below_log_start(tmp_path):
+    plog = _open(tmp_path, segment_bytes=200, retention_bytes=0)
+    _append(plog, pid=2, epoch=0, seq=0, txn=True, value=b"x" * 100)
+    plog.append_marker(2, 0, commit=False)
+    for _ in range(3):
+        _append(plog, value=b"y" * 100)
+    assert plog.aborted_transactions(0, 100)
+    plog.delete_old_segments(now=0)
+    assert plog.log_start_offset > 1
+    assert plog.aborted_transactions(0, 100) == []
