@@ -7,8 +7,11 @@ port and poll until it accepts connections.
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import os
 import re
+import selectors
 import shutil
 import signal
 import socket
@@ -17,7 +20,7 @@ import sys
 import tempfile
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
@@ -80,6 +83,8 @@ class ManagedBroker:
         env.pop("PYTHONWARNINGS", None)
         self.proc = subprocess.Popen(self.command(), stdout=subprocess.PIPE,
                                      stderr=subprocess.STDOUT, text=True, env=env,
+                                     # Own session: Ctrl-C reaches only the bench, whose
+                                     # finally blocks stop the broker in order.
                                      start_new_session=True)
 
         def pump() -> None:
@@ -96,32 +101,34 @@ class ManagedBroker:
         raise NotImplementedError
 
     def stop(self, timeout: float = 15) -> None:
-        """SIGTERM, then SIGKILL the whole process group if it does not exit in time."""
+        """SIGTERM; SIGKILL if it does not exit in time; then any children it left."""
         proc = self.proc
         if proc is None:
             return
+        children: list[psutil.Process] = []
         if proc.poll() is None:
+            try:
+                children = psutil.Process(proc.pid).children(recursive=True)
+            except psutil.Error:
+                pass
             proc.send_signal(signal.SIGTERM)
             try:
                 proc.wait(timeout)
             except subprocess.TimeoutExpired:
-                self._kill_group()
-        self._kill_group()  # stray children, if any
+                proc.kill()
+                try:
+                    proc.wait(10)
+                except subprocess.TimeoutExpired:
+                    pass
+        for child in children:
+            # psutil checks the PID still names the same process (create time).
+            try:
+                if child.is_running():
+                    child.kill()
+            except psutil.Error:
+                pass
         if self._pump is not None:
             self._pump.join(5)
-
-    def _kill_group(self) -> None:
-        proc = self.proc
-        if proc is None:
-            return
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            pass
 
     def log_tail(self, lines: int = 30) -> str:
         return "".join(self.output[-lines:])
@@ -208,79 +215,127 @@ class ResourceSample:
     cpu_seconds: float = 0.0
 
 
-@dataclass
-class RssSampler:
-    """Samples RSS (process + children) of one PID in a thread, keeping the peak.
+class _Watched:
+    """RSS and CPU time of one process plus its children (child list refreshed ~1/s)."""
 
-    ``mark()`` starts a new phase; each phase keeps its own peak and CPU time.
-    """
+    def __init__(self, pid: int) -> None:
+        self.proc = psutil.Process(pid)
+        self.children: list[psutil.Process] = []
+        self._children_at = 0.0
 
-    pid: int
-    interval: float = 0.05
-    phases: dict[str, ResourceSample] = field(default_factory=dict)
-    _phase: str = "idle"
-    _stop: threading.Event = field(default_factory=threading.Event)
-    _thread: threading.Thread | None = None
-    _cpu_at_mark: float = 0.0
+    def _all(self) -> list[psutil.Process]:
+        now = time.monotonic()
+        if now - self._children_at > 1.0:
+            # children() scans /proc: too costly to do every 50 ms.
+            try:
+                self.children = self.proc.children(recursive=True)
+            except psutil.Error:
+                self.children = []
+            self._children_at = now
+        return [self.proc, *self.children]
 
-    def __post_init__(self) -> None:
-        self._proc = psutil.Process(self.pid)
+    def rss(self) -> int:
+        total = 0
+        for p in self._all():
+            try:
+                total += p.memory_info().rss
+            except psutil.Error:
+                pass
+        return total
 
-    def _cpu(self) -> float:
-        try:
-            procs = [self._proc, *self._proc.children(recursive=True)]
-            total = 0.0
-            for p in procs:
+    def cpu(self) -> float:
+        total = 0.0
+        for p in self._all():
+            try:
                 t = p.cpu_times()
                 total += t.user + t.system
-            return total
-        except psutil.Error:
-            return self._cpu_at_mark
-
-    def _rss(self) -> int:
-        total = 0
-        try:
-            total += self._proc.memory_info().rss
-            for child in self._proc.children(recursive=True):
-                try:
-                    total += child.memory_info().rss
-                except psutil.Error:
-                    pass
-        except psutil.Error:
-            pass
+            except psutil.Error:
+                pass
         return total
+
+
+def sampler_main(pid: int, interval: float, max_seconds: float = 3600) -> None:
+    """Child-process side of RssSampler: sample until stdin says "stop" or closes
+    (or ``max_seconds`` pass, should the parent hang).
+
+    Reads "mark PHASE" lines; writes one JSON line with the phases at the end.
+    """
+    deadline = time.monotonic() + max_seconds
+    watched = _Watched(pid)
+    phases: dict[str, ResourceSample] = {}
+    phase = "idle"
+    cpu_mark = watched.cpu()
+    fd = sys.stdin.fileno()
+    sel = selectors.DefaultSelector()
+    sel.register(fd, selectors.EVENT_READ)
+    pending = b""
+    running = True
+    while running and time.monotonic() < deadline:
+        sample = phases.setdefault(phase, ResourceSample())
+        sample.samples += 1
+        sample.peak_rss = max(sample.peak_rss, watched.rss())
+        if not sel.select(interval):
+            continue
+        # os.read, not readline: buffered lines would hide from select().
+        chunk = os.read(fd, 4096)
+        pending += chunk
+        lines = pending.split(b"\n")
+        pending = lines.pop()
+        if not chunk:
+            lines.append(b"stop")
+        for line in lines:
+            cmd, _, arg = line.decode().strip().partition(" ")
+            now = watched.cpu()
+            phases.setdefault(phase, ResourceSample()).cpu_seconds += now - cpu_mark
+            cpu_mark = now
+            if cmd == "mark":
+                phase = arg
+                phases.setdefault(phase, ResourceSample())
+            else:  # "stop" or EOF
+                running = False
+                break
+    print(json.dumps({k: dataclasses.asdict(v) for k, v in phases.items()}), flush=True)
+
+
+class RssSampler:
+    """Samples RSS (process + children) of one PID every ``interval`` s, keeping peaks.
+
+    Runs in its own process so that sampling never competes with the benchmark
+    clients for this interpreter's GIL. ``mark()`` starts a new phase; each
+    phase keeps its own peak RSS and the CPU time the broker spent in it.
+    """
+
+    def __init__(self, pid: int, interval: float = 0.05) -> None:
+        self.pid = pid
+        self.interval = interval
+        self.phases: dict[str, ResourceSample] = {}
+        self._proc: subprocess.Popen[str] | None = None
+
+    def start(self) -> RssSampler:
+        code = f"from bench.brokers import sampler_main; sampler_main({self.pid}, {self.interval})"
+        self._proc = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE,
+                                      stdout=subprocess.PIPE, text=True,
+                                      cwd=str(Path(__file__).resolve().parent.parent))
+        return self
 
     def mark(self, phase: str) -> None:
         """Close the current phase and open ``phase``."""
-        now = self._cpu()
-        current = self.phases.setdefault(self._phase, ResourceSample())
-        current.cpu_seconds += now - self._cpu_at_mark
-        self._cpu_at_mark = now
-        self._phase = phase
-        self.phases.setdefault(phase, ResourceSample())
-        self._sample()
-
-    def _sample(self) -> None:
-        rss = self._rss()
-        s = self.phases.setdefault(self._phase, ResourceSample())
-        s.samples += 1
-        s.peak_rss = max(s.peak_rss, rss)
-
-    def _run(self) -> None:
-        while not self._stop.wait(self.interval):
-            self._sample()
-
-    def start(self) -> RssSampler:
-        self._cpu_at_mark = self._cpu()
-        self._thread = threading.Thread(target=self._run, name="rss-sampler", daemon=True)
-        self._thread.start()
-        return self
+        assert self._proc is not None and self._proc.stdin is not None
+        self._proc.stdin.write(f"mark {phase}\n")
+        self._proc.stdin.flush()
 
     def stop(self) -> None:
-        self.mark("idle")
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(5)
+        proc = self._proc
+        if proc is None:
+            return
+        self._proc = None
+        try:
+            out, _ = proc.communicate("stop\n", timeout=10)
+            data = json.loads(out.strip().splitlines()[-1]) if out.strip() else {}
+            self.phases = {k: ResourceSample(**v) for k, v in data.items()}
+        except (subprocess.TimeoutExpired, ValueError, OSError):
+            proc.kill()
+            proc.wait(5)
 
     @property
     def peak_rss(self) -> int:
