@@ -55,13 +55,16 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--override", action="append", type=_parse_override, default=[],
                    metavar="KEY=VALUE", help="set any config key (repeatable)")
     s.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING, ERROR")
+    from .transactions_cli import add_parser
+
+    add_parser(sub)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(
-        level=getattr(logging, args.log_level.upper(), logging.INFO),
+        level=getattr(logging, getattr(args, "log_level", "WARNING").upper(), logging.INFO),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
@@ -88,6 +91,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"txbroker: cannot start: {e}", file=sys.stderr)
             return 1
         return 0
+    if args.command == "transactions":
+        from .transactions_cli import run
+
+        return run(args)
     return 2
 
 

@@ -102,6 +102,24 @@ BROKER_KEYS: dict[str, BrokerKey] = {
         BrokerKey("group.initial.rebalance.delay.ms", "3000", _int,
                   "how long the first rebalance of an empty group waits for more members"),
         BrokerKey("group.max.size", "2147483647", _int, "most members a group may have"),
+        BrokerKey("transaction.state.log.num.partitions", "50", _int,
+                  "partitions of __transaction_state (created on first transactional use)"),
+        BrokerKey("transaction.state.log.segment.bytes", "104857600", _int,
+                  "segment size of __transaction_state"),
+        BrokerKey("transaction.max.timeout.ms", "900000", _int,
+                  "largest transaction.timeout.ms a producer may ask for "
+                  "(INVALID_TRANSACTION_TIMEOUT above)"),
+        BrokerKey("transactional.id.expiration.ms", "604800000", _int,
+                  "forget a transactional id this long after its last transaction ended"),
+        BrokerKey("transaction.abort.timed.out.transaction.cleanup.interval.ms", "10000", _int,
+                  "how often transactions past their timeout are looked for and aborted"),
+        BrokerKey("transaction.remove.expired.transaction.cleanup.interval.ms", "3600000", _int,
+                  "how often expired transactional ids are removed"),
+        BrokerKey("txbroker.fault.points", "", _str,
+                  "fault injection for tests: point[=action],... with points "
+                  "after_prepare_durable, before_markers, after_first_marker, before_complete, "
+                  "drop_end_txn_response and actions crash, drop, delay:MS "
+                  "(docs/fault-injection.md)"),
         BrokerKey("shutdown.timeout.ms", "30000", _int,
                   "how long a clean shutdown waits for in-flight requests"),
     ]

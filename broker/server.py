@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import socket
 import struct
 import time
@@ -20,6 +21,9 @@ import time
 from coordinator.group.coordinator import GroupCoordinator, GroupCoordinatorConfig
 from coordinator.group.state import GroupConfig
 from coordinator.producer_ids import ProducerIdManager
+from coordinator.transaction.coordinator import TransactionCoordinator, TxnCoordinatorConfig
+from coordinator.transaction.faults import FaultInjector
+from coordinator.transaction.state import TxnConfig
 from protocol.errors import ErrorCode
 from protocol.messages import (
     API_VERSIONS_KEY,
@@ -148,8 +152,10 @@ class Connection:
 class Broker:
     """One broker: the data directory, the listener and the request handlers."""
 
-    def __init__(self, config: BrokerConfig) -> None:
+    def __init__(self, config: BrokerConfig, *, in_process: bool = False) -> None:
         self.config = config
+        self.in_process = in_process  # a crash fault then tears down instead of exiting
+        self.crashed = False
         self.node_id: int = config.get("node.id")
         self.logs = LogManager(
             config.data_dir,
@@ -173,6 +179,20 @@ class Broker:
                 max_size=config.get("group.max.size"),
             ),
         ))
+        self.faults = FaultInjector(self.crash)
+        self.faults.arm_from_config(config.get("txbroker.fault.points"))
+        self.transactions = TransactionCoordinator(
+            self.logs, self.groups, self.producer_ids, TxnCoordinatorConfig(
+                state_log_partitions=config.get("transaction.state.log.num.partitions"),
+                state_log_segment_bytes=config.get("transaction.state.log.segment.bytes"),
+                txn=TxnConfig(
+                    transaction_max_timeout_ms=config.get("transaction.max.timeout.ms"),
+                    transactional_id_expiration_ms=config.get("transactional.id.expiration.ms"),
+                    abort_timed_out_check_interval_ms=config.get(
+                        "transaction.abort.timed.out.transaction.cleanup.interval.ms"),
+                    remove_expired_check_interval_ms=config.get(
+                        "transaction.remove.expired.transaction.cleanup.interval.ms"),
+                )), self.faults)
         self.shutdown_timeout = config.get("shutdown.timeout.ms") / 1000
         self._server: asyncio.AbstractServer | None = None
         self._connections: set[Connection] = set()
@@ -189,7 +209,42 @@ class Broker:
         if key_type == 0:
             self.groups.ensure_offsets_topic()
             return self.groups.status()
-        return ErrorCode.coordinator_not_available  # transactions are not built yet
+        self.transactions.ensure_topic()
+        return self.transactions.status()
+
+    def check_txn_offset_commit(self, request) -> int:
+        """TxnOffsetCommit: is the group's offsets partition in the producer's transaction?"""
+        return self.transactions.state.check_txn_offset_commit(
+            request.transactional_id, request.producer_id, request.producer_epoch,
+            request.group_id, api_version=self._version_of(request))
+
+    @staticmethod
+    def _version_of(request) -> int:
+        return int(type(request).__version__)
+
+    def crash(self, point: str) -> None:
+        """A fault point's crash: a broker process dies at once (exit 137, like SIGKILL);
+        an in-process test broker drops its connections and files without flushing."""
+        log.error("fault injection: crashing at %s", point)
+        if not self.in_process:
+            os._exit(137)
+        self.crashed = True
+        self.stopping.set()
+        if self._server is not None:
+            self._server.close()
+        if self._reaper is not None:
+            self._reaper.cancel()
+        for conn in list(self._connections):
+            conn.writer.transport.abort()
+            conn.stop_reading()
+        asyncio.ensure_future(self._crash_teardown())
+
+    async def _crash_teardown(self) -> None:
+        await self.transactions.stop()
+        await self.groups.stop()
+        if self.admin_http is not None:
+            await self.admin_http.stop()
+        self.logs.abandon()
 
     @property
     def connection_count(self) -> int:
@@ -215,6 +270,7 @@ class Broker:
         await loop.run_in_executor(None, self.logs.open)
         await self.logs.start()
         await self.groups.start()
+        await self.transactions.start()
         host, port = self.config.listener
         self._server = await asyncio.start_server(
             self._on_connection, host, port, reuse_address=True, limit=1 << 20, backlog=512
@@ -235,6 +291,8 @@ class Broker:
 
     async def stop(self) -> None:
         """Stop accepting, finish in-flight requests, flush and close the logs."""
+        if self.crashed:
+            return
         log.info("shutting down")
         self.stopping.set()
         if self._server is not None:
@@ -252,6 +310,7 @@ class Broker:
                 await asyncio.wait_for(self._server.wait_closed(), 1)
         if self.admin_http is not None:
             await self.admin_http.stop()
+        await self.transactions.stop()
         await self.groups.stop()
         await self.logs.close()
         log.info("shutdown complete")

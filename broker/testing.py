@@ -52,7 +52,7 @@ class BrokerThread:
 
             async def main() -> None:
                 self._stopped = asyncio.Event()
-                self.broker = Broker(self.config)
+                self.broker = Broker(self.config, in_process=True)
                 try:
                     await self.broker.start()
                 except BaseException as e:
@@ -86,6 +86,25 @@ class BrokerThread:
 
     def create_topic(self, name: str, partitions: int = 1, configs: Mapping[str, str] | None = None):
         return self.call(lambda b: b.logs.create_topic(name, partitions, dict(configs or {})))
+
+    @property
+    def faults(self):
+        """Arm fault points: ``txbroker.faults.arm("before_complete", "crash")`` (the call
+        is thread-safe enough: arming only sets a dict entry the loop reads)."""
+        assert self.broker is not None
+        return self.broker.faults
+
+    @property
+    def crashed(self) -> bool:
+        return self.broker is not None and self.broker.crashed
+
+    def restart(self) -> BrokerThread:
+        """Stop (or, after a crash fault, clean up) and start again on the same data
+        directory and port; clients reconnect as they would to a restarted Kafka broker."""
+        port = self.port
+        self.stop()
+        self.config.set("listeners", f"PLAINTEXT://{self.config.listener[0]}:{port}", "restart")
+        return self.start()
 
     def stop(self) -> None:
         if self._loop is not None and self._stopped is not None and self._thread is not None:

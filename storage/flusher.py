@@ -155,6 +155,20 @@ class Flusher:
                         now - plog.last_flush_ms >= plog.config.flush_ms:
                     self._mark(plog)
 
+    def abandon(self) -> None:
+        """Stop without flushing (simulated crash); waiters are released unanswered."""
+        for task in (self._task, self._ticker):
+            if task is not None:
+                task.cancel()
+        self._task = self._ticker = None
+        self._dirty.clear()
+        for waiters in self._waiters.values():
+            for _, fut in waiters:
+                if not fut.done():
+                    fut.cancel()
+        self._waiters.clear()
+        self._executor.shutdown(wait=False)
+
     async def stop(self) -> None:
         for task in (self._task, self._ticker):
             if task is not None:

@@ -212,6 +212,24 @@ class LogManager:
             self._lock_fd = -1
         log.info("closed data directory %s", self.data_dir)
 
+    def abandon(self) -> None:
+        """Fault injection's in-process crash: stop background work and close every file
+        without flushing, checkpointing or leaving a clean-shutdown marker (what SIGKILL
+        leaves behind: unflushed writes remain in the page cache)."""
+        for task in self._tasks:
+            task.cancel()
+        self._tasks.clear()
+        self.flusher.abandon()
+        for plog in self.logs.values():
+            plog.closed = True
+            for seg in plog.segments:
+                seg.close()
+        if self._lock_fd >= 0:
+            fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
+            os.close(self._lock_fd)
+            self._lock_fd = -1
+        log.error("data directory %s abandoned (simulated crash)", self.data_dir)
+
     # --- configuration -----------------------------------------------------------------
 
     def log_config(self, topic: str) -> LogConfig:

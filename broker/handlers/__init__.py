@@ -7,6 +7,8 @@ from __future__ import annotations
 from types import ModuleType
 
 from . import (
+    add_offsets_to_txn,
+    add_partitions_to_txn,
     api_versions,
     create_partitions,
     create_topics,
@@ -15,6 +17,9 @@ from . import (
     describe_cluster,
     describe_configs,
     describe_groups,
+    describe_producers,
+    describe_transactions,
+    end_txn,
     fetch,
     find_coordinator,
     heartbeat,
@@ -24,12 +29,15 @@ from . import (
     leave_group,
     list_groups,
     list_offsets,
+    list_transactions,
     metadata,
     offset_commit,
     offset_delete,
     offset_fetch,
     produce,
     sync_group,
+    txn_offset_commit,
+    write_txn_markers,
 )
 
 HANDLER_MODULES: list[ModuleType] = [
@@ -56,6 +64,14 @@ HANDLER_MODULES: list[ModuleType] = [
     list_groups,
     delete_groups,
     offset_delete,
+    add_partitions_to_txn,
+    add_offsets_to_txn,
+    end_txn,
+    txn_offset_commit,
+    write_txn_markers,
+    describe_producers,
+    describe_transactions,
+    list_transactions,
 ]
 
 HANDLERS: dict[int, ModuleType] = {m.API_KEY: m for m in HANDLER_MODULES}

@@ -1,34 +1,31 @@
-"""InitProducerId (key 22): producer ids for idempotent producers.
+"""InitProducerId (key 22): producer ids for idempotent and transactional producers.
 
-Without a transactional.id every call gets a fresh producer id at epoch 0,
-as Kafka does (also for the KIP-360 form that passes the current id/epoch).
-Transactional ids belong to the transaction coordinator, which is not built
-yet: such requests are refused with a log line.
+Without a transactional.id every call gets a fresh producer id at epoch 0 (as
+Kafka). With one, the transaction coordinator bumps the epoch (fencing older
+producers), finishes or aborts the previous transaction first, and from v3
+accepts the KIP-360 form carrying the current producer id and epoch.
 """
 
 from __future__ import annotations
 
-import datetime
-import logging
-
 from protocol.errors import ErrorCode
 from protocol.messages import build
+
+from ._groups import ZERO, code, ms
 
 API_KEY = 22
 MIN_VERSION = 0
 MAX_VERSION = 4
 
-log = logging.getLogger(__name__)
-_ZERO = datetime.timedelta(0)
-
 
 async def handle(ctx, request):
-    if request.transactional_id is not None:
-        log.warning("InitProducerId for transactional.id %r from %s: transactions are not "
-                    "supported by this broker version", request.transactional_id, ctx.peer)
-        return build(ctx.response_type, throttle_time=_ZERO,
-                     error_code=ErrorCode.coordinator_not_available, producer_id=-1,
-                     producer_epoch=-1)
-    producer_id = ctx.broker.producer_ids.next_id()
-    return build(ctx.response_type, throttle_time=_ZERO, error_code=ErrorCode.none,
-                 producer_id=producer_id, producer_epoch=0)
+    tid = request.transactional_id
+    if tid is None:
+        producer_id = ctx.broker.producer_ids.next_id()
+        return build(ctx.response_type, throttle_time=ZERO, error_code=ErrorCode.none,
+                     producer_id=producer_id, producer_epoch=0)
+    result = await ctx.broker.transactions.init_producer_id(
+        tid, ms(request.transaction_timeout), getattr(request, "producer_id", -1),
+        getattr(request, "producer_epoch", -1), ctx.version)
+    return build(ctx.response_type, throttle_time=ZERO, error_code=code(result.error),
+                 producer_id=result.producer_id, producer_epoch=result.producer_epoch)

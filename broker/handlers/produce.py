@@ -75,6 +75,9 @@ async def handle(ctx, request):
                     records = part.records
                     header = _check_single_batch(records, ctx.version)
                     plog.check_batch(header, now_ms())
+                    if header.is_transactional:
+                        _verify_transactional(broker, request, topic.name, part.index, plog,
+                                              header)
                     if "compact" in plog.config.cleanup_policy and any(
                             r.key is None for r in decode_records(records)):
                         raise InvalidRecordError(
@@ -116,6 +119,33 @@ async def handle(ctx, request):
         for name, parts in results.items()
     )
     return build(ctx.response_type, responses=responses, throttle_time=_ZERO)
+
+
+_VERIFY_ERRORS = {
+    # What a produce request of these versions may carry instead of the coordinator's code.
+    ErrorCode.transaction_abortable.value: ErrorCode.invalid_txn_state,
+    ErrorCode.producer_fenced.value: ErrorCode.invalid_producer_epoch,
+}
+
+
+def _verify_transactional(broker, request, topic: str, partition: int, plog, header) -> None:
+    """Transactional batches need a transactional id, and the first batch of a
+    transaction in a partition must belong to a partition the coordinator added to the
+    producer's ongoing transaction (KIP-890 part 1): a zombie cannot open a
+    transaction nobody will end."""
+    if request.transactional_id is None:
+        raise KafkaError("transactional records in a produce request without a transactional id",
+                         ErrorCode.transactional_id_authorization_failed)
+    if header.producer_id in plog.ongoing_txns:
+        return
+    tp = (topic, partition)
+    error = broker.transactions.state.verify_partitions(
+        request.transactional_id, header.producer_id, header.producer_epoch, [tp])[tp]
+    if error != ErrorCode.none.value:
+        code = _VERIFY_ERRORS.get(error, ErrorCode(error))
+        raise KafkaError(f"partition {topic}-{partition} is not part of the ongoing transaction "
+                         f"of {request.transactional_id!r} (producer {header.producer_id} epoch "
+                         f"{header.producer_epoch}): {ErrorCode(error).name.upper()}", code)
 
 
 def _to_datetime(ms: int) -> datetime.datetime | None:

@@ -345,6 +345,65 @@ class GroupCoordinator:
                 results[(e.topic, e.partition)] = _E.none.value
         return results
 
+    async def txn_commit_offsets(self, *, group_id: str, producer_id: int, producer_epoch: int,
+                                 generation_id: int, member_id: str,
+                                 group_instance_id: str | None,
+                                 entries: list[OffsetCommitEntry]) -> dict[tuple[str, int], int]:
+        """TxnOffsetCommit: the offsets are written now, in a transactional batch of the
+        producer, and stay pending (invisible to OffsetFetch) until the transaction's
+        marker reaches the group's __consumer_offsets partition."""
+        keys = [(e.topic, e.partition) for e in entries]
+        if not self.loaded:
+            return dict.fromkeys(keys, _E.coordinator_load_in_progress.value)
+        self.ensure_offsets_topic()
+        error = self.state.validate_txn_offset_commit(group_id, generation_id, member_id,
+                                                      group_instance_id, now_ms())
+        self._reschedule()
+        if error != _E.none.value:
+            return dict.fromkeys(keys, error)
+        results: dict[tuple[str, int], int] = {}
+        records: list[tuple[bytes, bytes | None]] = []
+        accepted: list[tuple[OffsetCommitEntry, OffsetValue]] = []
+        commit_ms = now_ms()
+        for e in entries:
+            if len((e.metadata or "").encode()) > self.config.offset_metadata_max_bytes:
+                results[(e.topic, e.partition)] = _E.offset_metadata_too_large.value
+                continue
+            if self.logs.get_log(e.topic, e.partition) is None:
+                results[(e.topic, e.partition)] = _E.unknown_topic_or_partition.value
+                continue
+            value = OffsetValue(e.offset, e.leader_epoch, e.metadata or "", commit_ms, None)
+            records.append((encode_offset_key(group_id, e.topic, e.partition),
+                            encode_offset_value(value)))
+            accepted.append((e, value))
+        if records:
+            plog = self._partition(group_id)
+            try:
+                last = append_records(plog, records, timestamp=commit_ms,
+                                      producer_id=producer_id,
+                                      producer_epoch=producer_epoch).last_offset
+                await self.logs.flusher.wait_durable(plog, last + 1)
+            except KafkaError as err:
+                code = err.code.value
+                if err.code == _E.invalid_producer_epoch:
+                    code = _E.producer_fenced.value
+                for e, _v in accepted:
+                    results[(e.topic, e.partition)] = code
+                return results
+            for e, v in accepted:
+                self.offsets.txn_commit(producer_id, group_id, e.topic, e.partition, v.offset,
+                                        v.leader_epoch, v.metadata, v.commit_timestamp_ms)
+                results[(e.topic, e.partition)] = _E.none.value
+        return results
+
+    def complete_transaction(self, producer_id: int, commit: bool) -> None:
+        """A COMMIT/ABORT marker of ``producer_id`` is durable in __consumer_offsets:
+        its pending offsets become committed or are dropped."""
+        changed = self.offsets.complete_transaction(producer_id, None, commit)
+        if changed:
+            log.debug("transaction of producer %d %s %d offset(s)", producer_id,
+                      "committed" if commit else "aborted", len(changed))
+
     def fetch_offsets(self, group_id: str, partitions: Iterable[tuple[str, int]] | None,
                       require_stable: bool) -> tuple[int, dict[tuple[str, int], tuple]]:
         """OffsetFetch: (group error, {(topic, partition): (offset, leader_epoch, metadata,

@@ -1,0 +1,46 @@
+"""A minimal blocking Kafka client for the command line's admin commands
+(``txbroker transactions ...``). It speaks the same wire protocol as any client,
+so the commands also work against Apache Kafka brokers that serve these APIs."""
+
+from __future__ import annotations
+
+import socket
+import struct
+from typing import Any
+
+from protocol.messages import decode_response, encode_request
+
+
+class AdminConnection:
+    def __init__(self, bootstrap: str, timeout: float = 30) -> None:
+        host, _, port = bootstrap.rpartition(":")
+        self.sock = socket.create_connection((host or "127.0.0.1", int(port)), timeout=timeout)
+        self._correlation = 0
+
+    def request(self, api_key: int, version: int, message: Any) -> Any:
+        self._correlation += 1
+        self.sock.sendall(encode_request(api_key, version, self._correlation, "txbroker-cli",
+                                         message))
+        (size,) = struct.unpack(">i", self._recv(4))
+        correlation, response = decode_response(api_key, version, self._recv(size))
+        if correlation != self._correlation:
+            raise RuntimeError(f"correlation id {correlation} != {self._correlation}")
+        return response
+
+    def _recv(self, n: int) -> bytes:
+        buf = bytearray()
+        while len(buf) < n:
+            chunk = self.sock.recv(n - len(buf))
+            if not chunk:
+                raise ConnectionError("the broker closed the connection")
+            buf += chunk
+        return bytes(buf)
+
+    def close(self) -> None:
+        self.sock.close()
+
+    def __enter__(self) -> AdminConnection:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

@@ -1,0 +1,33 @@
+"""DescribeTransactions (key 65, KIP-664)."""
+
+from __future__ import annotations
+
+import datetime
+
+from protocol.messages import build
+
+from ._groups import ZERO, code
+
+API_KEY = 65
+MIN_VERSION = 0
+MAX_VERSION = 0
+
+
+async def handle(ctx, request):
+    state = ctx.broker.transactions.state
+    schema = ctx.schema
+    out = []
+    for tid in request.transactional_ids:
+        d = state.describe(tid)
+        # kio writes the datetime as epoch ms; -1 (no transaction) is one ms before the epoch.
+        start = datetime.datetime.fromtimestamp((d.start_time_ms if d.start_time_ms > 0 else -1)
+                                                / 1000, tz=datetime.UTC)
+        out.append(build(
+            schema.TransactionState, error_code=code(d.error), transactional_id=tid,
+            transaction_state=d.state, transaction_timeout=datetime.timedelta(
+                milliseconds=d.timeout_ms),
+            transaction_start_time=start, producer_id=d.producer_id,
+            producer_epoch=d.producer_epoch,
+            topics=tuple(build(schema.TopicData, topic=t, partitions=tuple(ps))
+                         for t, ps in d.topics.items())))
+    return build(ctx.response_type, throttle_time=ZERO, transaction_states=tuple(out))

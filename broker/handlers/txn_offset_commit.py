@@ -1,0 +1,46 @@
+"""TxnOffsetCommit (key 28): offsets committed inside a transaction (KIP-98, KIP-447).
+
+The group coordinator writes them in a transactional batch of the producer; they
+become visible only when the transaction's COMMIT marker reaches the group's
+__consumer_offsets partition. v3+ carries the member id and generation, checked
+like an OffsetCommit (KIP-447).
+"""
+
+from __future__ import annotations
+
+from coordinator.group.coordinator import OffsetCommitEntry
+from protocol.messages import build
+
+from ._groups import ZERO, code
+
+API_KEY = 28
+MIN_VERSION = 0
+MAX_VERSION = 3
+
+
+async def handle(ctx, request):
+    entries = []
+    for topic in request.topics:
+        for p in topic.partitions:
+            epoch = getattr(p, "committed_leader_epoch", -1)
+            entries.append(OffsetCommitEntry(topic.name, p.partition_index, p.committed_offset,
+                                             epoch if epoch is not None and epoch >= 0 else None,
+                                             p.committed_metadata))
+    error = ctx.broker.check_txn_offset_commit(request)
+    if error:
+        results = {(e.topic, e.partition): error for e in entries}
+    else:
+        results = await ctx.broker.groups.txn_commit_offsets(
+            group_id=request.group_id, producer_id=request.producer_id,
+            producer_epoch=request.producer_epoch,
+            generation_id=getattr(request, "generation_id", -1),
+            member_id=getattr(request, "member_id", "") or "",
+            group_instance_id=getattr(request, "group_instance_id", None), entries=entries)
+    schema = ctx.schema
+    topics = tuple(
+        build(schema.TxnOffsetCommitResponseTopic, name=topic.name, partitions=tuple(
+            build(schema.TxnOffsetCommitResponsePartition, partition_index=p.partition_index,
+                  error_code=code(results[(topic.name, p.partition_index)]))
+            for p in topic.partitions))
+        for topic in request.topics)
+    return build(ctx.response_type, throttle_time=ZERO, topics=topics)

@@ -1,0 +1,304 @@
+"""The transaction coordinator's async shell: drives the sans-IO state machine
+(``state.py``), persists its records in the compacted internal topic
+``__transaction_state`` (fsynced before acted on), writes the COMMIT/ABORT
+markers, runs the timers and recovers unfinished commits on start."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import os
+import time
+from dataclasses import dataclass, field
+
+from kio.schema.errors import ErrorCode
+
+from protocol.errors import KafkaError
+from protocol.records import decode_records, read_header
+from storage.log import PartitionLog
+from storage.manager import LogManager
+
+from ..internal_topic import append_records, partition_for
+from .faults import FaultInjector
+from .markers import OFFSETS_TOPIC, write_markers
+from .state import (
+    AddOffsetsResult,
+    AddPartitionsResult,
+    Effects,
+    EndTxnResult,
+    InitProducerIdResult,
+    MarkerRequest,
+    PersistRequest,
+    TransactionCoordinatorState,
+    TxnConfig,
+    coordinator_append_error,
+)
+
+log = logging.getLogger(__name__)
+
+TXN_TOPIC = "__transaction_state"
+EPOCH_FILE = "transaction-coordinator-epoch"
+_E = ErrorCode
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+@dataclass
+class TxnCoordinatorConfig:
+    state_log_partitions: int = 50  # transaction.state.log.num.partitions
+    state_log_segment_bytes: int = 104857600  # transaction.state.log.segment.bytes
+    txn: TxnConfig = field(default_factory=TxnConfig)
+
+
+class TransactionCoordinator:
+    def __init__(self, logs: LogManager, groups, producer_ids, config: TxnCoordinatorConfig,
+                 faults: FaultInjector) -> None:
+        self.logs = logs
+        self.groups = groups
+        self.producer_ids = producer_ids
+        self.config = config
+        self.faults = faults
+        self.coordinator_epoch = 0
+        self.state = self._new_state()
+        self._tokens = itertools.count(1)
+        self._futures: dict[int, asyncio.Future] = {}
+        self._tasks: set[asyncio.Task] = set()
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_at: int | None = None
+        self._load_task: asyncio.Task | None = None
+
+    def _new_state(self) -> TransactionCoordinatorState:
+        return TransactionCoordinatorState(
+            self.config.txn, self.producer_ids.next_id, self._offsets_partition,
+            coordinator_epoch=self.coordinator_epoch)
+
+    def _offsets_partition(self, group_id: str) -> tuple[str, int]:
+        self.groups.ensure_offsets_topic()
+        return OFFSETS_TOPIC, partition_for(group_id, self.logs.topics[OFFSETS_TOPIC].partitions)
+
+    # --- lifecycle --------------------------------------------------------------------
+
+    async def start(self) -> None:
+        self.coordinator_epoch = self._bump_epoch()
+        self.state = self._new_state()
+        if TXN_TOPIC in self.logs.topics:
+            self._load_task = asyncio.create_task(self._load(), name="txn-coordinator-load")
+        else:
+            self._apply(self.state.recover(now_ms()))
+
+    def _bump_epoch(self) -> int:
+        """Each incarnation writes markers with a larger coordinator epoch."""
+        path = os.path.join(self.logs.data_dir, EPOCH_FILE)
+        try:
+            with open(path) as f:
+                epoch = int(f.read().strip() or 0) + 1
+        except (FileNotFoundError, ValueError):
+            epoch = 0
+        tmp = path + ".tmp"
+        with open(tmp, "w") as f:
+            f.write(f"{epoch}\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+        return epoch
+
+    async def stop(self) -> None:
+        for task in (self._load_task, *self._tasks):
+            if task is not None and not task.done():
+                task.cancel()
+        for task in (self._load_task, *list(self._tasks)):
+            if task is not None:
+                try:
+                    await task
+                except (asyncio.CancelledError, Exception):
+                    pass
+        if self._timer is not None:
+            self._timer.cancel()
+        for fut in self._futures.values():
+            if not fut.done():
+                fut.set_result(None)
+
+    def ensure_topic(self) -> None:
+        if TXN_TOPIC not in self.logs.topics:
+            self.logs.create_topic(
+                TXN_TOPIC, self.config.state_log_partitions,
+                {"cleanup.policy": "compact",
+                 "segment.bytes": str(self.config.state_log_segment_bytes)},
+                internal=True)
+
+    def status(self) -> ErrorCode:
+        return _E.none if self.state.loaded else _E.coordinator_load_in_progress
+
+    def _partition(self, transactional_id: str) -> PartitionLog:
+        self.ensure_topic()
+        p = partition_for(transactional_id, self.logs.topics[TXN_TOPIC].partitions)
+        plog = self.logs.get_log(TXN_TOPIC, p)
+        assert plog is not None
+        return plog
+
+    async def _load(self) -> None:
+        started = time.monotonic()
+        info = self.logs.topics[TXN_TOPIC]
+        count = 0
+        for p in range(info.partitions):
+            plog = self.logs.get_log(TXN_TOPIC, p)
+            if plog is None:
+                continue
+            offset = plog.log_start_offset
+            while offset < plog.log_end_offset:
+                result = plog.read(offset, 1 << 20, max_offset=plog.log_end_offset, min_one=True)
+                if not result.data:
+                    break
+                data = result.data
+                pos = 0
+                while pos < len(data):
+                    header = read_header(data, pos)
+                    if not header.is_control:
+                        for rec in decode_records(data, pos):
+                            if rec.key is None:
+                                continue
+                            try:
+                                self.state.replay(rec.key, rec.value)
+                                count += 1
+                            except ValueError as e:
+                                log.warning("%s: skipping unreadable record at offset %d: %s",
+                                            plog.name, rec.offset, e)
+                    pos += header.size
+                offset = result.next_offset
+                await asyncio.sleep(0)
+        self._apply(self.state.recover(now_ms()))
+        log.info("transaction coordinator (epoch %d) loaded %d record(s) from %s in %.2fs: "
+                 "%d transactional id(s)", self.coordinator_epoch, count, TXN_TOPIC,
+                 time.monotonic() - started, len(self.state.transactional_ids()))
+
+    # --- effects ----------------------------------------------------------------------
+
+    def _apply(self, effects: Effects) -> None:
+        for token, result in effects.responses.items():
+            fut = self._futures.pop(token, None)
+            if fut is not None and not fut.done():
+                fut.set_result(result)
+        for request in effects.persist:
+            self._persist(request)
+        for marker in effects.markers:
+            self._spawn(self._write_markers(marker))
+        self._reschedule()
+
+    def _spawn(self, coro) -> None:
+        task = asyncio.ensure_future(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def _persist(self, request: PersistRequest) -> None:
+        # Appended now, in the order the state machine asked; acted on once durable.
+        try:
+            plog = self._partition(request.transactional_id)
+            last = append_records(plog, [(request.key, request.value)]).last_offset
+        except KafkaError as e:
+            log.error("cannot persist transaction state of %r: %s", request.transactional_id, e)
+            self._spawn(self._report_persisted(None, -1, request,
+                                               coordinator_append_error(e.code.value)))
+            return
+        self._spawn(self._report_persisted(plog, last, request, _E.none.value))
+
+    async def _report_persisted(self, plog: PartitionLog | None, last: int,
+                                request: PersistRequest, error: int) -> None:
+        if plog is not None:
+            await self.logs.flusher.wait_durable(plog, last + 1)
+        state = request.record.state if request.record is not None else None
+        if error == _E.none.value and state in ("PrepareCommit", "PrepareAbort"):
+            await self.faults.hit("after_prepare_durable")
+        self._apply(self.state.persisted(now_ms(), request.write_id, error))
+
+    async def _write_markers(self, marker: MarkerRequest) -> None:
+        await self.faults.hit("before_markers")
+        error = _E.none.value
+        partitions = list(marker.partitions)
+        for i, tp in enumerate(partitions):
+            results = await write_markers(self.logs, self.groups, marker.producer_id,
+                                          marker.producer_epoch, marker.commit, [tp],
+                                          marker.coordinator_epoch)
+            code = results[tp]
+            if code not in (_E.none, _E.unknown_topic_or_partition):
+                # An older epoch in the partition than the marker's cannot happen for a
+                # live transaction; anything else is retried by the state machine.
+                log.error("marker for %s of producer %d failed: %s", tp, marker.producer_id,
+                          code.name)
+                error = code.value
+            if i == 0:
+                await self.faults.hit("after_first_marker")
+        await self.faults.hit("before_complete")
+        if error != _E.none.value:
+            await asyncio.sleep(0.1)  # back off before the retry the state machine asks for
+        self._apply(self.state.markers_written(now_ms(), marker.marker_id, error))
+
+    def _reschedule(self) -> None:
+        wake = self.state.next_wake_ms()
+        if wake == self._timer_at:
+            return
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self._timer_at = wake
+        if wake is None:
+            return
+        delay = max(0.0, (wake - now_ms()) / 1000)
+        self._timer = asyncio.get_running_loop().call_later(delay, self._tick)
+
+    def _tick(self, now: int | None = None) -> None:
+        self._timer = None
+        self._timer_at = None
+        self._apply(self.state.tick(now_ms() if now is None else now))
+
+    def expire_transactions_now(self) -> None:
+        """Fault injection: act as if every ongoing transaction had timed out (it is
+        aborted with an epoch bump, fencing its producer)."""
+        self._tick(now_ms() + self.config.txn.transaction_max_timeout_ms
+                   + self.config.txn.abort_timed_out_check_interval_ms + 1)
+
+    async def _call(self, start) -> object:
+        token = next(self._tokens)
+        fut = asyncio.get_running_loop().create_future()
+        self._futures[token] = fut
+        self._apply(start(token))
+        try:
+            return await fut
+        finally:
+            self._futures.pop(token, None)
+
+    # --- requests -------------------------------------------------------------------
+
+    async def init_producer_id(self, transactional_id: str, txn_timeout_ms: int,
+                               producer_id: int, producer_epoch: int,
+                               api_version: int) -> InitProducerIdResult:
+        self.ensure_topic()
+        result = await self._call(lambda t: self.state.init_producer_id(
+            t, now_ms(), transactional_id, txn_timeout_ms, producer_id, producer_epoch,
+            api_version=api_version))
+        return result or InitProducerIdResult(_E.coordinator_not_available.value)
+
+    async def add_partitions(self, transactional_id: str, producer_id: int, producer_epoch: int,
+                             partitions: list[tuple[str, int]],
+                             api_version: int) -> AddPartitionsResult:
+        result = await self._call(lambda t: self.state.add_partitions(
+            t, now_ms(), transactional_id, producer_id, producer_epoch, partitions,
+            api_version=api_version))
+        return result or AddPartitionsResult(_E.coordinator_not_available.value,
+                                             tuple(partitions))
+
+    async def add_offsets(self, transactional_id: str, producer_id: int, producer_epoch: int,
+                          group_id: str, api_version: int) -> AddOffsetsResult:
+        result = await self._call(lambda t: self.state.add_offsets(
+            t, now_ms(), transactional_id, producer_id, producer_epoch, group_id,
+            api_version=api_version))
+        return result or AddOffsetsResult(_E.coordinator_not_available.value)
+
+    async def end_txn(self, transactional_id: str, producer_id: int, producer_epoch: int,
+                      commit: bool, api_version: int) -> EndTxnResult:
+        result = await self._call(lambda t: self.state.end_txn(
+            t, now_ms(), transactional_id, producer_id, producer_epoch, commit,
+            api_version=api_version))
+        return result or EndTxnResult(_E.coordinator_not_available.value)

@@ -1,0 +1,55 @@
+"""Writing COMMIT/ABORT control markers into the partitions of a transaction.
+
+Used in-process by the transaction coordinator after PrepareCommit/PrepareAbort
+is durable, and by WriteTxnMarkers (the KIP-664 abort path for hanging
+transactions). A marker in a __consumer_offsets partition also completes the
+producer's pending transactional offsets in the group coordinator.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Iterable
+
+from kio.schema.errors import ErrorCode
+
+from protocol.errors import KafkaError
+from storage.manager import LogManager
+
+log = logging.getLogger(__name__)
+
+OFFSETS_TOPIC = "__consumer_offsets"
+
+
+async def write_markers(logs: LogManager, groups, producer_id: int, producer_epoch: int,
+                        commit: bool, partitions: Iterable[tuple[str, int]],
+                        coordinator_epoch: int = 0) -> dict[tuple[str, int], ErrorCode]:
+    """Append one marker per partition, wait until every one is fsynced; per-partition
+    error codes (NONE, UNKNOWN_TOPIC_OR_PARTITION, INVALID_PRODUCER_EPOCH, ...)."""
+    results: dict[tuple[str, int], ErrorCode] = {}
+    waits = []
+    completes_offsets = False
+    for topic, partition in partitions:
+        plog = logs.get_log(topic, partition)
+        if plog is None:
+            # A deleted topic: nothing left to mark (Kafka treats it as done too).
+            results[(topic, partition)] = ErrorCode.unknown_topic_or_partition
+            continue
+        try:
+            result = plog.append_marker(producer_id, producer_epoch, commit, coordinator_epoch)
+        except KafkaError as e:
+            log.warning("%s marker for producer %d epoch %d refused by %s: %s",
+                        "COMMIT" if commit else "ABORT", producer_id, producer_epoch,
+                        plog.name, e)
+            results[(topic, partition)] = e.code
+            continue
+        results[(topic, partition)] = ErrorCode.none
+        if topic == OFFSETS_TOPIC:
+            completes_offsets = True
+        waits.append(logs.flusher.wait_durable(plog, result.last_offset + 1))
+    if waits:
+        await asyncio.gather(*waits)
+    if completes_offsets and groups is not None:
+        groups.complete_transaction(producer_id, commit)
+    return results

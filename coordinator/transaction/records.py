@@ -1,0 +1,245 @@
+"""Records of the compacted ``__transaction_state`` topic, as versioned msgpack.
+
+One record kind, like Kafka's TransactionLogKey/TransactionLogValue:
+
+* key   = the transactional id;
+* value = the transaction metadata after a completed state transition, or
+  ``None`` (a tombstone) once an idle transactional id has expired.
+
+Layout. Keys and values are msgpack arrays whose first element is the format
+version (0 today):
+
+* key:   ``[0, 0, transactional_id]``; the second element is the record kind
+  (0 = transaction metadata, Kafka's TRANSACTION_LOG record type). Key bytes
+  must never change for a given transactional id: compaction supersedes records
+  by comparing key bytes.
+* value: ``[0, producer_id, previous_producer_id, next_producer_id,
+  producer_epoch, last_producer_epoch, timeout_ms, state_id,
+  [[topic, [partition, ...]], ...], txn_start_ms, last_update_ms]``.
+  A later version may only *append* fields, so an older reader decodes the
+  prefix it knows and ignores the rest. ``state_id`` is Kafka's numeric id
+  (Empty 0, Ongoing 1, PrepareCommit 2, PrepareAbort 3, CompleteCommit 4,
+  CompleteAbort 5). Dead (6) and PrepareEpochFence (7) are transient
+  in-memory states: they are never written, and a value carrying them is
+  rejected. Partitions are grouped by topic and sorted, so equal metadata
+  always encodes to equal bytes.
+
+Fields as Kafka has them:
+
+* ``previous_producer_id``: the producer id *before* the transition that wrote
+  the record (Kafka's prevProducerId); after a producer id rotation (epoch
+  exhaustion) it names the old id, which lets a KIP-360 retry with the old
+  id/epoch get the same answer.
+* ``next_producer_id``: KIP-890 (transactions v2) epoch-overflow field; always
+  -1 with transactions v1, kept so the layout matches Kafka's.
+* ``last_producer_epoch``: the epoch before the last InitProducerId bump
+  (KIP-360 retries). Kafka keeps it in memory only; we persist it so a retried
+  InitProducerId gets the same answer across a coordinator restart too.
+* ``txn_start_ms`` is -1 until the first partition joins a transaction.
+
+Decoders raise ``ValueError`` on anything that is not a well-formed record.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import msgpack
+
+__all__ = [
+    "FORMAT_VERSION",
+    "PERSISTED_STATES",
+    "TxnLogValue",
+    "encode_key",
+    "decode_key",
+    "encode_value",
+    "decode_value",
+]
+
+FORMAT_VERSION = 0
+_KIND_TXN = 0
+_INT16_MAX = 32767
+_INT32_MAX = 2**31 - 1
+_INT64_MIN = -(2**63)
+_INT64_MAX = 2**63 - 1
+
+# Kafka's TransactionState ids of the states that are ever written.
+PERSISTED_STATES: dict[str, int] = {
+    "Empty": 0,
+    "Ongoing": 1,
+    "PrepareCommit": 2,
+    "PrepareAbort": 3,
+    "CompleteCommit": 4,
+    "CompleteAbort": 5,
+}
+_STATE_BY_ID = {v: k for k, v in PERSISTED_STATES.items()}
+
+
+@dataclass(frozen=True)
+class TxnLogValue:
+    """The metadata of one transactional id, as written to ``__transaction_state``."""
+
+    producer_id: int
+    previous_producer_id: int
+    next_producer_id: int
+    producer_epoch: int
+    last_producer_epoch: int
+    timeout_ms: int
+    state: str  # a key of PERSISTED_STATES, e.g. "Ongoing"
+    partitions: frozenset[tuple[str, int]]
+    txn_start_ms: int
+    last_update_ms: int
+
+
+def _pack(obj: Any) -> bytes:
+    return msgpack.packb(obj, use_bin_type=True)
+
+
+def _unpack_array(data: Any, what: str) -> list[Any]:
+    if not isinstance(data, bytes | bytearray | memoryview):
+        raise ValueError(f"{what}: expected bytes, got {type(data).__name__}")
+    try:
+        obj = msgpack.unpackb(bytes(data), raw=False, use_list=True, strict_map_key=True)
+    except Exception as exc:  # msgpack raises several unrelated exception types
+        raise ValueError(f"{what}: not msgpack: {exc}") from exc
+    if not isinstance(obj, list) or not obj:
+        raise ValueError(f"{what}: expected a non-empty array")
+    version = obj[0]
+    if type(version) is not int or version < 0:
+        raise ValueError(f"{what}: bad format version {version!r}")
+    return obj
+
+
+def _int(v: Any, what: str, lo: int = _INT64_MIN, hi: int = _INT64_MAX) -> int:
+    # type() rather than isinstance(): msgpack booleans must not pass as ints.
+    if type(v) is not int:
+        raise ValueError(f"{what}: expected int, got {type(v).__name__}")
+    if not lo <= v <= hi:
+        raise ValueError(f"{what}: {v} out of range [{lo}, {hi}]")
+    return v
+
+
+def _str(v: Any, what: str) -> str:
+    if not isinstance(v, str):
+        raise ValueError(f"{what}: expected str, got {type(v).__name__}")
+    return v
+
+
+# -- key -------------------------------------------------------------------------
+
+
+def encode_key(transactional_id: str) -> bytes:
+    if not isinstance(transactional_id, str) or not transactional_id:
+        raise ValueError("transactional id must be a non-empty string")
+    return _pack([FORMAT_VERSION, _KIND_TXN, transactional_id])
+
+
+def decode_key(data: bytes) -> str:
+    """The transactional id of a ``__transaction_state`` key."""
+    arr = _unpack_array(data, "key")
+    if arr[0] != FORMAT_VERSION:
+        # Keys cannot evolve (see the module docstring): any other version is foreign.
+        raise ValueError(f"key: unsupported key format version {arr[0]}")
+    if len(arr) != 3 or arr[1] != _KIND_TXN or type(arr[1]) is not int:
+        raise ValueError(f"key: unknown kind / length {len(arr)}")
+    tid = _str(arr[2], "transactional id")
+    if not tid:
+        raise ValueError("key: empty transactional id")
+    return tid
+
+
+# -- value -----------------------------------------------------------------------
+
+
+def _validate(v: TxnLogValue) -> None:
+    _int(v.producer_id, "producer id", 0)
+    _int(v.previous_producer_id, "previous producer id", -1)
+    _int(v.next_producer_id, "next producer id", -1)
+    # Kafka never writes a negative epoch (prepareTransitionTo refuses it).
+    _int(v.producer_epoch, "producer epoch", 0, _INT16_MAX)
+    _int(v.last_producer_epoch, "last producer epoch", -1, _INT16_MAX)
+    _int(v.timeout_ms, "timeout", 1, _INT32_MAX)
+    if v.state not in PERSISTED_STATES:
+        raise ValueError(f"state {v.state!r} is never persisted")
+    for tp in v.partitions:
+        if not (isinstance(tp, tuple) and len(tp) == 2):
+            raise ValueError(f"partition {tp!r}: expected (topic, partition)")
+        _str(tp[0], "topic")
+        _int(tp[1], "partition", 0, _INT32_MAX)
+    if v.state == "Empty" and v.partitions:
+        raise ValueError("an Empty transaction has no partitions")
+    _int(v.txn_start_ms, "txn start timestamp", -1)
+    _int(v.last_update_ms, "last update timestamp")
+
+
+def _group_partitions(partitions: Iterable[tuple[str, int]]) -> list[list[Any]]:
+    by_topic: dict[str, list[int]] = {}
+    for topic, partition in partitions:
+        by_topic.setdefault(topic, []).append(partition)
+    return [[topic, sorted(parts)] for topic, parts in sorted(by_topic.items())]
+
+
+def encode_value(value: TxnLogValue | None) -> bytes | None:
+    """Encode metadata; ``None`` (a tombstone) stays ``None``."""
+    if value is None:
+        return None
+    _validate(value)
+    return _pack(
+        [
+            FORMAT_VERSION,
+            value.producer_id,
+            value.previous_producer_id,
+            value.next_producer_id,
+            value.producer_epoch,
+            value.last_producer_epoch,
+            value.timeout_ms,
+            PERSISTED_STATES[value.state],
+            _group_partitions(value.partitions),
+            value.txn_start_ms,
+            value.last_update_ms,
+        ]
+    )
+
+
+def _decode_partitions(raw: Any) -> frozenset[tuple[str, int]]:
+    if not isinstance(raw, list):
+        raise ValueError("partitions: expected an array")
+    out: set[tuple[str, int]] = set()
+    for entry in raw:
+        if not isinstance(entry, list) or len(entry) != 2 or not isinstance(entry[1], list):
+            raise ValueError("partitions: expected [topic, [partition, ...]]")
+        topic = _str(entry[0], "topic")
+        for p in entry[1]:
+            tp = (topic, _int(p, "partition", 0, _INT32_MAX))
+            if tp in out:
+                raise ValueError(f"partitions: duplicate {tp}")
+            out.add(tp)
+    return frozenset(out)
+
+
+def decode_value(data: bytes | None) -> TxnLogValue | None:
+    """Decode a value; ``None`` (a tombstone) stays ``None``."""
+    if data is None:
+        return None
+    arr = _unpack_array(data, "transaction metadata")
+    if len(arr) < 11:
+        raise ValueError("transaction metadata: too few fields")
+    state_id = _int(arr[7], "state", 0)
+    if state_id not in _STATE_BY_ID:
+        raise ValueError(f"transaction metadata: state id {state_id} is never persisted")
+    value = TxnLogValue(
+        producer_id=_int(arr[1], "producer id"),
+        previous_producer_id=_int(arr[2], "previous producer id"),
+        next_producer_id=_int(arr[3], "next producer id"),
+        producer_epoch=_int(arr[4], "producer epoch"),
+        last_producer_epoch=_int(arr[5], "last producer epoch"),
+        timeout_ms=_int(arr[6], "timeout"),
+        state=_STATE_BY_ID[state_id],
+        partitions=_decode_partitions(arr[8]),
+        txn_start_ms=_int(arr[9], "txn start timestamp"),
+        last_update_ms=_int(arr[10], "last update timestamp"),
+    )
+    _validate(value)
+    return value

@@ -1,0 +1,1161 @@
+"""The transaction coordinator (KIP-98, transactions v1) as a sans-IO state machine.
+
+Plain code over plain data: no asyncio, no sockets, no files, no clock. Time
+comes in as ``now_ms`` arguments. The semantics follow Apache Kafka's
+``TransactionCoordinator`` / ``TransactionMetadata`` / ``TransactionStateManager``
+with transactions v1 (what kafka-python 3.x, aiokafka and librdkafka use; no
+KIP-890 part 2 epoch bump per transaction), KIP-360 (InitProducerId v3+ with
+the producer's id/epoch), KIP-588 (PRODUCER_FENCED, mapped back to
+INVALID_PRODUCER_EPOCH for old request versions) and the KIP-664 admin views
+(DescribeTransactions, ListTransactions v0-1).
+
+How the async shell drives it
+-----------------------------
+* **Load first.** A new machine is *loading*: the shell feeds every record of
+  ``__transaction_state`` to :meth:`replay` (in log order; a compacted log is
+  fine), then calls :meth:`recover` once. Until then every request is answered
+  COORDINATOR_LOAD_IN_PROGRESS (like Kafka while it loads a partition). A crash
+  is handled the same way: throw the machine away, build a fresh one, replay.
+* **Tokens.** ``init_producer_id``, ``add_partitions``, ``add_offsets`` and
+  ``end_txn`` take an opaque, hashable, non-None ``token`` standing for the
+  request. The answer is either in the returned :class:`Effects` or, when it
+  depends on a write, in the Effects of the later :meth:`persisted` call for
+  that write. Every token is answered exactly once (:meth:`held_tokens` lists
+  the ones still waiting).
+* **Durable before acting.** ``Effects.persist`` lists ``__transaction_state``
+  records (:class:`PersistRequest`) to append durably. Every state change is a
+  write, and nothing that depends on it happens before the shell reports
+  ``persisted(now_ms, write_id, error)``: the answer to the request, the next
+  step of the transaction, the markers. The shell appends records in the
+  order they were requested and calls ``persisted`` once per request (calls may
+  come in any order). A transactional id has at most one write in flight. On
+  failure the shell passes the coordinator error the client should see
+  (:func:`coordinator_append_error` maps storage errors the way Kafka does).
+  A failure should mean "not durable"; an ambiguous failure (the record may
+  still show up on replay) is tolerated the way Kafka tolerates it.
+* **EndTxn ordering.** PrepareCommit/PrepareAbort is persisted -> (in the Effects
+  of that ``persisted`` call) the EndTxn answer NONE *and* a
+  :class:`MarkerRequest` -> the shell writes the COMMIT/ABORT control batches
+  into every listed partition and reports ``markers_written(now_ms, marker_id,
+  error)`` once all are durable -> CompleteCommit/CompleteAbort is requested as
+  a PersistRequest -> ``persisted``. The answer and the markers may go out in
+  either order. A transaction without partitions skips the markers.
+* **Markers.** A failed marker write (``error != NONE``) is retried: that call's
+  Effects carry a new MarkerRequest for the same transaction (Kafka retries
+  forever; the shell may back off before writing). Writing a marker twice is
+  harmless (a partition without an open transaction for the producer ignores
+  it); a partition that no longer exists counts as written (Kafka skips
+  partitions whose topic was deleted). Markers carry ``coordinator_epoch``: the
+  shell should construct each incarnation with a larger one so partitions can
+  reject markers of a stale coordinator. A failed CompleteCommit/CompleteAbort
+  write is retried the same way (a new PersistRequest in that call's Effects).
+* **Timers.** ``Effects.wake_at_ms`` (= :meth:`next_wake_ms`) is the next
+  absolute time :meth:`tick` must be called: transactions Ongoing for longer
+  than their timeout are aborted with an epoch bump (Kafka's
+  abortTimedOutTransactions), idle transactional ids expire
+  (``transactional.id.expiration.ms``). Like Kafka's periodic tasks, each of
+  the two checks runs at most once per its interval
+  (``abort_timed_out_check_interval_ms``, ``remove_expired_check_interval_ms``);
+  a check runs at the first tick at which something is due. Only tick fires
+  timers.
+
+What belongs where (the coordinator does not see these)
+--------------------------------------------------------
+* AddPartitionsToTxn v0-3: topic authorization and existence are checked by the
+  handler first (UNKNOWN_TOPIC_OR_PARTITION / TOPIC_AUTHORIZATION_FAILED for the
+  offending partitions, OPERATION_NOT_ATTEMPTED for the rest), then this
+  machine is asked. AddOffsetsToTxn: the handler checks group authorization;
+  the machine adds the group's ``__consumer_offsets`` partition
+  (``partition_for_group``).
+* TxnOffsetCommit: validated by the *group* coordinator (group, generation,
+  member; KIP-447), and by the ``__consumer_offsets`` partition's producer
+  state (epoch fencing) when the transactional batch is appended; the offsets
+  stay pending until the marker. The transaction coordinator only answers
+  whether the offsets partition is part of the producer's ongoing transaction
+  (:meth:`check_txn_offset_commit`, Kafka >= 3.6's verification, KIP-890 part
+  1); without that check a TxnOffsetCommit without AddOffsetsToTxn would leave
+  offsets pending forever. :meth:`verify_partitions` is the same check for the
+  produce path.
+* KIP-664 "abort hanging transaction": the admin client sends WriteTxnMarkers
+  (ABORT, producer id/epoch from DescribeProducers, coordinator epoch) straight
+  to the partition leader; the transaction coordinator is not involved.
+* Producer ids come from ``allocate_producer_id`` (a durable block allocator in
+  the shell, so ids are never reused across restarts).
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from collections.abc import Callable, Hashable, Iterable
+from dataclasses import dataclass, field, replace
+from enum import Enum
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from coordinator.transaction.records import (
+    TxnLogValue,
+    decode_key,
+    decode_value,
+    encode_key,
+    encode_value,
+)
+
+__all__ = [
+    "TxnState",
+    "VALID_PREVIOUS_STATES",
+    "IllegalTransitionError",
+    "check_transition",
+    "TxnConfig",
+    "InitProducerIdResult",
+    "AddPartitionsResult",
+    "AddOffsetsResult",
+    "EndTxnResult",
+    "PersistRequest",
+    "MarkerRequest",
+    "Effects",
+    "TxnDescription",
+    "TxnListing",
+    "ListTransactionsResult",
+    "TransactionCoordinatorState",
+    "coordinator_append_error",
+    "NO_PRODUCER_ID",
+    "NO_PRODUCER_EPOCH",
+]
+
+Token = Hashable
+TopicPartition = tuple[str, int]
+
+_E = ErrorCode
+NONE = _E.none.value
+NO_PRODUCER_ID = -1
+NO_PRODUCER_EPOCH = -1
+_MAX_EPOCH = 32767  # Short.MaxValue
+
+
+def _epoch_exhausted(epoch: int) -> bool:
+    # Kafka keeps Short.MaxValue for the coordinator, so it can always fence a producer.
+    return epoch >= _MAX_EPOCH - 1
+
+
+class TxnState(Enum):
+    EMPTY = "Empty"
+    ONGOING = "Ongoing"
+    PREPARE_COMMIT = "PrepareCommit"
+    PREPARE_ABORT = "PrepareAbort"
+    COMPLETE_COMMIT = "CompleteCommit"
+    COMPLETE_ABORT = "CompleteAbort"
+    DEAD = "Dead"
+    PREPARE_EPOCH_FENCE = "PrepareEpochFence"
+
+
+_S = TxnState
+# Kafka's TransactionState.validPreviousStates for transactions v1 (the v2-only
+# edges Empty/CompleteCommit/CompleteAbort -> PrepareAbort are left out on purpose).
+VALID_PREVIOUS_STATES: dict[TxnState, frozenset[TxnState]] = {
+    _S.EMPTY: frozenset({_S.EMPTY, _S.COMPLETE_COMMIT, _S.COMPLETE_ABORT}),
+    _S.ONGOING: frozenset({_S.ONGOING, _S.EMPTY, _S.COMPLETE_COMMIT, _S.COMPLETE_ABORT}),
+    _S.PREPARE_COMMIT: frozenset({_S.ONGOING}),
+    _S.PREPARE_ABORT: frozenset({_S.ONGOING, _S.PREPARE_EPOCH_FENCE}),
+    _S.COMPLETE_COMMIT: frozenset({_S.PREPARE_COMMIT}),
+    _S.COMPLETE_ABORT: frozenset({_S.PREPARE_ABORT}),
+    _S.DEAD: frozenset({_S.EMPTY, _S.COMPLETE_COMMIT, _S.COMPLETE_ABORT}),
+    _S.PREPARE_EPOCH_FENCE: frozenset({_S.ONGOING}),
+}
+_PREPARE = (_S.PREPARE_COMMIT, _S.PREPARE_ABORT)
+_COMPLETE = (_S.COMPLETE_COMMIT, _S.COMPLETE_ABORT)
+_IDLE = (_S.EMPTY, _S.COMPLETE_COMMIT, _S.COMPLETE_ABORT)  # Kafka's isExpirationAllowed
+
+
+class IllegalTransitionError(RuntimeError):
+    """A transition Kafka's table forbids, or a transition applied inconsistently: a bug."""
+
+
+def check_transition(current: TxnState, target: TxnState) -> None:
+    if current not in VALID_PREVIOUS_STATES[target]:
+        raise IllegalTransitionError(f"illegal transition {current.value} -> {target.value}")
+
+
+# Below these request versions PRODUCER_FENCED is reported as INVALID_PRODUCER_EPOCH (KIP-588).
+_FENCED_SINCE = {
+    "init_producer_id": 4,
+    "add_partitions": 2,
+    "add_offsets": 2,
+    "end_txn": 2,
+    "txn_offset_commit": 3,
+}
+
+
+def _client_error(api: str, api_version: int, error: int) -> int:
+    if error == _E.producer_fenced.value and api_version < _FENCED_SINCE[api]:
+        return _E.invalid_producer_epoch.value
+    return error
+
+
+def coordinator_append_error(storage_error: int) -> int:
+    """Kafka's mapping of a failed ``__transaction_state`` append to the client's error."""
+    if storage_error in (
+        _E.unknown_topic_or_partition.value,
+        _E.not_enough_replicas.value,
+        _E.not_enough_replicas_after_append.value,
+        _E.request_timed_out.value,
+    ):
+        return _E.coordinator_not_available.value
+    if storage_error in (_E.not_leader_or_follower.value, _E.kafka_storage_error.value):
+        return _E.not_coordinator.value
+    if storage_error in (_E.message_too_large.value, _E.record_list_too_large.value):
+        return _E.unknown_server_error.value
+    return storage_error
+
+
+@dataclass(frozen=True)
+class TxnConfig:
+    transaction_max_timeout_ms: int = 900000  # transaction.max.timeout.ms
+    transactional_id_expiration_ms: int = 604800000  # transactional.id.expiration.ms
+    # transaction.abort.timed.out.transaction.cleanup.interval.ms
+    abort_timed_out_check_interval_ms: int = 10000
+    # transaction.remove.expired.transaction.cleanup.interval.ms
+    remove_expired_check_interval_ms: int = 3600000
+
+
+# -- results -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class InitProducerIdResult:
+    error: int
+    producer_id: int = NO_PRODUCER_ID
+    producer_epoch: int = NO_PRODUCER_EPOCH
+
+
+@dataclass(frozen=True)
+class AddPartitionsResult:
+    """AddPartitionsToTxn v0-3 answers per partition; the coordinator's error is the same
+    for every requested partition (an empty request gets an empty answer)."""
+
+    error: int
+    partitions: tuple[TopicPartition, ...]
+
+    @property
+    def errors(self) -> dict[TopicPartition, int]:
+        return dict.fromkeys(self.partitions, self.error)
+
+
+@dataclass(frozen=True)
+class AddOffsetsResult:
+    error: int
+
+
+@dataclass(frozen=True)
+class EndTxnResult:
+    error: int
+
+
+Result = InitProducerIdResult | AddPartitionsResult | AddOffsetsResult | EndTxnResult
+
+
+@dataclass(frozen=True)
+class PersistRequest:
+    """A ``__transaction_state`` record to append durably, then report with persisted()."""
+
+    write_id: int
+    transactional_id: str
+    key: bytes
+    value: bytes | None  # None: a tombstone (expired transactional id)
+    record: TxnLogValue | None  # ``value`` decoded, for logging and tests
+
+
+@dataclass(frozen=True)
+class MarkerRequest:
+    """Write COMMIT/ABORT control batches for a producer into partitions, then markers_written()."""
+
+    marker_id: int
+    transactional_id: str
+    producer_id: int
+    producer_epoch: int
+    commit: bool
+    partitions: tuple[TopicPartition, ...]  # sorted
+    coordinator_epoch: int
+
+
+@dataclass
+class Effects:
+    responses: dict[Token, Result] = field(default_factory=dict)
+    persist: list[PersistRequest] = field(default_factory=list)
+    markers: list[MarkerRequest] = field(default_factory=list)
+    wake_at_ms: int | None = None
+
+
+@dataclass(frozen=True)
+class TxnDescription:
+    """DescribeTransactions, one transactional id (numeric defaults as Kafka's message)."""
+
+    transactional_id: str
+    error: int
+    state: str = ""
+    producer_id: int = 0
+    producer_epoch: int = 0
+    timeout_ms: int = 0
+    start_time_ms: int = 0
+    topics: dict[str, list[int]] = field(default_factory=dict)  # topic -> sorted partitions
+
+
+@dataclass(frozen=True)
+class TxnListing:
+    transactional_id: str
+    producer_id: int
+    state: str
+
+
+@dataclass(frozen=True)
+class ListTransactionsResult:
+    error: int
+    unknown_state_filters: list[str] = field(default_factory=list)
+    transactions: list[TxnListing] = field(default_factory=list)
+
+
+# -- internal data -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Transit:
+    """Kafka's TxnTransitMetadata: the metadata a pending transition will install."""
+
+    producer_id: int
+    prev_producer_id: int
+    next_producer_id: int
+    producer_epoch: int
+    last_producer_epoch: int
+    timeout_ms: int
+    state: TxnState
+    partitions: frozenset[TopicPartition]
+    start_ms: int
+    last_update_ms: int
+
+    def record(self) -> TxnLogValue:
+        return TxnLogValue(
+            producer_id=self.producer_id,
+            previous_producer_id=self.prev_producer_id,
+            next_producer_id=self.next_producer_id,
+            producer_epoch=self.producer_epoch,
+            last_producer_epoch=self.last_producer_epoch,
+            timeout_ms=self.timeout_ms,
+            state=self.state.value,
+            partitions=self.partitions,
+            txn_start_ms=self.start_ms,
+            last_update_ms=self.last_update_ms,
+        )
+
+
+@dataclass(eq=False)
+class _Txn:
+    """Kafka's TransactionMetadata for one transactional id."""
+
+    transactional_id: str
+    producer_id: int
+    prev_producer_id: int
+    next_producer_id: int
+    producer_epoch: int
+    last_producer_epoch: int
+    timeout_ms: int
+    state: TxnState
+    partitions: frozenset[TopicPartition]
+    start_ms: int
+    last_update_ms: int
+    # The state a prepared transition (a write in flight, or markers then a write)
+    # leads to; blocks every other transition meanwhile.
+    pending: TxnState | None = None
+    # A fence's PrepareAbort write failed: the bumped epoch stays in memory, never
+    # returned to a client, and the next fence does not bump again.
+    failed_epoch_fence: bool = False
+    complete: _Transit | None = None  # the Complete* transit awaiting the markers
+    marker_id: int | None = None  # the markers in flight
+
+    def to_transit(self) -> _Transit:
+        return _Transit(
+            self.producer_id, self.prev_producer_id, self.next_producer_id, self.producer_epoch,
+            self.last_producer_epoch, self.timeout_ms, self.state, self.partitions, self.start_ms,
+            self.last_update_ms,
+        )
+
+
+@dataclass(eq=False)
+class _Write:
+    kind: str  # "init" | "add" | "prepare" | "complete" | "dead"
+    txn: _Txn
+    transit: _Transit
+    token: Token | None = None
+    api: str = ""  # the request kind the token belongs to
+    api_version: int = 0
+    partitions: tuple[TopicPartition, ...] = ()  # AddPartitionsToTxn: as requested
+    fence: bool = False  # a PrepareAbort that fences the producer (InitProducerId on Ongoing, timeout)
+
+
+class _Fx:
+    """Accumulates one call's effects."""
+
+    def __init__(self) -> None:
+        self.responses: dict[Token, Result] = {}
+        self.persist: list[PersistRequest] = []
+        self.markers: list[MarkerRequest] = []
+
+    def respond(self, token: Token, result: Result) -> None:
+        assert token not in self.responses, f"token {token!r} answered twice"
+        self.responses[token] = result
+
+
+class TransactionCoordinatorState:
+    """All transactional ids of this coordinator (see the module docstring)."""
+
+    def __init__(
+        self,
+        config: TxnConfig,
+        allocate_producer_id: Callable[[], int],
+        partition_for_group: Callable[[str], TopicPartition],
+        *,
+        coordinator_epoch: int = 0,
+    ) -> None:
+        """``allocate_producer_id()`` returns a fresh producer id (never reused, also
+        across restarts). Should it raise, the request is answered
+        COORDINATOR_LOAD_IN_PROGRESS (retriable: Kafka's answer when no producer id
+        block is available) and nothing changes.
+
+        ``partition_for_group(group_id)`` is the group's ``__consumer_offsets``
+        partition (AddOffsetsToTxn). ``coordinator_epoch`` goes into every marker.
+        """
+        self.config = config
+        self.coordinator_epoch = coordinator_epoch
+        self._allocate_producer_id = allocate_producer_id
+        self._partition_for_group = partition_for_group
+        self._txns: dict[str, _Txn] = {}
+        self._loaded = False
+        self._writes: dict[int, _Write] = {}
+        self._write_ids = itertools.count(1)
+        self._markers: dict[int, _Txn] = {}
+        self._marker_ids = itertools.count(1)
+        # Per check ("timeout", "expire"): a heap of (deadline, seq, txn) entries,
+        # validated lazily when popped, and when the check last ran.
+        self._heaps: dict[str, list[tuple[int, int, _Txn]]] = {"timeout": [], "expire": []}
+        self._last_check: dict[str, int | None] = {"timeout": None, "expire": None}
+        self._seq = itertools.count()
+
+    # ==============================================================================
+    # Loading
+    # ==============================================================================
+
+    def replay(self, key: bytes, value: bytes | None) -> None:
+        """Load one ``__transaction_state`` record (before :meth:`recover`).
+
+        Raises ValueError on a malformed record (the shell decides whether to skip it).
+        """
+        if self._loaded:
+            raise RuntimeError("replay() after recover(): build a fresh machine to reload")
+        tid = decode_key(key)
+        rec = decode_value(value)
+        if rec is None:
+            self._txns.pop(tid, None)
+            return
+        self._txns[tid] = _Txn(
+            transactional_id=tid,
+            producer_id=rec.producer_id,
+            prev_producer_id=rec.previous_producer_id,
+            next_producer_id=rec.next_producer_id,
+            producer_epoch=rec.producer_epoch,
+            last_producer_epoch=rec.last_producer_epoch,
+            timeout_ms=rec.timeout_ms,
+            state=TxnState(rec.state),
+            partitions=rec.partitions,
+            start_ms=rec.txn_start_ms,
+            last_update_ms=rec.last_update_ms,
+        )
+
+    def recover(self, now_ms: int) -> Effects:
+        """End the load: start serving, and finish every PrepareCommit/PrepareAbort
+        (request its markers again, then Complete*), like Kafka after loading a
+        partition of ``__transaction_state``."""
+        if self._loaded:
+            raise RuntimeError("recover() called twice")
+        self._loaded = True
+        fx = _Fx()
+        for txn in self._txns.values():
+            if txn.state in _PREPARE:
+                self._send_markers(fx, txn, self._prepare_complete(txn, now_ms))
+            self._arm(txn)
+        return self._finish(fx)
+
+    @property
+    def loaded(self) -> bool:
+        return self._loaded
+
+    # ==============================================================================
+    # InitProducerId
+    # ==============================================================================
+
+    def init_producer_id(
+        self,
+        token: Token,
+        now_ms: int,
+        transactional_id: str | None,
+        txn_timeout_ms: int,
+        producer_id: int = NO_PRODUCER_ID,
+        producer_epoch: int = NO_PRODUCER_EPOCH,
+        *,
+        api_version: int,
+    ) -> Effects:
+        """InitProducerId. ``transactional_id=None``: an idempotent producer, answered at
+        once with a fresh producer id at epoch 0. ``producer_id``/``producer_epoch``
+        are the KIP-360 fields (v3+; pass -1/-1 for older versions)."""
+        assert token is not None, "tokens must not be None"
+        fx = _Fx()
+        api = "init_producer_id"
+
+        def fail(error: int) -> Effects:
+            fx.respond(token, InitProducerIdResult(_client_error(api, api_version, error)))
+            return self._finish(fx)
+
+        # KafkaApis: exactly one of id/epoch given is a malformed request.
+        if (producer_id == NO_PRODUCER_ID) != (producer_epoch == NO_PRODUCER_EPOCH):
+            return fail(_E.invalid_request.value)
+        if transactional_id is None:
+            pid = self._allocate()
+            if pid is None:
+                return fail(_E.coordinator_load_in_progress.value)
+            fx.respond(token, InitProducerIdResult(NONE, pid, 0))
+            return self._finish(fx)
+        if transactional_id == "":
+            return fail(_E.invalid_request.value)
+        if not self._loaded:
+            return fail(_E.coordinator_load_in_progress.value)
+        if not 0 < txn_timeout_ms <= self.config.transaction_max_timeout_ms:
+            return fail(_E.invalid_transaction_timeout.value)
+        expected = None if producer_id == NO_PRODUCER_ID else (producer_id, producer_epoch)
+
+        txn = self._txns.get(transactional_id)
+        if txn is None:
+            pid = self._allocate()
+            if pid is None:
+                return fail(_E.coordinator_load_in_progress.value)
+            # Like Kafka, the metadata exists (epoch -1, Empty) before anything is written.
+            txn = _Txn(transactional_id, pid, NO_PRODUCER_ID, NO_PRODUCER_ID, NO_PRODUCER_EPOCH,
+                       NO_PRODUCER_EPOCH, txn_timeout_ms, _S.EMPTY, frozenset(), -1, now_ms)
+            self._txns[transactional_id] = txn
+            self._arm(txn)
+
+        if txn.pending is not None:
+            return fail(_E.concurrent_transactions.value)
+        if expected is not None and not self._valid_expected_producer(txn, *expected):
+            return fail(_E.producer_fenced.value)
+        if txn.state in _PREPARE:
+            return fail(_E.concurrent_transactions.value)
+        if txn.state is _S.ONGOING:
+            # Abort the ongoing transaction with a bumped epoch (fencing its producer) and
+            # answer CONCURRENT_TRANSACTIONS once PrepareAbort is durable; the retry then
+            # finds CompleteAbort and bumps the epoch a second time.
+            self._fence_and_abort(fx, txn, now_ms, token, api_version)
+            return self._finish(fx)
+        if txn.state not in _IDLE:
+            raise IllegalTransitionError(f"{transactional_id}: InitProducerId in state {txn.state.value}")
+
+        if _epoch_exhausted(txn.producer_epoch) and (expected is None or expected[1] == txn.producer_epoch):
+            # Epochs used up: continue under a new producer id at epoch 0.
+            pid = self._allocate()
+            if pid is None:
+                return fail(_E.coordinator_load_in_progress.value)
+            transit = self._prepare(
+                txn, _S.EMPTY, producer_id=pid, producer_epoch=0,
+                last_producer_epoch=txn.producer_epoch if expected is not None else NO_PRODUCER_EPOCH,
+                timeout_ms=txn_timeout_ms, partitions=frozenset(), start_ms=-1, last_update_ms=now_ms,
+            )
+        else:
+            bumped = self._next_epochs(txn, None if expected is None else expected[1])
+            if bumped is None:
+                return fail(_E.producer_fenced.value)
+            epoch, last_epoch = bumped
+            transit = self._prepare(
+                txn, _S.EMPTY, producer_epoch=epoch, last_producer_epoch=last_epoch,
+                timeout_ms=txn_timeout_ms, partitions=frozenset(), start_ms=-1, last_update_ms=now_ms,
+            )
+        self._write(fx, _Write("init", txn, transit, token, api, api_version))
+        return self._finish(fx)
+
+    def _valid_expected_producer(self, txn: _Txn, producer_id: int, producer_epoch: int) -> bool:
+        """KIP-360: may a producer presenting this id/epoch re-initialize?"""
+        return (
+            # the metadata was just created: hand out the new id
+            txn.producer_epoch == NO_PRODUCER_EPOCH
+            # the current id; the epoch is checked when it is bumped
+            or producer_id == txn.producer_id
+            # a retry of the InitProducerId that rotated an exhausted producer id
+            or (producer_id == txn.prev_producer_id and _epoch_exhausted(producer_epoch))
+        )
+
+    def _next_epochs(self, txn: _Txn, expected_epoch: int | None) -> tuple[int, int] | None:
+        """Kafka's prepareIncrementProducerEpoch: (epoch, last epoch), or None = fenced."""
+        if expected_epoch is None:
+            # A new producer instance: bump; a later retry with the old epoch is fenced.
+            return txn.producer_epoch + 1, NO_PRODUCER_EPOCH
+        if txn.producer_epoch == NO_PRODUCER_EPOCH or expected_epoch == txn.producer_epoch:
+            # The current producer recovers (KIP-360): bump, remember the epoch it had.
+            return txn.producer_epoch + 1, txn.producer_epoch
+        if expected_epoch == txn.last_producer_epoch:
+            # A retry of a bump that succeeded: same answer, no second bump.
+            return txn.producer_epoch, txn.last_producer_epoch
+        return None
+
+    # ==============================================================================
+    # AddPartitionsToTxn / AddOffsetsToTxn
+    # ==============================================================================
+
+    def add_partitions(
+        self,
+        token: Token,
+        now_ms: int,
+        transactional_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        partitions: Iterable[TopicPartition],
+        *,
+        api_version: int,
+    ) -> Effects:
+        """AddPartitionsToTxn v0-3 (the partitions exist and are authorized)."""
+        assert token is not None, "tokens must not be None"
+        parts = tuple(dict.fromkeys((str(t), int(p)) for t, p in partitions))
+        return self._add(token, now_ms, transactional_id, producer_id, producer_epoch, parts,
+                         "add_partitions", api_version)
+
+    def add_offsets(
+        self,
+        token: Token,
+        now_ms: int,
+        transactional_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        group_id: str,
+        *,
+        api_version: int,
+    ) -> Effects:
+        """AddOffsetsToTxn: adds the group's ``__consumer_offsets`` partition."""
+        assert token is not None, "tokens must not be None"
+        tp = self._partition_for_group(group_id)
+        return self._add(token, now_ms, transactional_id, producer_id, producer_epoch, (tp,),
+                         "add_offsets", api_version)
+
+    def _add(self, token: Token, now: int, tid: str, producer_id: int, producer_epoch: int,
+             parts: tuple[TopicPartition, ...], api: str, api_version: int) -> Effects:
+        fx = _Fx()
+        error = self._add_check(tid, producer_id, producer_epoch, parts)
+        if error is None:
+            txn = self._txns[tid]
+            new_txn = txn.state in _IDLE
+            transit = self._prepare(
+                txn, _S.ONGOING, partitions=txn.partitions | frozenset(parts),
+                # The transaction (and its timeout) starts with its first partition.
+                start_ms=now if new_txn else txn.start_ms, last_update_ms=now,
+            )
+            self._write(fx, _Write("add", txn, transit, token, api, api_version, parts))
+        else:
+            fx.respond(token, self._result(api, api_version, error, parts))
+        return self._finish(fx)
+
+    def _add_check(self, tid: str, producer_id: int, producer_epoch: int,
+                   parts: tuple[TopicPartition, ...]) -> int | None:
+        """The error to answer at once, or None: write Ongoing with the partitions."""
+        if not tid:
+            return _E.invalid_request.value
+        if not self._loaded:
+            return _E.coordinator_load_in_progress.value
+        txn = self._txns.get(tid)
+        if txn is None or txn.producer_id != producer_id:
+            return _E.invalid_producer_id_mapping.value
+        if txn.producer_epoch != producer_epoch:
+            return _E.producer_fenced.value
+        if txn.producer_epoch == NO_PRODUCER_EPOCH:
+            # InitProducerId never completed for this id: no producer holds an epoch.
+            # (Kafka fails the transition with an exception -> UNKNOWN_SERVER_ERROR.)
+            return _E.invalid_producer_id_mapping.value
+        if txn.pending is not None or txn.state in _PREPARE:
+            return _E.concurrent_transactions.value
+        if txn.state is _S.ONGOING and set(parts) <= txn.partitions:
+            return NONE  # already in the transaction: nothing to write
+        return None
+
+    # ==============================================================================
+    # EndTxn
+    # ==============================================================================
+
+    def end_txn(
+        self,
+        token: Token,
+        now_ms: int,
+        transactional_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        commit: bool,
+        *,
+        api_version: int,
+    ) -> Effects:
+        """EndTxn (transactions v1)."""
+        assert token is not None, "tokens must not be None"
+        fx = _Fx()
+        api = "end_txn"
+        error = self._end_check(transactional_id, producer_id, producer_epoch, commit)
+        if error is None:
+            txn = self._txns[transactional_id]
+            target = _S.PREPARE_COMMIT if commit else _S.PREPARE_ABORT
+            transit = self._prepare(txn, target, last_update_ms=now_ms)
+            self._write(fx, _Write("prepare", txn, transit, token, api, api_version))
+        else:
+            fx.respond(token, EndTxnResult(_client_error(api, api_version, error)))
+        return self._finish(fx)
+
+    def _end_check(self, tid: str, producer_id: int, producer_epoch: int, commit: bool) -> int | None:
+        if not tid:
+            return _E.invalid_request.value
+        if not self._loaded:
+            return _E.coordinator_load_in_progress.value
+        txn = self._txns.get(tid)
+        if txn is None or txn.producer_id != producer_id:
+            return _E.invalid_producer_id_mapping.value
+        if txn.producer_epoch != producer_epoch:
+            return _E.producer_fenced.value
+        if txn.pending is not None:
+            # Includes a transaction whose markers are being written (pending Complete*).
+            return _E.concurrent_transactions.value
+        st = txn.state
+        if st is _S.ONGOING:
+            return None
+        if st is _S.COMPLETE_COMMIT:
+            return NONE if commit else _E.invalid_txn_state.value  # a retry is fine
+        if st is _S.COMPLETE_ABORT:
+            return _E.invalid_txn_state.value if commit else NONE
+        if st is _S.PREPARE_COMMIT:
+            return _E.concurrent_transactions.value if commit else _E.invalid_txn_state.value
+        if st is _S.PREPARE_ABORT:
+            return _E.invalid_txn_state.value if commit else _E.concurrent_transactions.value
+        if st is _S.EMPTY:
+            return _E.invalid_txn_state.value
+        raise IllegalTransitionError(f"{tid}: EndTxn in state {st.value}")
+
+    def _fence_and_abort(self, fx: _Fx, txn: _Txn, now: int, token: Token | None,
+                         api_version: int) -> None:
+        """Kafka's prepareFenceProducerEpoch + endTransaction(ABORT, isFromClient=false)."""
+        epoch = txn.producer_epoch
+        # No second bump after a failed fence (that epoch was never handed out), and
+        # never past Short.MaxValue.
+        bumped = epoch if txn.failed_epoch_fence or epoch >= _MAX_EPOCH else epoch + 1
+        self._prepare(txn, _S.PREPARE_EPOCH_FENCE, producer_epoch=bumped)
+        # endTransaction clears the PrepareEpochFence pending state and installs the bumped
+        # epoch in memory right away: from now on the old producer is fenced.
+        txn.pending = None
+        txn.producer_epoch = bumped
+        txn.last_producer_epoch = NO_PRODUCER_EPOCH
+        transit = self._prepare(txn, _S.PREPARE_ABORT, last_update_ms=now)
+        self._write(fx, _Write("prepare", txn, transit, token, "init_producer_id", api_version, fence=True))
+
+    # ==============================================================================
+    # Completions reported by the shell
+    # ==============================================================================
+
+    def persisted(self, now_ms: int, write_id: int, error: int = NONE) -> Effects:
+        """PersistRequest ``write_id`` is durable (``error == NONE``) or failed."""
+        fx = _Fx()
+        w = self._writes.pop(write_id, None)
+        if w is None:
+            return self._finish(fx)
+        txn = w.txn
+        if self._txns.get(txn.transactional_id) is not txn:
+            raise IllegalTransitionError(f"write {write_id} outlived its transaction metadata")
+        if w.kind == "complete":
+            if error == NONE:
+                self._complete_transition(txn, w.transit)
+                txn.complete = None
+                self._arm(txn)
+            else:
+                # Kafka retries this append until it succeeds (pending state kept).
+                self._write(fx, _Write("complete", txn, w.transit))
+        elif w.kind == "dead":
+            if error == NONE:
+                if txn.pending is not _S.DEAD:
+                    raise IllegalTransitionError(f"{txn.transactional_id}: tombstone without pending Dead")
+                check_transition(txn.state, _S.DEAD)
+                txn.state, txn.pending = _S.DEAD, None
+                del self._txns[txn.transactional_id]
+            else:
+                txn.pending = None
+                self._arm(txn)  # expired still: retried at the next expiration check
+        elif error != NONE:
+            pass
+            if w.fence:
+                txn.failed_epoch_fence = True
+            if w.token is not None:
+                fx.respond(w.token, self._result(w.api, w.api_version, error, w.partitions))
+            self._arm(txn)
+        else:
+            self._complete_transition(txn, w.transit)
+            if w.kind == "prepare":
+                # PrepareCommit/PrepareAbort is durable: the outcome is decided. Answer,
+                # then write the markers; Complete* follows once they are durable.
+                if w.token is not None:
+                    # InitProducerId that fenced an ongoing transaction: retry later.
+                    result = _E.concurrent_transactions.value if w.fence else NONE
+                    fx.respond(w.token, self._result(w.api, w.api_version, result, ()))
+                self._send_markers(fx, txn, self._prepare_complete(txn, now_ms))
+            elif w.kind == "init":
+                fx.respond(w.token, InitProducerIdResult(NONE, txn.producer_id, txn.producer_epoch))
+            else:  # "add"
+                fx.respond(w.token, self._result(w.api, w.api_version, NONE, w.partitions))
+            self._arm(txn)
+        return self._finish(fx)
+
+    def markers_written(self, now_ms: int, marker_id: int, error: int = NONE) -> Effects:
+        """Every marker of MarkerRequest ``marker_id`` is durable (or, on error, not all)."""
+        fx = _Fx()
+        txn = self._markers.pop(marker_id, None)
+        if txn is None:
+            return self._finish(fx)
+        if txn.marker_id != marker_id or self._txns.get(txn.transactional_id) is not txn:
+            raise IllegalTransitionError(f"markers {marker_id} outlived their transaction")
+        txn.marker_id = None
+        assert txn.complete is not None
+        if error != NONE:
+            self._request_markers(fx, txn)
+        else:
+            self._write(fx, _Write("complete", txn, txn.complete))
+        return self._finish(fx)
+
+    def _prepare_complete(self, txn: _Txn, now: int) -> _Transit:
+        """Kafka's prepareComplete: computed when the markers are requested."""
+        txn.failed_epoch_fence = False  # the fence (if any) is durable
+        target = _S.COMPLETE_COMMIT if txn.state is _S.PREPARE_COMMIT else _S.COMPLETE_ABORT
+        return self._prepare(txn, target, next_producer_id=NO_PRODUCER_ID, partitions=frozenset(),
+                             last_update_ms=now)
+
+    def _send_markers(self, fx: _Fx, txn: _Txn, complete: _Transit) -> None:
+        txn.complete = complete
+        if txn.partitions:
+            self._request_markers(fx, txn)
+        else:
+            self._write(fx, _Write("complete", txn, complete))  # nothing to mark
+
+    def _request_markers(self, fx: _Fx, txn: _Txn) -> None:
+        marker_id = next(self._marker_ids)
+        txn.marker_id = marker_id
+        self._markers[marker_id] = txn
+        fx.markers.append(MarkerRequest(
+            marker_id=marker_id,
+            transactional_id=txn.transactional_id,
+            producer_id=txn.producer_id,
+            producer_epoch=txn.producer_epoch,
+            commit=txn.state is _S.PREPARE_COMMIT,
+            partitions=tuple(sorted(txn.partitions)),
+            coordinator_epoch=self.coordinator_epoch,
+        ))
+
+    # ==============================================================================
+    # Timers: transaction timeouts and transactional id expiration
+    # ==============================================================================
+
+    def tick(self, now_ms: int) -> Effects:
+        """Abort timed-out transactions (epoch bump) and expire idle transactional ids."""
+        fx = _Fx()
+        if not self._loaded:
+            return self._finish(fx)
+        for txn in self._due("timeout", now_ms, self.config.abort_timed_out_check_interval_ms):
+            # Kafka's abortTimedOutTransactions: nobody waits for the outcome.
+            self._fence_and_abort(fx, txn, now_ms, None, 0)
+        for txn in self._due("expire", now_ms, self.config.remove_expired_check_interval_ms):
+            transit = self._prepare(txn, _S.DEAD, partitions=frozenset())
+            self._write(fx, _Write("dead", txn, transit))
+        return self._finish(fx)
+
+    def next_wake_ms(self) -> int | None:
+        wake: int | None = None
+        for kind, interval in (
+            ("timeout", self.config.abort_timed_out_check_interval_ms),
+            ("expire", self.config.remove_expired_check_interval_ms),
+        ):
+            heap = self._heaps[kind]
+            while heap and not self._timer_valid(kind, heap[0]):
+                heapq.heappop(heap)
+            if not heap:
+                continue
+            at = heap[0][0]
+            last = self._last_check[kind]
+            if last is not None:
+                at = max(at, last + interval)
+            wake = at if wake is None else min(wake, at)
+        return wake
+
+    def _deadline(self, kind: str, txn: _Txn) -> int | None:
+        if txn.pending is not None:
+            return None  # re-armed when the transition completes or fails
+        if kind == "timeout":
+            # Kafka: txnStartTimestamp + txnTimeoutMs < now
+            return txn.start_ms + txn.timeout_ms + 1 if txn.state is _S.ONGOING else None
+        # Kafka: txnLastUpdateTimestamp <= now - transactional.id.expiration.ms
+        if txn.state in _IDLE:
+            return txn.last_update_ms + self.config.transactional_id_expiration_ms
+        return None
+
+    def _arm(self, txn: _Txn) -> None:
+        for kind in ("timeout", "expire"):
+            deadline = self._deadline(kind, txn)
+            if deadline is not None:
+                heapq.heappush(self._heaps[kind], (deadline, next(self._seq), txn))
+
+    def _timer_valid(self, kind: str, entry: tuple[int, int, _Txn]) -> bool:
+        deadline, _, txn = entry
+        return self._txns.get(txn.transactional_id) is txn and self._deadline(kind, txn) == deadline
+
+    def _due(self, kind: str, now: int, interval: int) -> list[_Txn]:
+        last = self._last_check[kind]
+        if last is not None and now < last + interval:
+            return []  # the periodic check ran recently
+        heap = self._heaps[kind]
+        due: list[_Txn] = []
+        while heap and heap[0][0] <= now:
+            entry = heapq.heappop(heap)
+            if self._timer_valid(kind, entry) and entry[2] not in due:
+                due.append(entry[2])
+        if due:
+            self._last_check[kind] = now
+        return due
+
+    # ==============================================================================
+    # TxnOffsetCommit / produce verification (KIP-890 part 1)
+    # ==============================================================================
+
+    def verify_partitions(self, transactional_id: str, producer_id: int, producer_epoch: int,
+                          partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
+        """Kafka's handleVerifyPartitionsInTransaction: per partition NONE if it is part of
+        the producer's ongoing transaction, else TRANSACTION_ABORTABLE; or one error for
+        all (INVALID_PRODUCER_ID_MAPPING, PRODUCER_FENCED, CONCURRENT_TRANSACTIONS in
+        Prepare*). Raw coordinator codes: callers map them for their API version."""
+        parts = list(dict.fromkeys(partitions))
+        if not transactional_id:
+            error = _E.invalid_request.value
+        elif not self._loaded:
+            error = _E.coordinator_load_in_progress.value
+        else:
+            txn = self._txns.get(transactional_id)
+            if txn is None or txn.producer_id != producer_id:
+                error = _E.invalid_producer_id_mapping.value
+            elif txn.producer_epoch != producer_epoch:
+                error = _E.producer_fenced.value
+            elif txn.state in _PREPARE:
+                error = _E.concurrent_transactions.value
+            else:
+                # Pending transitions are not checked (Kafka: the log append validates again).
+                return {tp: NONE if tp in txn.partitions else _E.transaction_abortable.value for tp in parts}
+        return {tp: error for tp in parts}
+
+    def check_txn_offset_commit(self, transactional_id: str, producer_id: int, producer_epoch: int,
+                                group_id: str, *, api_version: int) -> int:
+        """What the group coordinator asks before appending a TxnOffsetCommit: is the
+        group's offsets partition part of this producer's ongoing transaction?
+
+        NONE, or the error for the whole request: PRODUCER_FENCED (INVALID_PRODUCER_EPOCH
+        before v3), INVALID_PRODUCER_ID_MAPPING, CONCURRENT_TRANSACTIONS, and
+        INVALID_TXN_STATE when AddOffsetsToTxn was not done (TRANSACTION_ABORTABLE from
+        v5, KIP-890). Group membership and generation are the group coordinator's part.
+        """
+        tp = self._partition_for_group(group_id)
+        error = self.verify_partitions(transactional_id, producer_id, producer_epoch, [tp])[tp]
+        if error == _E.transaction_abortable.value and api_version < 5:
+            error = _E.invalid_txn_state.value
+        return _client_error("txn_offset_commit", api_version, error)
+
+    # ==============================================================================
+    # Admin: DescribeTransactions, ListTransactions (KIP-664)
+    # ==============================================================================
+
+    def describe(self, transactional_id: str) -> TxnDescription:
+        if not self._loaded:
+            return TxnDescription(transactional_id, _E.coordinator_load_in_progress.value)
+        if not transactional_id:
+            return TxnDescription(transactional_id, _E.invalid_request.value)
+        txn = self._txns.get(transactional_id)
+        if txn is None or txn.state is _S.DEAD:
+            return TxnDescription(transactional_id, _E.transactional_id_not_found.value)
+        topics: dict[str, list[int]] = {}
+        for topic, partition in sorted(txn.partitions):
+            topics.setdefault(topic, []).append(partition)
+        return TxnDescription(
+            transactional_id=transactional_id,
+            error=NONE,
+            state=txn.state.value,
+            producer_id=txn.producer_id,
+            producer_epoch=txn.producer_epoch,
+            timeout_ms=txn.timeout_ms,
+            start_time_ms=txn.start_ms,
+            topics=topics,
+        )
+
+    def list_transactions(self, state_filters: Iterable[str] = (), producer_id_filters: Iterable[int] = (),
+                          duration_filter_ms: int = -1, now_ms: int = 0) -> ListTransactionsResult:
+        """ListTransactions v0-1. State names match exactly (Kafka's names); unknown ones
+        are reported back. ``duration_filter_ms >= 0`` (v1) keeps only transactions
+        whose start time is more than that long ago (pass -1 for v0)."""
+        if not self._loaded:
+            return ListTransactionsResult(_E.coordinator_load_in_progress.value)
+        names = {s.value for s in TxnState}
+        wanted_states: set[str] = set()
+        unknown: list[str] = []
+        for name in dict.fromkeys(state_filters):
+            if name in names:
+                wanted_states.add(name)
+            else:
+                unknown.append(name)
+        states_given = bool(wanted_states or unknown)
+        pids = set(producer_id_filters)
+        out = []
+        for tid in sorted(self._txns):
+            txn = self._txns[tid]
+            if txn.state is _S.DEAD:
+                continue
+            if pids and txn.producer_id not in pids:
+                continue
+            if states_given and txn.state.value not in wanted_states:
+                continue
+            if duration_filter_ms >= 0 and now_ms - txn.start_ms <= duration_filter_ms:
+                continue
+            out.append(TxnListing(tid, txn.producer_id, txn.state.value))
+        return ListTransactionsResult(NONE, unknown, out)
+
+    # ==============================================================================
+    # Introspection (admin endpoints, tests)
+    # ==============================================================================
+
+    def transactional_ids(self) -> list[str]:
+        return sorted(self._txns)
+
+    def state_of(self, transactional_id: str) -> TxnState | None:
+        txn = self._txns.get(transactional_id)
+        return txn.state if txn is not None else None
+
+    def record_of(self, transactional_id: str) -> TxnLogValue | None:
+        """The current (completed) metadata as a record, None if unknown."""
+        txn = self._txns.get(transactional_id)
+        if txn is None or txn.producer_epoch < 0:
+            return None
+        return txn.to_transit().record()
+
+    def inspect(self, transactional_id: str) -> dict[str, Any] | None:
+        txn = self._txns.get(transactional_id)
+        if txn is None:
+            return None
+        return {
+            "transactional_id": txn.transactional_id,
+            "state": txn.state.value,
+            "pending_state": txn.pending.value if txn.pending is not None else None,
+            "producer_id": txn.producer_id,
+            "previous_producer_id": txn.prev_producer_id,
+            "next_producer_id": txn.next_producer_id,
+            "producer_epoch": txn.producer_epoch,
+            "last_producer_epoch": txn.last_producer_epoch,
+            "timeout_ms": txn.timeout_ms,
+            "partitions": sorted(txn.partitions),
+            "txn_start_ms": txn.start_ms,
+            "last_update_ms": txn.last_update_ms,
+            "failed_epoch_fence": txn.failed_epoch_fence,
+            "markers_in_flight": txn.marker_id is not None,
+        }
+
+    def held_tokens(self) -> set[Token]:
+        """Tokens whose answer waits for a write."""
+        return {w.token for w in self._writes.values() if w.token is not None}
+
+    def pending_write_ids(self) -> list[int]:
+        return list(self._writes)
+
+    def pending_marker_ids(self) -> list[int]:
+        return list(self._markers)
+
+    # ==============================================================================
+    # Transitions (Kafka's prepareTransitionTo / completeTransitionTo)
+    # ==============================================================================
+
+    def _prepare(self, txn: _Txn, target: TxnState, **changes: Any) -> _Transit:
+        if txn.pending is not None:
+            raise IllegalTransitionError(
+                f"{txn.transactional_id}: transition to {target.value} while {txn.pending.value} is pending")
+        check_transition(txn.state, target)
+        transit = replace(txn.to_transit(), state=target, prev_producer_id=txn.producer_id, **changes)
+        if transit.producer_id < 0:
+            raise IllegalTransitionError(f"{txn.transactional_id}: producer id {transit.producer_id}")
+        if target is not _S.DEAD and not 0 <= transit.producer_epoch <= _MAX_EPOCH:
+            raise IllegalTransitionError(f"{txn.transactional_id}: producer epoch {transit.producer_epoch}")
+        txn.pending = target
+        return transit
+
+    def _complete_transition(self, txn: _Txn, t: _Transit) -> None:
+        """Install a transit whose record is durable, with Kafka's sanity checks."""
+        target = t.state
+        if txn.pending is not target:
+            raise IllegalTransitionError(f"{txn.transactional_id}: completing {target.value} but pending is "
+                                         f"{txn.pending.value if txn.pending else None}")
+        same_producer = t.producer_id == txn.producer_id and t.producer_epoch == txn.producer_epoch
+        if target is _S.EMPTY:  # InitProducerId
+            valid_bump = t.producer_epoch == txn.producer_epoch + 1 or (
+                t.producer_epoch == 0 and t.producer_id != txn.producer_id)
+            ok = (same_producer or valid_bump) and not t.partitions and t.start_ms == -1
+        elif target is _S.ONGOING:  # AddPartitions
+            ok = same_producer and t.partitions >= txn.partitions and t.timeout_ms == txn.timeout_ms
+        elif target in _PREPARE:  # EndTxn / fence
+            ok = (same_producer and t.partitions == txn.partitions and t.timeout_ms == txn.timeout_ms
+                  and t.start_ms == txn.start_ms)
+        elif target in _COMPLETE:  # markers written
+            ok = same_producer and t.timeout_ms == txn.timeout_ms and t.start_ms != -1
+        else:  # PrepareEpochFence and Dead are never completed this way
+            ok = False
+        if not ok:
+            raise IllegalTransitionError(f"{txn.transactional_id}: inconsistent transition to {t}")
+        txn.producer_id = t.producer_id
+        txn.prev_producer_id = t.prev_producer_id
+        txn.next_producer_id = t.next_producer_id
+        txn.producer_epoch = t.producer_epoch
+        txn.last_producer_epoch = t.last_producer_epoch
+        txn.timeout_ms = t.timeout_ms
+        txn.partitions = t.partitions
+        txn.start_ms = t.start_ms
+        txn.last_update_ms = t.last_update_ms
+        txn.state = target
+        txn.pending = None
+
+    # ==============================================================================
+    # Small helpers
+    # ==============================================================================
+
+    def _write(self, fx: _Fx, w: _Write) -> None:
+        write_id = next(self._write_ids)
+        self._writes[write_id] = w
+        tid = w.txn.transactional_id
+        if w.kind == "dead":
+            fx.persist.append(PersistRequest(write_id, tid, encode_key(tid), None, None))
+            return
+        record = w.transit.record()
+        fx.persist.append(PersistRequest(write_id, tid, encode_key(tid), encode_value(record), record))
+
+    def _allocate(self) -> int | None:
+        try:
+            pid = self._allocate_producer_id()
+        except Exception:  # the allocator does I/O in the shell; see __init__
+            return None
+        if type(pid) is not int or pid < 0:
+            raise ValueError(f"allocate_producer_id returned {pid!r}")
+        return pid
+
+    def _result(self, api: str, api_version: int, error: int,
+                partitions: tuple[TopicPartition, ...]) -> Result:
+        error = _client_error(api, api_version, error)
+        if api == "add_partitions":
+            return AddPartitionsResult(error, partitions)
+        if api == "add_offsets":
+            return AddOffsetsResult(error)
+        if api == "end_txn":
+            return EndTxnResult(error)
+        return InitProducerIdResult(error)
+
+    def _finish(self, fx: _Fx) -> Effects:
+        return Effects(fx.responses, fx.persist, fx.markers, self.next_wake_ms())
