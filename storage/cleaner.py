@@ -40,9 +40,11 @@ What a cleaning does to one partition log:
    swap whose ``.log.swap`` exists: it deletes every segment file in the swap
    segment's offset range and renames it into place (indexes are rebuilt).
 
-Transactions (KIP-98) are a later issue: control batches are always kept and
-aborted transactional data is treated like committed data. The hooks are
-marked ``TODO(transactions)`` below.
+Transactions: the cleanable range ends at the last stable offset, so undecided
+data is never touched; records of aborted transactions are removed regardless
+of keys (they must never replace a committed value); control markers are kept
+for now (Kafka drops them once their transaction's data is gone and the delete
+horizon passed: the remaining ``TODO(transactions)``).
 """
 
 from __future__ import annotations
@@ -57,7 +59,7 @@ import threading
 import time
 from collections.abc import Callable, Generator, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from protocol.errors import CorruptRecordError
@@ -254,6 +256,7 @@ class _FilterContext:
     now: int
     delete_retention_ms: int
     producer_last_offsets: dict[int, int]  # producer id -> last offset of its last data batch
+    aborted: dict[int, list[tuple[int, int]]] = field(default_factory=dict)
     records_read: int = 0
     records_kept: int = 0
     latest_horizon: int = -1
@@ -266,9 +269,15 @@ def _filter_batch(header: BatchHeader, data: memoryview, ctx: _FilterContext,
         # TODO(transactions): drop a marker once its transaction's data is gone and its
         # delete horizon has passed (Kafka's CleanedTransactionMetadata).
         return data
-    # TODO(transactions): records of aborted transactions are removed regardless of keys.
     records = decode_records(data)
     ctx.records_read += len(records)
+    if _in_aborted_txn(header, ctx.aborted):
+        # Records of aborted transactions go regardless of keys: they never count as a
+        # key's latest value (otherwise they would erase the committed one).
+        last_of_producer = ctx.producer_last_offsets.get(header.producer_id) == header.last_offset
+        if not (must_retain or last_of_producer):
+            return None
+        return _empty_batch(header) if records else data
     has_horizon = bool(header.attributes & ATTR_DELETE_HORIZON)
     kept: list[Record] = []
     tombstones = False
@@ -358,6 +367,7 @@ class _Job:
     producer_last_offsets: dict[int, int]
     abort: Callable[[], bool]
     cancelled: threading.Event
+    aborted: dict[int, list[tuple[int, int]]] = field(default_factory=dict)
 
 
 @dataclass
@@ -572,10 +582,15 @@ class LogCleaner:
         producers = {pid: e.batches[-1].last_offset
                      for pid, e in plog.producer_state.producers.items() if e.batches}
         cancelled = threading.Event()
+        aborted: dict[int, list[tuple[int, int]]] = {}
+        for entry in plog.aborted.entries:  # snapshot on the loop for the worker thread
+            aborted.setdefault(entry.producer_id, []).append((entry.first_offset,
+                                                              entry.last_offset))
         return _Job(plog, sources, [[sources[i] for i in g] for g in groups], c.first_dirty,
                     c.end_offset, now, plog.config.delete_retention_ms,
                     plog.config.index_interval_bytes, producers,
-                    lambda: self._abort.is_set() or cancelled.is_set() or plog.closed, cancelled)
+                    lambda: self._abort.is_set() or cancelled.is_set() or plog.closed, cancelled,
+                    aborted)
 
     def _steps(self, job: _Job, stats: CleanStats) -> Generator[Callable[[], object], object, None]:
         """The cleaning as a sequence: each yielded callable is worker-thread work whose
@@ -776,8 +791,8 @@ def _build_offset_map(job: _Job) -> _FilterContext:
         if src.end_offset <= job.first_dirty:
             continue  # clean already: its keys are unique and older than the dirty ones
         for header, data in _read_batches(src.fd, src.size, job.abort):
-            if header.is_control:
-                continue  # TODO(transactions): also skip batches of aborted transactions
+            if header.is_control or _in_aborted_txn(header, job.aborted):
+                continue
             try:
                 records = decode_records(_checked(header, data))
             except CorruptRecordError as e:
@@ -785,7 +800,16 @@ def _build_offset_map(job: _Job) -> _FilterContext:
             for rec in records:
                 if rec.key is not None:
                     offset_map[rec.key] = rec.offset
-    return _FilterContext(offset_map, job.now, job.delete_retention_ms, job.producer_last_offsets)
+    return _FilterContext(offset_map, job.now, job.delete_retention_ms, job.producer_last_offsets,
+                          job.aborted)
+
+
+def _in_aborted_txn(header: BatchHeader, aborted: dict[int, list[tuple[int, int]]]) -> bool:
+    """A transactional data batch inside one of its producer's aborted transactions."""
+    if not header.is_transactional or header.is_control:
+        return False
+    return any(first <= header.base_offset <= last
+               for first, last in aborted.get(header.producer_id, ()))
 
 
 def _group_batches(job: _Job, group: list[_Source]

@@ -112,3 +112,40 @@ def test_retention_drops_aborted_entries_below_log_start(tmp_path):
     plog.delete_old_segments(now=0)
     assert plog.log_start_offset > 1
     assert plog.aborted_transactions(0, 100) == []
+
+
+def test_compaction_removes_aborted_records_and_keeps_committed_values(tmp_path):
+    from storage.cleaner import LogCleaner
+
+    plog = _open(tmp_path, segment_bytes=300, cleanup_policy="compact",
+                 min_cleanable_dirty_ratio=0.0)
+
+    def keyed(pid, seq, txn, key, value):
+        batch = bytearray(build_batch([Record(key, value)], producer_id=pid, producer_epoch=0,
+                                      base_sequence=seq, transactional=txn))
+        plog.append(batch, read_header(batch))
+        plog.mark_flushed(plog.log_end_offset)
+
+    keyed(1, 0, True, b"k", b"committed")
+    plog.append_marker(1, 0, commit=True)
+    keyed(1, 1, True, b"k", b"aborted")  # later in the log, but aborted
+    plog.append_marker(1, 0, commit=False)
+    for i in range(6):  # push the transactions out of the active segment
+        keyed(-1, -1, False, b"other%d" % i, b"x" * 50)
+    plog.mark_flushed(plog.log_end_offset)
+    LogCleaner(str(tmp_path / "cleaner-offset-checkpoint")).clean_log(plog, now=10**13)
+    values = {}
+    offset = plog.log_start_offset
+    while offset < plog.high_watermark:
+        result = plog.read(offset, 1 << 20)
+        if not result.data:
+            break
+        pos = 0
+        while pos < len(result.data):
+            header = read_header(result.data, pos)
+            if not header.is_control:
+                for rec in decode_records(result.data, pos):
+                    values.setdefault(rec.key, []).append(rec.value)
+            pos += header.size
+        offset = result.next_offset
+    assert values[b"k"] == [b"committed"]
