@@ -14,8 +14,6 @@ from __future__ import annotations
 
 import pytest
 
-from .testing import BrokerThread
-
 
 @pytest.fixture
 def txbroker_config() -> dict[str, str]:
@@ -26,6 +24,10 @@ def txbroker_config() -> dict[str, str]:
 @pytest.fixture
 def txbroker(tmp_path, txbroker_config):
     """A running in-process broker: ``.bootstrap`` is "host:port"."""
+    # Imported here, not at plugin load: the broker pulls in kio, whose types register
+    # hypothesis strategies, and plugins must not do that before hypothesis is set up.
+    from .testing import BrokerThread
+
     broker = BrokerThread(str(tmp_path / "txbroker-data"), txbroker_config)
     broker.start()
     try:
