@@ -205,12 +205,14 @@ class Broker:
         self.admin_http = None
 
     def coordinator_status(self, key_type: int) -> ErrorCode:
-        """FindCoordinator's answer for a key type: 0 group, 1 transaction."""
+        """FindCoordinator's answer for a key type: 0 group, 1 transaction. Like Kafka it
+        names the coordinator even while it loads; the group and transaction requests
+        themselves answer COORDINATOR_LOAD_IN_PROGRESS until loading is done."""
         if key_type == 0:
             self.groups.ensure_offsets_topic()
-            return self.groups.status()
-        self.transactions.ensure_topic()
-        return self.transactions.status()
+        else:
+            self.transactions.ensure_topic()
+        return ErrorCode.none
 
     def check_txn_offset_commit(self, request) -> int:
         """TxnOffsetCommit: is the group's offsets partition in the producer's transaction?"""
