@@ -525,10 +525,10 @@ class TransactionCoordinatorState:
             return self._finish(fx)
         if transactional_id == "":
             return fail(_E.invalid_request.value)
-        if not self._loaded:
-            return fail(_E.coordinator_load_in_progress.value)
         if not 0 < txn_timeout_ms <= self.config.transaction_max_timeout_ms:
             return fail(_E.invalid_transaction_timeout.value)
+        if not self._loaded:
+            return fail(_E.coordinator_load_in_progress.value)
         expected = None if producer_id == NO_PRODUCER_ID else (producer_id, producer_epoch)
 
         txn = self._txns.get(transactional_id)
@@ -785,7 +785,7 @@ class TransactionCoordinatorState:
                 txn.pending = None
                 self._arm(txn)  # expired still: retried at the next expiration check
         elif error != NONE:
-            pass
+            txn.pending = None
             if w.fence:
                 txn.failed_epoch_fence = True
             if w.token is not None:
@@ -901,26 +901,38 @@ class TransactionCoordinatorState:
     def _arm(self, txn: _Txn) -> None:
         for kind in ("timeout", "expire"):
             deadline = self._deadline(kind, txn)
-            if deadline is not None:
-                heapq.heappush(self._heaps[kind], (deadline, next(self._seq), txn))
+            if deadline is None:
+                continue
+            heap = self._heaps[kind]
+            heapq.heappush(heap, (deadline, next(self._seq), txn))
+            if len(heap) > 2 * len(self._txns) + 64:
+                # Stale entries (superseded deadlines) otherwise linger until they reach the
+                # top, days later for expiration: keep one live entry per transaction.
+                live: dict[int, tuple[int, int, _Txn]] = {}
+                for entry in heap:
+                    if self._timer_valid(kind, entry):
+                        live.setdefault(id(entry[2]), entry)
+                heap[:] = live.values()
+                heapq.heapify(heap)
 
     def _timer_valid(self, kind: str, entry: tuple[int, int, _Txn]) -> bool:
         deadline, _, txn = entry
         return self._txns.get(txn.transactional_id) is txn and self._deadline(kind, txn) == deadline
 
     def _due(self, kind: str, now: int, interval: int) -> list[_Txn]:
+        """The transactions whose ``kind`` deadline has passed, if the periodic check may run."""
         last = self._last_check[kind]
         if last is not None and now < last + interval:
             return []  # the periodic check ran recently
         heap = self._heaps[kind]
-        due: list[_Txn] = []
+        due: dict[int, _Txn] = {}
         while heap and heap[0][0] <= now:
             entry = heapq.heappop(heap)
-            if self._timer_valid(kind, entry) and entry[2] not in due:
-                due.append(entry[2])
+            if self._timer_valid(kind, entry):
+                due.setdefault(id(entry[2]), entry[2])
         if due:
             self._last_check[kind] = now
-        return due
+        return list(due.values())
 
     # ==============================================================================
     # TxnOffsetCommit / produce verification (KIP-890 part 1)
@@ -971,10 +983,11 @@ class TransactionCoordinatorState:
     # ==============================================================================
 
     def describe(self, transactional_id: str) -> TxnDescription:
-        if not self._loaded:
-            return TxnDescription(transactional_id, _E.coordinator_load_in_progress.value)
+        """DescribeTransactions for one transactional id."""
         if not transactional_id:
             return TxnDescription(transactional_id, _E.invalid_request.value)
+        if not self._loaded:
+            return TxnDescription(transactional_id, _E.coordinator_load_in_progress.value)
         txn = self._txns.get(transactional_id)
         if txn is None or txn.state is _S.DEAD:
             return TxnDescription(transactional_id, _E.transactional_id_not_found.value)
@@ -993,10 +1006,13 @@ class TransactionCoordinatorState:
         )
 
     def list_transactions(self, state_filters: Iterable[str] = (), producer_id_filters: Iterable[int] = (),
-                          duration_filter_ms: int = -1, now_ms: int = 0) -> ListTransactionsResult:
+                          duration_filter_ms: int = -1, now_ms: int | None = None) -> ListTransactionsResult:
         """ListTransactions v0-1. State names match exactly (Kafka's names); unknown ones
-        are reported back. ``duration_filter_ms >= 0`` (v1) keeps only transactions
-        whose start time is more than that long ago (pass -1 for v0)."""
+        are reported back. ``duration_filter_ms >= 0`` (v1; needs ``now_ms``) keeps only
+        transactions whose start time is more than that long ago (pass -1 for v0)."""
+        if duration_filter_ms >= 0 and now_ms is None:
+            raise ValueError("a duration filter needs now_ms")
+        now = 0 if now_ms is None else now_ms
         if not self._loaded:
             return ListTransactionsResult(_E.coordinator_load_in_progress.value)
         names = {s.value for s in TxnState}
@@ -1018,7 +1034,7 @@ class TransactionCoordinatorState:
                 continue
             if states_given and txn.state.value not in wanted_states:
                 continue
-            if duration_filter_ms >= 0 and now_ms - txn.start_ms <= duration_filter_ms:
+            if duration_filter_ms >= 0 and now - txn.start_ms <= duration_filter_ms:
                 continue
             out.append(TxnListing(tid, txn.producer_id, txn.state.value))
         return ListTransactionsResult(NONE, unknown, out)
