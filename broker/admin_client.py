@@ -27,6 +27,18 @@ class AdminConnection:
             raise RuntimeError(f"correlation id {correlation} != {self._correlation}")
         return response
 
+    def request_frame(self, api_key: int, version: int, message: Any) -> bytes:
+        """Send a request; the response frame undecoded (after the correlation id)."""
+        self._correlation += 1
+        self.sock.sendall(encode_request(api_key, version, self._correlation, "txbroker-cli",
+                                         message))
+        (size,) = struct.unpack(">i", self._recv(4))
+        frame = self._recv(size)
+        (correlation,) = struct.unpack_from(">i", frame, 0)
+        if correlation != self._correlation:
+            raise RuntimeError(f"correlation id {correlation} != {self._correlation}")
+        return frame[4:]
+
     def _recv(self, n: int) -> bytes:
         buf = bytearray()
         while len(buf) < n:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import datetime
 import sys
 import time
+from types import SimpleNamespace
 
 from kio.schema.describe_producers.v0 import request as dp
 from kio.schema.describe_transactions.v0 import request as dt
@@ -16,6 +17,15 @@ from kio.schema.errors import ErrorCode
 from kio.schema.list_transactions.v1 import request as lt
 from kio.schema.metadata.v12 import request as md
 from kio.schema.write_txn_markers.v1 import request as wm
+
+from protocol.primitives import (
+    read_compact_nullable_string,
+    read_int16,
+    read_int32,
+    read_int64,
+    read_unsigned_varint,
+    skip_tagged_fields,
+)
 
 from .admin_client import AdminConnection
 
@@ -50,10 +60,43 @@ def cmd_list(conn: AdminConnection, args) -> int:
     return 0
 
 
+def _describe_transactions(conn: AdminConnection, tids: tuple[str, ...]) -> list[SimpleNamespace]:
+    """DescribeTransactions v0 (flexible), decoded here: kio cannot read the start time
+    -1 that Kafka (and txbroker) send for an id without an ongoing transaction."""
+    buf = conn.request_frame(65, 0, dt.DescribeTransactionsRequest(transactional_ids=tids))
+    off = skip_tagged_fields(buf, 0)
+    _throttle, off = read_int32(buf, off)
+    n, off = read_unsigned_varint(buf, off)
+    states = []
+    for _ in range(max(n - 1, 0)):
+        error, off = read_int16(buf, off)
+        tid, off = read_compact_nullable_string(buf, off)
+        state, off = read_compact_nullable_string(buf, off)
+        timeout, off = read_int32(buf, off)
+        start, off = read_int64(buf, off)
+        pid, off = read_int64(buf, off)
+        epoch, off = read_int16(buf, off)
+        topics = []
+        count, off = read_unsigned_varint(buf, off)
+        for _ in range(max(count - 1, 0)):
+            topic, off = read_compact_nullable_string(buf, off)
+            parts = []
+            m, off = read_unsigned_varint(buf, off)
+            for _ in range(max(m - 1, 0)):
+                p, off = read_int32(buf, off)
+                parts.append(p)
+            off = skip_tagged_fields(buf, off)
+            topics.append(SimpleNamespace(topic=topic, partitions=parts))
+        off = skip_tagged_fields(buf, off)
+        states.append(SimpleNamespace(
+            error_code=ErrorCode(error), transactional_id=tid, transaction_state=state,
+            transaction_timeout=timeout, transaction_start_time=start, producer_id=pid,
+            producer_epoch=epoch, topics=topics))
+    return states
+
+
 def cmd_describe(conn: AdminConnection, args) -> int:
-    resp = conn.request(65, 0, dt.DescribeTransactionsRequest(
-        transactional_ids=(args.transactional_id,)))
-    [state] = resp.transaction_states
+    [state] = _describe_transactions(conn, (args.transactional_id,))
     if state.error_code != ErrorCode.none:
         print(f"error: {state.error_code.name.upper()}", file=sys.stderr)
         return 1
@@ -104,9 +147,7 @@ def cmd_find_hanging(conn: AdminConnection, args) -> int:
             state_filters=(), producer_id_filters=(producer.producer_id,), duration_filter=-1))
         known = False
         for t in listed.transaction_states:
-            desc = conn.request(65, 0, dt.DescribeTransactionsRequest(
-                transactional_ids=(t.transactional_id,)))
-            for s in desc.transaction_states:
+            for s in _describe_transactions(conn, (t.transactional_id,)):
                 if s.producer_id == producer.producer_id and s.transaction_state == "Ongoing" \
                         and any(x.topic == args.topic and partition in x.partitions
                                 for x in s.topics):

@@ -19,8 +19,9 @@ async def handle(ctx, request):
     out = []
     for tid in request.transactional_ids:
         d = state.describe(tid)
-        # kio writes the datetime as epoch ms; -1 (no transaction) is one ms before the epoch.
-        start = datetime.datetime.fromtimestamp((d.start_time_ms if d.start_time_ms > 0 else -1)
+        # kio writes the datetime as epoch ms; -1 (no transaction) is one ms before the epoch;
+        # an error keeps the message default 0, as Kafka answers.
+        start = datetime.datetime.fromtimestamp((d.start_time_ms if d.start_time_ms >= 0 else -1)
                                                 / 1000, tz=datetime.UTC)
         out.append(build(
             schema.TransactionState, error_code=code(d.error), transactional_id=tid,

@@ -1,0 +1,294 @@
+"""Broker crashes in the middle of EndTxn's commit protocol (fault points), then a
+restart without the fault: the transaction ends committed in every partition (its
+data partitions and the group's __consumer_offsets partition) or aborted in every
+one, no acknowledged record is lost, and the producer (or a new one with the same
+transactional.id) carries on.
+
+Every fault point lies after PrepareCommit/PrepareAbort is durable, so the decision
+survives the crash and recovery on start completes it: the expected outcome is the
+producer's decision. Broker processes (exit 137 at the point) for each point; the
+in-process fixture (``txbroker.faults.arm`` + ``txbroker.restart()``) once.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+
+import pytest
+
+from coordinator.group.coordinator import OFFSETS_TOPIC
+from coordinator.internal_topic import partition_for
+from protocol.records import ControlType, control_type_of, decode_records, iter_batches
+from tests.helpers import BrokerProcess, RawClient
+
+from .clients import Msg, produce
+from .txn_util import (
+    TXN_CONFIG,
+    TxnProducer,
+    describe_transaction,
+    offset_fetch,
+    read_all,
+    unique,
+    wait_state,
+)
+
+PARTITIONS = 2
+# librdkafka >= 2.10 re-bootstraps when every broker is down and then decommissions
+# the broker; a group coordinator cached on a decommissioned broker makes the next
+# send_offsets_to_transaction() hang past its timeout (librdkafka issue #5511).
+# The single broker restarting is exactly that case: keep the old recovery strategy.
+CLIENT_CONFIG = {"confluent": {"metadata.recovery.strategy": "none"}}
+
+
+def create_topics(bootstrap: str, *names: str, partitions: int = PARTITIONS) -> None:
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for f in admin.create_topics([NewTopic(n, partitions, 1) for n in names]).values():
+        f.result(20)
+
+
+def wait_txn_state(host: str, port: int, tid: str, states, timeout: float = 20) -> object:
+    """DescribeTransactions until the id is in one of ``states`` (the coordinator may be
+    loading after a restart)."""
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        try:
+            last = describe_transaction(host, port, tid)
+        except OSError:
+            time.sleep(0.1)
+            continue
+        if last.error_code == 0 and last.transaction_state in states:
+            return last
+        time.sleep(0.1)
+    raise AssertionError(f"{tid} never reached {states}: {last}")
+
+
+def markers_on_disk(data_dir: str, tp) -> list[str]:
+    """COMMIT/ABORT of the control batches in a partition's segment files, in order
+    (read straight from disk: the broker may be dead)."""
+    path = os.path.join(data_dir, f"{tp[0]}-{tp[1]}")
+    out = []
+    for name in sorted(n for n in os.listdir(path) if n.endswith(".log")):
+        with open(os.path.join(path, name), "rb") as f:
+            data = f.read()
+        for pos, h in iter_batches(data):
+            if h.is_control:
+                out.append(ControlType(control_type_of(decode_records(data, pos)[0])).name)
+    return out
+
+
+# What a crash at each point leaves on disk: how many partitions of the transaction
+# (sorted, so __consumer_offsets first) already hold its marker.
+MARKED_AT_CRASH = {"after_prepare_durable": 0, "before_markers": 0, "after_first_marker": 1,
+                   "before_complete": None}  # None: every partition
+
+
+def committed_offsets(host: str, port: int, group: str, tps) -> dict:
+    client = RawClient(host, port)
+    try:
+        deadline = time.monotonic() + 10
+        while True:
+            got = offset_fetch(client, group, tps, require_stable=True)
+            if all(e == 0 for e, _o in got.values()) or time.monotonic() > deadline:
+                return got
+            time.sleep(0.1)
+    finally:
+        client.close()
+
+
+class Commit(threading.Thread):
+    """producer.commit()/abort() in a thread: it blocks while the broker is down."""
+
+    def __init__(self, producer: TxnProducer, commit: bool) -> None:
+        super().__init__(daemon=True)
+        self.producer = producer
+        self.commit = commit
+        self.error: BaseException | None = None
+        self.finished = threading.Event()
+
+    def run(self) -> None:
+        try:
+            if self.commit:
+                self.producer.commit()
+            else:
+                self.producer.abort()
+        except BaseException as e:  # reported to the test
+            self.error = e
+        finally:
+            self.finished.set()
+
+
+CASES = [
+    # (fault point, action, producer client, commit?, successor client or None)
+    ("after_prepare_durable", "crash", "kafka-python", True, None),
+    ("before_markers", "crash", "confluent", True, None),
+    ("after_first_marker", "crash", "aiokafka", True, None),
+    ("before_complete", "crash", "kafka-python", True, None),
+    ("drop_end_txn_response", "drop", "confluent", True, None),
+    ("drop_end_txn_response", "crash", "kafka-python", True, None),
+    ("after_first_marker", "crash", "confluent", False, None),
+    # A new producer (another client) with the same transactional.id takes over right
+    # after the restart: its InitProducerId must not undo the recovered commit.
+    ("after_first_marker", "crash", "aiokafka", True, "confluent"),
+]
+
+
+@pytest.mark.parametrize(("point", "action", "client", "commit", "successor"), CASES,
+                         ids=[f"{p}-{a}-{c}-{'commit' if k else 'abort'}"
+                              + (f"-then-{n}" if n else "") for p, a, c, k, n in CASES])
+def test_crash_in_end_txn_then_restart(tmp_path, point, action, client, commit, successor):
+    overrides = dict(TXN_CONFIG)
+    overrides["txbroker.fault.points"] = f"{point}={action}"
+    broker = BrokerProcess(str(tmp_path / "data"), overrides)
+    broker.start()
+    try:
+        data_a, data_b, source = unique("crash-a"), unique("crash-b"), unique("crash-in")
+        create_topics(broker.bootstrap, data_a, data_b, source)
+        group, tid = unique("crash-group"), unique(f"crash-{client}")
+        # Acknowledged (acks=all) plain records before the transaction.
+        acked = [Msg(None, b"acked-%d" % p, partition=p) for p in range(PARTITIONS)]
+        produce("kafka-python", broker.bootstrap, data_a, acked, acks="all")
+        tps = [(data_a, p) for p in range(PARTITIONS)] + [(data_b, 0)]
+        in_tps = [(source, p) for p in range(PARTITIONS)]
+        all_tps = sorted([*tps, (OFFSETS_TOPIC, partition_for(
+            group, int(TXN_CONFIG["offsets.topic.num.partitions"])))])
+        kind = "COMMIT" if commit else "ABORT"
+
+        producer = TxnProducer(client, broker.bootstrap, tid, **CLIENT_CONFIG.get(client, {}))
+        producer.init()
+        # The transaction the fault hits: records in three partitions, the group's
+        # offsets in its __consumer_offsets partition.
+        producer.begin()
+        for i in range(2):
+            for t, p in tps:
+                producer.send(t, b"t1-%s-%d-%d" % (t.encode(), p, i), partition=p)
+        producer.send_offsets({tp: 7 for tp in in_tps}, group)
+        producer.flush()
+        before = len(broker.output)
+        ending = Commit(producer, commit)
+        ending.start()
+        if action == "crash":
+            assert broker.proc.wait(20) == 137, broker.log_text()[-3000:]
+            assert f"crashing at {point}" in "".join(broker.output[before:])
+            marked = [markers_on_disk(broker.data_dir, tp) for tp in all_tps]
+            if point in MARKED_AT_CRASH:
+                n = MARKED_AT_CRASH[point]
+                n = len(all_tps) if n is None else n
+                assert marked == [[kind]] * n + [[]] * (len(all_tps) - n), (point, marked)
+            broker.overrides.pop("txbroker.fault.points")
+            broker.start()
+        if successor is not None:
+            old, client = producer, successor
+            producer = TxnProducer(client, broker.bootstrap, tid,
+                                   **CLIENT_CONFIG.get(client, {}))
+            producer.init()  # CONCURRENT_TRANSACTIONS (retried) while recovery completes
+            ending.join(45)
+            old.close()
+        ending.join(45)
+        assert ending.finished.is_set(), f"{client} commit/abort still blocked after restart"
+        final = ["CompleteCommit" if commit else "CompleteAbort"]
+        state = wait_txn_state(broker.host, broker.port, tid,
+                               ["Empty"] if successor is not None else final)
+        assert state.producer_id >= 0
+        if action == "drop":
+            assert "fault point drop_end_txn_response fired" in broker.log_text()
+        # Every partition ends with the same decision (recovery may write a marker twice).
+        for tp in all_tps:
+            marked = markers_on_disk(broker.data_dir, tp)
+            assert marked and set(marked) == {kind}, (tp, marked)
+
+        values = {tp: [b"t1-%s-%d-%d" % (tp[0].encode(), tp[1], i) for i in range(2)]
+                  for tp in tps}
+        expected = {tp: (v if commit else []) for tp, v in values.items()}
+        for p in range(PARTITIONS):
+            expected[(data_a, p)] = [b"acked-%d" % p, *expected[(data_a, p)]]
+        ends = _log_ends(broker, tps)
+        for reader in ("kafka-python", "confluent"):
+            got = read_all(reader, broker.bootstrap, ends)
+            got = {tp: got.get(tp, []) for tp in tps}
+            assert got == expected, (reader, point)
+        want_offsets = {tp: (0, 7 if commit else -1) for tp in in_tps}
+        assert committed_offsets(broker.host, broker.port, group, in_tps) == want_offsets
+
+        # The producer carries on, or (when its client gave up) a new one with the id.
+        if ending.error is not None and successor is None:
+            producer.close()
+            producer = TxnProducer(client, broker.bootstrap, tid,
+                                   **CLIENT_CONFIG.get(client, {}))
+            producer.init()
+        producer.begin()
+        for t, p in tps:
+            producer.send(t, b"t2", partition=p)
+        producer.send_offsets({tp: 9 for tp in in_tps}, group)
+        producer.commit()
+        producer.close()
+        wait_txn_state(broker.host, broker.port, tid, ["CompleteCommit"])
+        ends = _log_ends(broker, tps)
+        got = read_all("aiokafka", broker.bootstrap, ends)
+        assert {tp: got.get(tp, []) for tp in tps} == {tp: [*v, b"t2"]
+                                                       for tp, v in expected.items()}
+        assert committed_offsets(broker.host, broker.port, group, in_tps) == {
+            tp: (0, 9) for tp in in_tps}
+        assert broker.terminate() == 0
+    finally:
+        broker.kill()
+
+
+def _log_ends(broker: BrokerProcess, tps) -> dict:
+    from .txn_util import list_offsets
+
+    client = RawClient(broker.host, broker.port)
+    try:
+        return {tp: list_offsets(client, tp, read_committed=False) for tp in tps}
+    finally:
+        client.close()
+
+
+@pytest.fixture
+def txbroker_config() -> dict[str, str]:
+    return dict(TXN_CONFIG)
+
+
+def test_in_process_crash_before_complete_then_restart(txbroker):
+    """The pytest fixture's API: arm a crash fault, restart the broker in-process."""
+    topic, source = unique("inproc"), unique("inproc-in")
+    txbroker.create_topic(topic, 2)
+    txbroker.create_topic(source, 1)
+    tps = [(topic, 0), (topic, 1)]
+    tid, group = unique("inproc-tid"), unique("inproc-group")
+    producer = TxnProducer("confluent", txbroker.bootstrap, tid, **CLIENT_CONFIG["confluent"])
+    try:
+        producer.init()
+        producer.begin()
+        for t, p in tps:
+            producer.send(t, b"v%d" % p, partition=p)
+        producer.send_offsets({(source, 0): 3}, group)
+        producer.flush()
+        txbroker.faults.arm("before_complete", "crash")
+        ending = Commit(producer, True)
+        ending.start()
+        deadline = time.monotonic() + 10
+        while not txbroker.crashed and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert txbroker.crashed
+        assert txbroker.faults.fired == ["before_complete"]
+        txbroker.restart()
+        ending.join(30)
+        assert ending.finished.is_set() and ending.error is None, ending.error
+        wait_state(txbroker, tid, ["CompleteCommit"])
+        ends = txbroker.call(lambda b: {tp: b.logs.get_log(*tp).log_end_offset for tp in tps})
+        assert read_all("kafka-python", txbroker.bootstrap, ends) == {
+            (topic, 0): [b"v0"], (topic, 1): [b"v1"]}
+        client = RawClient(txbroker.host, txbroker.port)
+        assert offset_fetch(client, group, [(source, 0)]) == {(source, 0): (0, 3)}
+        client.close()
+        producer.begin()
+        producer.send(topic, b"after", partition=0)
+        producer.commit()
+        wait_state(txbroker, tid, ["CompleteCommit"])
+    finally:
+        producer.close()

@@ -1,0 +1,376 @@
+"""Transactions on the raw wire (kio messages over RawClient, batches from
+protocol.records.build_batch): duplicates and sequence gaps, transactional batches
+outside the transaction or without a transactional id, EndTxn retries, timeouts out
+of range, CONCURRENT_TRANSACTIONS while a commit's markers are delayed, KIP-447
+UNSTABLE_OFFSET_COMMIT; and KIP-664: DescribeTransactions, ListTransactions,
+DescribeProducers and the ``txbroker transactions`` command line.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from broker import transactions_cli
+from broker.cli import main as cli_main
+from protocol.errors import ErrorCode
+from protocol.records import decode_records, iter_batches
+
+from .txn_util import (
+    TXN_CONFIG,
+    RawTxn,
+    describe_producers,
+    describe_transactions,
+    list_offsets,
+    list_transactions,
+    offset_fetch,
+    read_all,
+    unique,
+    wait_state,
+)
+from .wire_util import (
+    FETCH,
+    connect,
+    fetch_partition,
+    fetch_request,
+    log_end_offset,
+)
+
+ROOT = Path(__file__).resolve().parents[2]
+_E = ErrorCode
+NONE = 0
+
+
+@pytest.fixture
+def txbroker_config() -> dict[str, str]:
+    return dict(TXN_CONFIG, **{"transaction.max.timeout.ms": "120000"})
+
+
+def committed_values(client, tp, start: int = 0) -> list[bytes]:
+    """Values a read_committed Fetch returns from ``start``, aborted transactions and
+    control batches dropped (what a client does with the aborted list)."""
+    r = client.request(FETCH, 12, fetch_request({tp[0]: {tp[1]: start}}, isolation_level=1))
+    part = fetch_partition(r, *tp)
+    data = part.records or b""
+    aborted = sorted((a.first_offset, a.producer_id) for a in (part.aborted_transactions or ()))
+    skipping: set[int] = set()
+    out = []
+    for pos, h in iter_batches(data):
+        for first, pid in aborted:
+            if first <= h.last_offset and pid == h.producer_id:
+                skipping.add(pid)
+        if h.is_control:
+            skipping.discard(h.producer_id)
+            continue
+        if h.is_transactional and h.producer_id in skipping:
+            continue
+        out.extend(r.value for r in decode_records(data, pos))
+    return out
+
+
+# --- 7. idempotence and transactional produce ------------------------------------------------
+
+
+def test_duplicates_gaps_and_partitions_outside_the_transaction(txbroker):
+    topic = unique("wire-txn")
+    txbroker.create_topic(topic, 3)
+    tp0, tp1, tp2 = (topic, 0), (topic, 1), (topic, 2)
+    client = connect(txbroker)
+    txn = RawTxn(client, unique("wire-tid"))
+    assert txn.init().error_code == NONE
+    assert txn.add_partitions([tp0, tp1]) == {tp0: NONE, tp1: NONE}
+
+    first = txn.batch(tp0, [b"a", b"b", b"c"])  # sequences 0-2
+    assert txn.produce(tp0, first) == (NONE, 0)
+    # Someone else writes in between (a plain batch).
+    plain = RawTxn(client, None)
+    assert plain.produce(tp0, plain.batch(tp0, [b"plain"], sequence=-1, transactional=False),
+                         transactional_id=None) == (NONE, 3)
+    # A retry of the first batch: its original offset, nothing appended.
+    assert txn.produce(tp0, first) == (NONE, 0)
+    assert log_end_offset(txbroker, topic, 0) == 4
+    second = txn.batch(tp0, [b"d"])  # sequence 3
+    assert txn.produce(tp0, second) == (NONE, 4)
+    assert txn.produce(tp0, first) == (NONE, 0)  # still remembered (last five batches)
+    # A gap in the sequence.
+    gap = txn.batch(tp0, [b"x"], sequence=7)
+    assert txn.produce(tp0, gap)[0] == _E.out_of_order_sequence_number.value
+    # A partition not added to the transaction.
+    outside = txn.batch(tp2, [b"y"])
+    assert txn.produce(tp2, outside)[0] == _E.invalid_txn_state.value
+    # Transactional records without a transactional id.
+    anonymous = txn.batch(tp1, [b"z"], sequence=0)
+    assert txn.produce(tp1, anonymous, transactional_id=None)[0] == \
+        _E.transactional_id_authorization_failed.value
+    assert log_end_offset(txbroker, topic, 0) == 5
+    assert log_end_offset(txbroker, topic, 1) == 0
+    assert log_end_offset(txbroker, topic, 2) == 0
+    assert txn.produce(tp1, txn.batch(tp1, [b"e"])) == (NONE, 0)
+
+    assert txn.end(commit=True) == NONE
+    wait_state(txbroker, txn.transactional_id, ["CompleteCommit"])
+    assert txn.end(commit=True) == NONE  # a retry after it completed
+    assert txn.end(commit=False) == _E.invalid_txn_state.value
+    assert committed_values(client, tp0) == [b"a", b"b", b"c", b"plain", b"d"]
+    assert committed_values(client, tp1) == [b"e"]
+    # The next transaction goes on with the sequences; a stale one is a gap again.
+    assert txn.add_partitions([tp0]) == {tp0: NONE}
+    assert txn.produce(tp0, txn.batch(tp0, [b"f"])) == (NONE, 6)
+    assert txn.produce(tp0, txn.batch(tp0, [b"g"], sequence=0))[0] == \
+        _E.out_of_order_sequence_number.value
+    assert txn.end(commit=False) == NONE
+    wait_state(txbroker, txn.transactional_id, ["CompleteAbort"])
+    assert committed_values(client, tp0) == [b"a", b"b", b"c", b"plain", b"d"]
+    client.close()
+
+
+def test_idempotent_producer_duplicates_and_gaps(txbroker):
+    topic = unique("wire-idem")
+    txbroker.create_topic(topic, 1)
+    tp = (topic, 0)
+    client = connect(txbroker)
+    idem = RawTxn(client, None)
+    r = idem.init()
+    assert r.error_code == NONE and r.producer_id >= 0 and r.producer_epoch == 0
+    one = idem.batch(tp, [b"1", b"2"], transactional=False)
+    assert idem.produce(tp, one, transactional_id=None) == (NONE, 0)
+    assert idem.produce(tp, one, transactional_id=None) == (NONE, 0)
+    two = idem.batch(tp, [b"3"], transactional=False)
+    assert idem.produce(tp, two, transactional_id=None) == (NONE, 2)
+    gap = idem.batch(tp, [b"4"], sequence=9, transactional=False)
+    assert idem.produce(tp, gap, transactional_id=None)[0] == \
+        _E.out_of_order_sequence_number.value
+    assert log_end_offset(txbroker, topic) == 3
+    client.close()
+
+
+def test_init_producer_id_transaction_timeout_above_the_maximum(txbroker):
+    client = connect(txbroker)
+    for version in (0, 4):
+        txn = RawTxn(client, unique("wire-timeout"))
+        r = txn.init(timeout_ms=120001, version=version, expect_ok=False)
+        assert r.error_code == _E.invalid_transaction_timeout.value
+        assert txn.init(timeout_ms=120000, version=version).error_code == NONE
+    client.close()
+
+
+def test_concurrent_transactions_while_markers_are_delayed(txbroker):
+    """EndTxn is answered once PrepareCommit is durable; while its markers are delayed
+    (before_markers=delay:1500) the transaction is still in PrepareCommit: another
+    AddPartitionsToTxn, InitProducerId or EndTxn gets CONCURRENT_TRANSACTIONS, and
+    read_committed readers stay at the LSO. Afterwards everything proceeds."""
+    topic = unique("wire-concurrent")
+    txbroker.create_topic(topic, 2)
+    tp0, tp1 = (topic, 0), (topic, 1)
+    client = connect(txbroker)
+    txn = RawTxn(client, unique("wire-concurrent-tid"))
+    assert txn.init().error_code == NONE
+    assert txn.add_partitions([tp0, tp1]) == {tp0: NONE, tp1: NONE}
+    for tp in (tp0, tp1):
+        assert txn.produce(tp, txn.batch(tp, [b"v"])) == (NONE, 0)
+    txbroker.faults.arm("before_markers", "delay:1500")
+    started = time.monotonic()
+    assert txn.end(commit=True) == NONE
+    assert time.monotonic() - started < 1.0, "EndTxn waited for the markers"
+    concurrent = _E.concurrent_transactions.value
+    assert txn.add_partitions([tp0]) == {tp0: concurrent}
+    assert txn.add_offsets(unique("g")) == concurrent
+    assert txn.end(commit=True) == concurrent
+    assert txn.init(kip360=True, expect_ok=False).error_code == concurrent
+    assert txn.init(expect_ok=False).error_code == concurrent  # a new producer instance
+    assert list_offsets(client, tp0, read_committed=True) == 0
+    assert list_offsets(client, tp0, read_committed=False) == 1
+    assert committed_values(client, tp0) == []
+    assert txbroker.faults.fired == ["before_markers"]
+    wait_state(txbroker, txn.transactional_id, ["CompleteCommit"], timeout=10)
+    assert time.monotonic() - started >= 1.4
+    assert list_offsets(client, tp0, read_committed=True) == 2
+    assert committed_values(client, tp1) == [b"v"]
+    epoch = txn.epoch
+    assert txn.init(kip360=True).error_code == NONE and txn.epoch == epoch + 1
+    assert txn.add_partitions([tp0]) == {tp0: NONE}
+    client.close()
+
+
+# --- KIP-447 on the wire ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("commit", [True, False], ids=["commit", "abort"])
+def test_offset_fetch_require_stable_between_txn_offset_commit_and_end_txn(txbroker, commit):
+    topic = unique("wire-offsets")
+    txbroker.create_topic(topic, 2)
+    tps = [(topic, 0), (topic, 1)]
+    group = unique("wire-group")
+    client = connect(txbroker)
+    txn = RawTxn(client, unique("wire-offsets-tid"))
+    assert txn.init().error_code == NONE
+    # Without AddOffsetsToTxn the group's partition is not part of the transaction.
+    assert txn.txn_offset_commit(group, {tps[0]: 1}) == {tps[0]: _E.invalid_txn_state.value}
+    assert txn.add_offsets(group) == NONE
+    assert txn.txn_offset_commit(group, {tps[0]: 5, tps[1]: 8}) == {tps[0]: NONE, tps[1]: NONE}
+    unstable = _E.unstable_offset_commit.value
+    assert offset_fetch(client, group, tps) == {tp: (unstable, -1) for tp in tps}
+    assert offset_fetch(client, group, tps, require_stable=False) == {tp: (NONE, -1)
+                                                                      for tp in tps}
+    assert txn.end(commit=commit) == NONE
+    wait_state(txbroker, txn.transactional_id, ["CompleteCommit", "CompleteAbort"])
+    want = {tps[0]: (NONE, 5), tps[1]: (NONE, 8)} if commit else {tp: (NONE, -1) for tp in tps}
+    assert offset_fetch(client, group, tps) == want
+    assert offset_fetch(client, group, tps, require_stable=False) == want
+    client.close()
+
+
+# --- 8. KIP-664: describe, list, find and abort hanging transactions ----------------------------
+
+
+def cli(txbroker, *args: str, process: bool = False) -> subprocess.CompletedProcess:
+    """``txbroker transactions ARGS``: as a subprocess (``python -m broker``), or, to save
+    the interpreter start, through the same entry point in this process."""
+    argv = ["transactions", "--bootstrap-server", txbroker.bootstrap, *args]
+    if process:
+        return subprocess.run([sys.executable, "-m", "broker", *argv], cwd=ROOT,
+                              capture_output=True, text=True, timeout=30)
+    out, err = io.StringIO(), io.StringIO()
+    saved = transactions_cli.OUT
+    transactions_cli.OUT = out
+    try:
+        with contextlib.redirect_stderr(err):
+            code = cli_main(argv)
+    finally:
+        transactions_cli.OUT = saved
+    return subprocess.CompletedProcess(argv, code, out.getvalue(), err.getvalue())
+
+
+def rows(output: str) -> list[list[str]]:
+    """A CLI table without its header, split on whitespace."""
+    return [line.split() for line in output.strip().splitlines()[1:]]
+
+
+def test_kip664_admin_apis_and_cli_abort_hanging_transaction(txbroker):
+    """A producer that vanished with an open transaction (timeout 100 s) holds back
+    read_committed readers. DescribeTransactions, ListTransactions and
+    DescribeProducers show it; ``txbroker transactions find-hanging`` finds it (by age,
+    or because its coordinator forgot it) and ``abort --start-offset`` writes the ABORT
+    marker that releases the readers."""
+    topic = unique("hanging")
+    txbroker.create_topic(topic, 2)
+    tp0, tp1 = (topic, 0), (topic, 1)
+    client = connect(txbroker)
+    plain = RawTxn(client, None)
+    assert plain.produce(tp0, plain.batch(tp0, [b"before"], sequence=-1, transactional=False),
+                         transactional_id=None) == (NONE, 0)
+    tid = unique("hanging-tid")
+    txn = RawTxn(client, tid, timeout_ms=100000)
+    assert txn.init().error_code == NONE
+    assert txn.add_partitions([tp0, tp1]) == {tp0: NONE, tp1: NONE}
+    assert txn.produce(tp0, txn.batch(tp0, [b"t0", b"t1"])) == (NONE, 1)
+    assert txn.produce(tp1, txn.batch(tp1, [b"u0"])) == (NONE, 0)
+    assert plain.produce(tp0, plain.batch(tp0, [b"after"], sequence=-1, transactional=False),
+                         transactional_id=None) == (NONE, 3)
+    assert list_offsets(client, tp0, read_committed=True) == 1
+
+    # DescribeTransactions / ListTransactions / DescribeProducers.
+    desc = describe_transactions(client, tid, "no-such-id")
+    d = desc[tid]
+    assert d.error_code == NONE and d.transaction_state == "Ongoing"
+    assert (d.producer_id, d.producer_epoch) == (txn.producer_id, txn.epoch)
+    assert d.transaction_timeout.total_seconds() == 100
+    assert {t.topic: sorted(t.partitions) for t in d.topics} == {topic: [0, 1]}
+    assert abs(d.transaction_start_time.timestamp() - time.time()) < 30
+    assert desc["no-such-id"].error_code == _E.transactional_id_not_found.value
+    listed = list_transactions(client, states=["Ongoing"])
+    assert listed.error_code == NONE and listed.unknown_state_filters == ()
+    assert (tid, txn.producer_id, "Ongoing") in {
+        (t.transactional_id, t.producer_id, t.transaction_state)
+        for t in listed.transaction_states}
+    assert tid not in {t.transactional_id for t in
+                       list_transactions(client, states=["CompleteCommit"]).transaction_states}
+    assert list_transactions(client, states=["Bogus"]).unknown_state_filters == ("Bogus",)
+    assert [t.transactional_id for t in list_transactions(
+        client, producer_ids=[txn.producer_id]).transaction_states] == [tid]
+    assert tid in {t.transactional_id for t in list_transactions(client, duration_ms=0,
+                                                                 ).transaction_states}
+    assert tid not in {t.transactional_id for t in list_transactions(
+        client, duration_ms=3_600_000).transaction_states}
+    assert list_transactions(client, version=0).error_code == NONE
+    p = describe_producers(client, tp0)
+    assert p.error_code == NONE
+    [producer] = [x for x in p.active_producers if x.producer_id == txn.producer_id]
+    assert (producer.producer_epoch, producer.last_sequence,
+            producer.current_txn_start_offset) == (txn.epoch, 1, 1)
+    assert describe_producers(client, (topic, 7)).error_code == \
+        _E.unknown_topic_or_partition.value
+
+    # The command line.
+    out = cli(txbroker, "list", process=True)
+    assert out.returncode == 0, out.stderr
+    assert [tid, str(txn.producer_id), "Ongoing"] in rows(out.stdout)
+    out = cli(txbroker, "list", "--state", "CompleteAbort")
+    assert out.returncode == 0 and tid not in out.stdout
+    out = cli(txbroker, "describe", tid, process=True)
+    assert out.returncode == 0, out.stderr
+    [row] = rows(out.stdout)
+    assert row[:5] == [tid, str(txn.producer_id), str(txn.epoch), "Ongoing", "100000"]
+    assert row[6] == f"{topic}-0,{topic}-1"
+    out = cli(txbroker, "describe", "no-such-id")
+    assert out.returncode == 1 and "TRANSACTIONAL_ID_NOT_FOUND" in out.stderr, out.stderr
+    # An id without an ongoing transaction: Kafka sends start time -1 (kio cannot read it).
+    idle = RawTxn(client, unique("idle-tid"))
+    assert idle.init().error_code == NONE
+    out = cli(txbroker, "describe", idle.transactional_id)
+    assert out.returncode == 0, out.stderr
+    assert rows(out.stdout) == [[idle.transactional_id, str(idle.producer_id), "0", "Empty",
+                                 "60000", "-", "-"]]
+    # Its coordinator knows it and it is young: not hanging.
+    out = cli(txbroker, "find-hanging", "--topic", topic)
+    assert out.returncode == 0 and rows(out.stdout) == [], out.stdout
+    # Older than a (tiny) maximum transaction timeout: hanging, in both partitions.
+    out = cli(txbroker, "find-hanging", "--topic", topic, "--max-transaction-timeout", "0",
+              process=True)
+    assert out.returncode == 0, out.stderr
+    assert sorted((r[1], r[2], r[5]) for r in rows(out.stdout)) == [
+        ("0", str(txn.producer_id), "1"), ("1", str(txn.producer_id), "0")]
+
+    # Abort it in partition 0 by its start offset: readers of partition 0 move on.
+    out = cli(txbroker, "abort", "--topic", topic, "--partition", "0", "--start-offset", "2")
+    assert out.returncode == 1 and "no open transaction starts at offset 2" in out.stderr
+    out = cli(txbroker, "abort", "--topic", topic, "--partition", "0", "--start-offset", "1",
+              process=True)
+    assert out.returncode == 0, out.stderr
+    assert list_offsets(client, tp0, read_committed=True) == 5
+    assert committed_values(client, tp0) == [b"before", b"after"]
+    assert read_all("confluent", txbroker.bootstrap, {tp0: 5}) == {tp0: [b"before", b"after"]}
+    assert describe_producers(client, tp0).active_producers[0].current_txn_start_offset == -1
+    # Partition 1 is still held by the transaction.
+    assert list_offsets(client, tp1, read_committed=True) == 0
+    out = cli(txbroker, "find-hanging", "--topic", topic, "--max-transaction-timeout", "0")
+    assert [r[1] for r in rows(out.stdout)] == ["1"]
+
+    # A transaction its coordinator no longer knows (here: forgotten on purpose, as after
+    # losing __transaction_state): hanging without any age limit; abort by producer id.
+    txbroker.call(lambda b: b.transactions.state._txns.pop(tid))
+    out = cli(txbroker, "find-hanging", "--topic", topic)
+    assert [(r[1], r[5]) for r in rows(out.stdout)] == [("1", "0")]
+    out = cli(txbroker, "abort", "--topic", topic, "--partition", "1",
+              "--producer-id", str(txn.producer_id), "--producer-epoch", str(txn.epoch))
+    assert out.returncode == 0, out.stderr
+    assert list_offsets(client, tp1, read_committed=True) == 2
+    assert read_all("kafka-python", txbroker.bootstrap, {tp0: 5, tp1: 2}) == {
+        tp0: [b"before", b"after"]}
+    out = cli(txbroker, "find-hanging", "--topic", topic, "--max-transaction-timeout", "0")
+    assert rows(out.stdout) == []
+    client.close()
+
+
+def test_cli_cannot_reach_broker():
+    class Nowhere:
+        bootstrap = "127.0.0.1:1"
+
+    out = cli(Nowhere, "list")
+    assert out.returncode == 1 and "cannot reach" in out.stderr
