@@ -6,8 +6,9 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from protocol.records import Record, build_batch, decode_records, read_header
+from protocol.records import BatchHeader, Record, build_batch, decode_records, read_header
 from storage.log import AppendResult, PartitionLog, now_ms
+from storage.manager import LogManager
 
 
 def java_string_hash(text: str) -> int:
@@ -38,23 +39,24 @@ def append_records(plog: PartitionLog, records: list[tuple[bytes, bytes | None]]
     return plog.append(batch, read_header(batch))
 
 
-def iter_records(plog: PartitionLog, start_offset: int | None = None,
-                 end_offset: int | None = None) -> Iterator[Record]:
-    """Every data record from ``start_offset`` (default: log start) below ``end_offset``
-    (default: log end), skipping control batches. Used to load coordinator state."""
-    offset = plog.log_start_offset if start_offset is None else start_offset
-    end = plog.log_end_offset if end_offset is None else end_offset
-    while offset < end:
-        result = plog.read(offset, 1 << 20, max_offset=end, min_one=True)
-        if not result.data:
-            break
-        data = result.data
-        pos = 0
-        while pos < len(data):
-            header = read_header(data, pos)
-            if not header.is_control:
-                for rec in decode_records(data, pos):
-                    if rec.offset >= offset:
-                        yield rec
-            pos += header.size
-        offset = result.next_offset
+def iter_topic_batches(logs: LogManager, topic: str
+                       ) -> Iterator[tuple[PartitionLog, BatchHeader, list[Record]]]:
+    """Every batch of every partition of ``topic`` in log order, with its decoded
+    records (control batches included): what a coordinator replays when it loads."""
+    info = logs.topics[topic]
+    for p in range(info.partitions):
+        plog = logs.get_log(topic, p)
+        if plog is None:
+            continue
+        offset = plog.log_start_offset
+        while offset < plog.log_end_offset:
+            result = plog.read(offset, 1 << 20, max_offset=plog.log_end_offset, min_one=True)
+            if not result.data:
+                break
+            data = result.data
+            pos = 0
+            while pos < len(data):
+                header = read_header(data, pos)
+                yield plog, header, decode_records(data, pos)
+                pos += header.size
+            offset = result.next_offset

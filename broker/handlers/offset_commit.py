@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from coordinator.group.coordinator import OffsetCommitEntry
 from protocol.messages import build
 
-from ._groups import ZERO, code, ms
+from ._groups import ZERO, code, commit_entries, ms
 
 API_KEY = 8
 MIN_VERSION = 2
@@ -13,13 +12,7 @@ MAX_VERSION = 9
 
 
 async def handle(ctx, request):
-    entries = []
-    for topic in request.topics:
-        for p in topic.partitions:
-            epoch = getattr(p, "committed_leader_epoch", -1)
-            entries.append(OffsetCommitEntry(topic.name, p.partition_index, p.committed_offset,
-                                             epoch if epoch is not None and epoch >= 0 else None,
-                                             p.committed_metadata))
+    entries = commit_entries(request)
     retention = getattr(request, "retention_time", None)
     retention_ms = ms(retention) if retention is not None else -1
     results = await ctx.broker.groups.commit_offsets(

@@ -8,10 +8,9 @@ like an OffsetCommit (KIP-447).
 
 from __future__ import annotations
 
-from coordinator.group.coordinator import OffsetCommitEntry
 from protocol.messages import build
 
-from ._groups import ZERO, code
+from ._groups import ZERO, code, commit_entries
 
 API_KEY = 28
 MIN_VERSION = 0
@@ -19,13 +18,7 @@ MAX_VERSION = 3
 
 
 async def handle(ctx, request):
-    entries = []
-    for topic in request.topics:
-        for p in topic.partitions:
-            epoch = getattr(p, "committed_leader_epoch", -1)
-            entries.append(OffsetCommitEntry(topic.name, p.partition_index, p.committed_offset,
-                                             epoch if epoch is not None and epoch >= 0 else None,
-                                             p.committed_metadata))
+    entries = commit_entries(request)
     error = ctx.broker.check_txn_offset_commit(request)
     if error:
         results = {(e.topic, e.partition): error for e in entries}

@@ -22,11 +22,11 @@ from dataclasses import dataclass
 from kio.schema.errors import ErrorCode
 
 from protocol.errors import KafkaError
-from protocol.records import ControlType, control_type_of, decode_records, read_header
+from protocol.records import ControlType, control_type_of
 from storage.log import PartitionLog
 from storage.manager import LogManager
 
-from ..internal_topic import append_records, partition_for
+from ..internal_topic import append_records, iter_topic_batches, partition_for
 from .offsets import OffsetStore
 from .records import (
     OffsetKey,
@@ -141,43 +141,28 @@ class GroupCoordinator:
 
     async def _load(self) -> None:
         started = time.monotonic()
-        info = self.logs.topics[OFFSETS_TOPIC]
         records = 0
-        for p in range(info.partitions):
-            plog = self.logs.get_log(OFFSETS_TOPIC, p)
-            if plog is None:
-                continue
-            offset = plog.log_start_offset
-            while offset < plog.log_end_offset:
-                result = plog.read(offset, 1 << 20, max_offset=plog.log_end_offset, min_one=True)
-                if not result.data:
-                    break
-                data = result.data
-                pos = 0
-                while pos < len(data):
-                    header = read_header(data, pos)
-                    recs = decode_records(data, pos)
-                    if header.is_control:
-                        for rec in recs:
-                            commit = control_type_of(rec) == ControlType.COMMIT
-                            self.offsets.complete_transaction(header.producer_id, None, commit)
-                    else:
-                        pid = header.producer_id if header.is_transactional else None
-                        for rec in recs:
-                            if rec.key is None:
-                                continue
-                            try:
-                                if self.offsets.replay(rec.key, rec.value, pid) is None:
-                                    effects = self.state.replay(rec.key, rec.value, now_ms())
-                                    if effects is not None:
-                                        self._apply(effects)
-                            except ValueError as e:
-                                log.warning("%s: skipping unreadable record at offset %d: %s",
-                                            plog.name, rec.offset, e)
-                            records += 1
-                    pos += header.size
-                offset = result.next_offset
+        for n, (plog, header, recs) in enumerate(iter_topic_batches(self.logs, OFFSETS_TOPIC)):
+            if n % 100 == 99:
                 await asyncio.sleep(0)  # keep serving other requests while loading
+            if header.is_control:
+                for rec in recs:
+                    commit = control_type_of(rec) == ControlType.COMMIT
+                    self.offsets.complete_transaction(header.producer_id, None, commit)
+                continue
+            pid = header.producer_id if header.is_transactional else None
+            for rec in recs:
+                if rec.key is None:
+                    continue
+                try:
+                    if self.offsets.replay(rec.key, rec.value, pid) is None:
+                        effects = self.state.replay(rec.key, rec.value, now_ms())
+                        if effects is not None:
+                            self._apply(effects)
+                except ValueError as e:
+                    log.warning("%s: skipping unreadable record at offset %d: %s",
+                                plog.name, rec.offset, e)
+                records += 1
         for group in self.offsets.groups():
             self.state.ensure_group(group)
         self.loaded = True
@@ -312,23 +297,10 @@ class GroupCoordinator:
         self._reschedule()
         if error != _E.none.value:
             return dict.fromkeys(keys, error)
-        results: dict[tuple[str, int], int] = {}
-        records: list[tuple[bytes, bytes | None]] = []
-        accepted: list[tuple[OffsetCommitEntry, OffsetValue]] = []
         commit_ms = now_ms()
         expire_ms = commit_ms + retention_ms if retention_ms is not None and retention_ms >= 0 \
             else None
-        for e in entries:
-            if len((e.metadata or "").encode()) > self.config.offset_metadata_max_bytes:
-                results[(e.topic, e.partition)] = _E.offset_metadata_too_large.value
-                continue
-            if self.logs.get_log(e.topic, e.partition) is None:
-                results[(e.topic, e.partition)] = _E.unknown_topic_or_partition.value
-                continue
-            value = OffsetValue(e.offset, e.leader_epoch, e.metadata or "", commit_ms, expire_ms)
-            records.append((encode_offset_key(group_id, e.topic, e.partition),
-                            encode_offset_value(value)))
-            accepted.append((e, value))
+        results, records, accepted = self._offset_records(group_id, entries, commit_ms, expire_ms)
         if records:
             plog = self._partition(group_id)
             try:
@@ -344,6 +316,26 @@ class GroupCoordinator:
                                     v.metadata, v.commit_timestamp_ms, v.expire_timestamp_ms)
                 results[(e.topic, e.partition)] = _E.none.value
         return results
+
+    def _offset_records(self, group_id: str, entries: list[OffsetCommitEntry], commit_ms: int,
+                        expire_ms: int | None):
+        """Check each entry; the records to append for the valid ones.
+        Returns (errors of the rejected, records, [(entry, value)] of the accepted)."""
+        results: dict[tuple[str, int], int] = {}
+        records: list[tuple[bytes, bytes | None]] = []
+        accepted: list[tuple[OffsetCommitEntry, OffsetValue]] = []
+        for e in entries:
+            if len((e.metadata or "").encode()) > self.config.offset_metadata_max_bytes:
+                results[(e.topic, e.partition)] = _E.offset_metadata_too_large.value
+                continue
+            if self.logs.get_log(e.topic, e.partition) is None:
+                results[(e.topic, e.partition)] = _E.unknown_topic_or_partition.value
+                continue
+            value = OffsetValue(e.offset, e.leader_epoch, e.metadata or "", commit_ms, expire_ms)
+            records.append((encode_offset_key(group_id, e.topic, e.partition),
+                            encode_offset_value(value)))
+            accepted.append((e, value))
+        return results, records, accepted
 
     async def txn_commit_offsets(self, *, group_id: str, producer_id: int, producer_epoch: int,
                                  generation_id: int, member_id: str,
@@ -361,21 +353,8 @@ class GroupCoordinator:
         self._reschedule()
         if error != _E.none.value:
             return dict.fromkeys(keys, error)
-        results: dict[tuple[str, int], int] = {}
-        records: list[tuple[bytes, bytes | None]] = []
-        accepted: list[tuple[OffsetCommitEntry, OffsetValue]] = []
         commit_ms = now_ms()
-        for e in entries:
-            if len((e.metadata or "").encode()) > self.config.offset_metadata_max_bytes:
-                results[(e.topic, e.partition)] = _E.offset_metadata_too_large.value
-                continue
-            if self.logs.get_log(e.topic, e.partition) is None:
-                results[(e.topic, e.partition)] = _E.unknown_topic_or_partition.value
-                continue
-            value = OffsetValue(e.offset, e.leader_epoch, e.metadata or "", commit_ms, None)
-            records.append((encode_offset_key(group_id, e.topic, e.partition),
-                            encode_offset_value(value)))
-            accepted.append((e, value))
+        results, records, accepted = self._offset_records(group_id, entries, commit_ms, None)
         if records:
             plog = self._partition(group_id)
             try:

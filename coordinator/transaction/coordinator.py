@@ -15,11 +15,10 @@ from dataclasses import dataclass, field
 from kio.schema.errors import ErrorCode
 
 from protocol.errors import KafkaError
-from protocol.records import decode_records, read_header
 from storage.log import PartitionLog
 from storage.manager import LogManager
 
-from ..internal_topic import append_records, partition_for
+from ..internal_topic import append_records, iter_topic_batches, partition_for
 from .faults import FaultInjector
 from .markers import OFFSETS_TOPIC, write_markers
 from .state import (
@@ -39,6 +38,7 @@ log = logging.getLogger(__name__)
 
 TXN_TOPIC = "__transaction_state"
 EPOCH_FILE = "transaction-coordinator-epoch"
+COMPLETION_WAIT_S = 1.0  # longest an AddPartitionsToTxn waits for the previous commit
 _E = ErrorCode
 
 
@@ -141,34 +141,21 @@ class TransactionCoordinator:
 
     async def _load(self) -> None:
         started = time.monotonic()
-        info = self.logs.topics[TXN_TOPIC]
         count = 0
-        for p in range(info.partitions):
-            plog = self.logs.get_log(TXN_TOPIC, p)
-            if plog is None:
-                continue
-            offset = plog.log_start_offset
-            while offset < plog.log_end_offset:
-                result = plog.read(offset, 1 << 20, max_offset=plog.log_end_offset, min_one=True)
-                if not result.data:
-                    break
-                data = result.data
-                pos = 0
-                while pos < len(data):
-                    header = read_header(data, pos)
-                    if not header.is_control:
-                        for rec in decode_records(data, pos):
-                            if rec.key is None:
-                                continue
-                            try:
-                                self.state.replay(rec.key, rec.value)
-                                count += 1
-                            except ValueError as e:
-                                log.warning("%s: skipping unreadable record at offset %d: %s",
-                                            plog.name, rec.offset, e)
-                    pos += header.size
-                offset = result.next_offset
+        for n, (plog, header, recs) in enumerate(iter_topic_batches(self.logs, TXN_TOPIC)):
+            if n % 100 == 99:
                 await asyncio.sleep(0)
+            if header.is_control:
+                continue
+            for rec in recs:
+                if rec.key is None:
+                    continue
+                try:
+                    self.state.replay(rec.key, rec.value)
+                    count += 1
+                except ValueError as e:
+                    log.warning("%s: skipping unreadable record at offset %d: %s",
+                                plog.name, rec.offset, e)
         self._apply(self.state.recover(now_ms()))
         log.info("transaction coordinator (epoch %d) loaded %d record(s) from %s in %.2fs: "
                  "%d transactional id(s)", self.coordinator_epoch, count, TXN_TOPIC,
@@ -283,21 +270,45 @@ class TransactionCoordinator:
             api_version=api_version))
         return result or InitProducerIdResult(_E.coordinator_not_available.value)
 
+    async def _wait_completion(self, transactional_id: str) -> bool:
+        """Wait (bounded) while the id's previous transaction is completing. True if it
+        completed, so a CONCURRENT_TRANSACTIONS answer is worth retrying here."""
+        deadline = time.monotonic() + COMPLETION_WAIT_S
+        while time.monotonic() < deadline:
+            state = self.state.state_of(transactional_id)
+            if state is None or state.value not in ("PrepareCommit", "PrepareAbort"):
+                return True
+            await asyncio.sleep(0.001)
+        return False
+
+    async def _add_with_wait(self, transactional_id: str, call, empty):
+        # The producer's next transaction usually starts (AddPartitionsToTxn) while the
+        # previous commit's markers are still being written. Clients back off ~20 ms on
+        # CONCURRENT_TRANSACTIONS; waiting here for the completion (milliseconds) and
+        # answering then is the same outcome, sooner.
+        result = await self._call(call)
+        if result is not None and result.error == _E.concurrent_transactions.value and \
+                await self._wait_completion(transactional_id):
+            result = await self._call(call)
+        return result or empty
+
     async def add_partitions(self, transactional_id: str, producer_id: int, producer_epoch: int,
                              partitions: list[tuple[str, int]],
                              api_version: int) -> AddPartitionsResult:
-        result = await self._call(lambda t: self.state.add_partitions(
-            t, now_ms(), transactional_id, producer_id, producer_epoch, partitions,
-            api_version=api_version))
-        return result or AddPartitionsResult(_E.coordinator_not_available.value,
-                                             tuple(partitions))
+        return await self._add_with_wait(
+            transactional_id,
+            lambda t: self.state.add_partitions(t, now_ms(), transactional_id, producer_id,
+                                                producer_epoch, partitions,
+                                                api_version=api_version),
+            AddPartitionsResult(_E.coordinator_not_available.value, tuple(partitions)))
 
     async def add_offsets(self, transactional_id: str, producer_id: int, producer_epoch: int,
                           group_id: str, api_version: int) -> AddOffsetsResult:
-        result = await self._call(lambda t: self.state.add_offsets(
-            t, now_ms(), transactional_id, producer_id, producer_epoch, group_id,
-            api_version=api_version))
-        return result or AddOffsetsResult(_E.coordinator_not_available.value)
+        return await self._add_with_wait(
+            transactional_id,
+            lambda t: self.state.add_offsets(t, now_ms(), transactional_id, producer_id,
+                                             producer_epoch, group_id, api_version=api_version),
+            AddOffsetsResult(_E.coordinator_not_available.value))
 
     async def end_txn(self, transactional_id: str, producer_id: int, producer_epoch: int,
                       commit: bool, api_version: int) -> EndTxnResult:

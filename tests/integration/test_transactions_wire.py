@@ -162,8 +162,9 @@ def test_init_producer_id_transaction_timeout_above_the_maximum(txbroker):
 
 def test_concurrent_transactions_while_markers_are_delayed(txbroker):
     """EndTxn is answered once PrepareCommit is durable; while its markers are delayed
-    (before_markers=delay:1500) the transaction is still in PrepareCommit: another
-    AddPartitionsToTxn, InitProducerId or EndTxn gets CONCURRENT_TRANSACTIONS, and
+    (before_markers=delay:3000) the transaction is still in PrepareCommit: another
+    AddPartitionsToTxn or AddOffsetsToTxn waits up to a second for the completion and then
+    gets CONCURRENT_TRANSACTIONS, InitProducerId and EndTxn get it at once, and
     read_committed readers stay at the LSO. Afterwards everything proceeds."""
     topic = unique("wire-concurrent")
     txbroker.create_topic(topic, 2)
@@ -174,12 +175,14 @@ def test_concurrent_transactions_while_markers_are_delayed(txbroker):
     assert txn.add_partitions([tp0, tp1]) == {tp0: NONE, tp1: NONE}
     for tp in (tp0, tp1):
         assert txn.produce(tp, txn.batch(tp, [b"v"])) == (NONE, 0)
-    txbroker.faults.arm("before_markers", "delay:1500")
+    txbroker.faults.arm("before_markers", "delay:3000")
     started = time.monotonic()
     assert txn.end(commit=True) == NONE
     assert time.monotonic() - started < 1.0, "EndTxn waited for the markers"
     concurrent = _E.concurrent_transactions.value
+    waited = time.monotonic()
     assert txn.add_partitions([tp0]) == {tp0: concurrent}
+    assert time.monotonic() - waited >= 0.9, "AddPartitionsToTxn did not wait for completion"
     assert txn.add_offsets(unique("g")) == concurrent
     assert txn.end(commit=True) == concurrent
     assert txn.init(kip360=True, expect_ok=False).error_code == concurrent
@@ -189,7 +192,7 @@ def test_concurrent_transactions_while_markers_are_delayed(txbroker):
     assert committed_values(client, tp0) == []
     assert txbroker.faults.fired == ["before_markers"]
     wait_state(txbroker, txn.transactional_id, ["CompleteCommit"], timeout=10)
-    assert time.monotonic() - started >= 1.4
+    assert time.monotonic() - started >= 2.9
     assert list_offsets(client, tp0, read_committed=True) == 2
     assert committed_values(client, tp1) == [b"v"]
     epoch = txn.epoch
