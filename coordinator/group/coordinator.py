@@ -27,6 +27,7 @@ from storage.log import PartitionLog
 from storage.manager import LogManager
 
 from ..internal_topic import append_records, iter_topic_batches, partition_for
+from ..wake_timer import TaskSet, WakeTimer
 from .offsets import OffsetStore
 from .records import (
     OffsetKey,
@@ -82,9 +83,8 @@ class GroupCoordinator:
         self.loaded = False
         self._tokens = itertools.count(1)
         self._futures: dict[int, asyncio.Future] = {}
-        self._timer: asyncio.TimerHandle | None = None
-        self._timer_at: int | None = None
-        self._tasks: set[asyncio.Task] = set()
+        self._timer = WakeTimer(self._tick)
+        self._tasks = TaskSet()
         self._load_task: asyncio.Task | None = None
         self._expiry_task: asyncio.Task | None = None
 
@@ -105,17 +105,8 @@ class GroupCoordinator:
         self._expiry_task = asyncio.create_task(self._expiry_loop(), name="offset-expiry")
 
     async def stop(self) -> None:
-        for task in (self._load_task, self._expiry_task, *self._tasks):
-            if task is not None and not task.done():
-                task.cancel()
-        for task in (self._load_task, self._expiry_task, *self._tasks):
-            if task is not None:
-                try:
-                    await task
-                except (asyncio.CancelledError, Exception):
-                    pass
-        if self._timer is not None:
-            self._timer.cancel()
+        await self._tasks.cancel_all(self._load_task, self._expiry_task)
+        self._timer.cancel()
         for fut in self._futures.values():
             if not fut.done():
                 fut.set_result(None)
@@ -201,26 +192,12 @@ class GroupCoordinator:
         self._apply(self.state.group_persisted(now_ms(), write_id, error))
 
     def _spawn(self, coro) -> None:
-        task = asyncio.ensure_future(coro)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        self._tasks.spawn(coro)
 
     def _reschedule(self) -> None:
-        wake = self.state.next_wake_ms()
-        if wake == self._timer_at:
-            return
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
-        self._timer_at = wake
-        if wake is None:
-            return
-        delay = max(0.0, (wake - now_ms()) / 1000)
-        self._timer = asyncio.get_running_loop().call_later(delay, self._tick)
+        self._timer.set(self.state.next_wake_ms())
 
     def _tick(self) -> None:
-        self._timer = None
-        self._timer_at = None
         self._apply(self.state.tick(now_ms()))
 
     async def _await_token(self, token: int, fut: asyncio.Future):

@@ -19,6 +19,7 @@ from storage.log import PartitionLog
 from storage.manager import LogManager
 
 from ..internal_topic import append_records, iter_topic_batches, partition_for
+from ..wake_timer import TaskSet, WakeTimer
 from .faults import FaultInjector
 from .markers import OFFSETS_TOPIC, write_markers
 from .state import (
@@ -65,9 +66,8 @@ class TransactionCoordinator:
         self.state = self._new_state()
         self._tokens = itertools.count(1)
         self._futures: dict[int, asyncio.Future] = {}
-        self._tasks: set[asyncio.Task] = set()
-        self._timer: asyncio.TimerHandle | None = None
-        self._timer_at: int | None = None
+        self._tasks = TaskSet()
+        self._timer = WakeTimer(self._tick)
         self._load_task: asyncio.Task | None = None
 
     def _new_state(self) -> TransactionCoordinatorState:
@@ -106,17 +106,8 @@ class TransactionCoordinator:
         return epoch
 
     async def stop(self) -> None:
-        for task in (self._load_task, *self._tasks):
-            if task is not None and not task.done():
-                task.cancel()
-        for task in (self._load_task, *list(self._tasks)):
-            if task is not None:
-                try:
-                    await task
-                except (asyncio.CancelledError, Exception):
-                    pass
-        if self._timer is not None:
-            self._timer.cancel()
+        await self._tasks.cancel_all(self._load_task)
+        self._timer.cancel()
         for fut in self._futures.values():
             if not fut.done():
                 fut.set_result(None)
@@ -175,9 +166,7 @@ class TransactionCoordinator:
         self._reschedule()
 
     def _spawn(self, coro) -> None:
-        task = asyncio.ensure_future(coro)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        self._tasks.spawn(coro)
 
     def _persist(self, request: PersistRequest) -> None:
         # Appended now, in the order the state machine asked; acted on once durable.
@@ -226,21 +215,9 @@ class TransactionCoordinator:
         self._apply(self.state.markers_written(now_ms(), marker.marker_id, error))
 
     def _reschedule(self) -> None:
-        wake = self.state.next_wake_ms()
-        if wake == self._timer_at:
-            return
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
-        self._timer_at = wake
-        if wake is None:
-            return
-        delay = max(0.0, (wake - now_ms()) / 1000)
-        self._timer = asyncio.get_running_loop().call_later(delay, self._tick)
+        self._timer.set(self.state.next_wake_ms())
 
     def _tick(self, now: int | None = None) -> None:
-        self._timer = None
-        self._timer_at = None
         self._apply(self.state.tick(now_ms() if now is None else now))
 
     def expire_transactions_now(self) -> None:

@@ -1,0 +1,61 @@
+"""The one timer a coordinator shell keeps: fire a callback at the state machine's
+next wake time (absolute epoch ms), re-armed after every call that may move it."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+
+
+class WakeTimer:
+    def __init__(self, fire: Callable[[], None]) -> None:
+        self._fire = fire
+        self._handle: asyncio.TimerHandle | None = None
+        self.at: int | None = None
+
+    def set(self, wake_ms: int | None) -> None:
+        """Fire at ``wake_ms`` (None: never); a no-op when already set for that time."""
+        if wake_ms == self.at:
+            return
+        self.cancel()
+        self.at = wake_ms
+        if wake_ms is None:
+            return
+        delay = max(0.0, (wake_ms - time.time() * 1000) / 1000)
+        self._handle = asyncio.get_running_loop().call_later(delay, self._run)
+
+    def _run(self) -> None:
+        self._handle = None
+        self.at = None
+        self._fire()
+
+    def cancel(self) -> None:
+        if self._handle is not None:
+            self._handle.cancel()
+            self._handle = None
+        self.at = None
+
+
+class TaskSet:
+    """Background tasks a shell starts and must cancel on stop."""
+
+    def __init__(self) -> None:
+        self.tasks: set[asyncio.Task] = set()
+
+    def spawn(self, coro) -> asyncio.Task:
+        task = asyncio.ensure_future(coro)
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+        return task
+
+    async def cancel_all(self, *extra: asyncio.Task | None) -> None:
+        pending = [t for t in (*extra, *self.tasks) if t is not None]
+        for task in pending:
+            if not task.done():
+                task.cancel()
+        for task in pending:
+            try:
+                await task
+            except (asyncio.CancelledError, Exception):
+                pass
