@@ -10,6 +10,25 @@ from protocol.records import BatchHeader, Record, build_batch, decode_records, r
 from storage.log import AppendResult, PartitionLog, now_ms
 from storage.manager import LogManager
 
+OFFSETS_TOPIC = "__consumer_offsets"
+TXN_TOPIC = "__transaction_state"
+
+
+def ensure_internal_topic(logs: LogManager, topic: str, partitions: int,
+                          segment_bytes: int) -> None:
+    """Create a coordinator's compacted internal topic on first use (as Kafka does)."""
+    if topic not in logs.topics:
+        logs.create_topic(topic, partitions,
+                          {"cleanup.policy": "compact", "segment.bytes": str(segment_bytes)},
+                          internal=True)
+
+
+def partition_log_for(logs: LogManager, topic: str, key: str) -> PartitionLog:
+    """The partition log of an existing internal topic that holds ``key``."""
+    plog = logs.get_log(topic, partition_for(key, logs.topics[topic].partitions))
+    assert plog is not None
+    return plog
+
 
 def java_string_hash(text: str) -> int:
     """Java's String.hashCode (UTF-16 code units), which Kafka uses to place a

@@ -26,7 +26,14 @@ from protocol.records import ControlType, control_type_of
 from storage.log import PartitionLog
 from storage.manager import LogManager
 
-from ..internal_topic import append_records, iter_topic_batches, partition_for
+from ..internal_topic import (
+    OFFSETS_TOPIC,
+    append_records,
+    ensure_internal_topic,
+    iter_topic_batches,
+    partition_for,
+    partition_log_for,
+)
 from ..wake_timer import TaskSet, WakeTimer
 from .offsets import OffsetStore
 from .records import (
@@ -47,7 +54,6 @@ from .state import (
 
 log = logging.getLogger(__name__)
 
-OFFSETS_TOPIC = "__consumer_offsets"
 _E = ErrorCode
 
 
@@ -113,22 +119,15 @@ class GroupCoordinator:
         self._futures.clear()
 
     def ensure_offsets_topic(self) -> None:
-        if OFFSETS_TOPIC not in self.logs.topics:
-            self.logs.create_topic(
-                OFFSETS_TOPIC, self.config.offsets_topic_partitions,
-                {"cleanup.policy": "compact",
-                 "segment.bytes": str(self.config.offsets_topic_segment_bytes)},
-                internal=True)
+        ensure_internal_topic(self.logs, OFFSETS_TOPIC, self.config.offsets_topic_partitions,
+                              self.config.offsets_topic_segment_bytes)
 
     def status(self) -> ErrorCode:
         return _E.none if self.loaded else _E.coordinator_load_in_progress
 
     def _partition(self, group_id: str) -> PartitionLog:
         self.ensure_offsets_topic()
-        p = partition_for(group_id, self.logs.topics[OFFSETS_TOPIC].partitions)
-        plog = self.logs.get_log(OFFSETS_TOPIC, p)
-        assert plog is not None
-        return plog
+        return partition_log_for(self.logs, OFFSETS_TOPIC, group_id)
 
     async def _load(self) -> None:
         started = time.monotonic()

@@ -25,7 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-import msgpack
+from coordinator.record_codec import as_bytes, as_int, as_str, pack, unpack_array
 
 FORMAT_VERSION = 0
 _KIND_OFFSET = 1
@@ -91,60 +91,25 @@ class OffsetValue:
     expire_timestamp_ms: int | None = None
 
 
-def _pack(obj: Any) -> bytes:
-    return msgpack.packb(obj, use_bin_type=True)
-
-
-def _unpack_array(data: bytes, what: str) -> list[Any]:
-    if not isinstance(data, bytes | bytearray | memoryview):
-        raise ValueError(f"{what}: expected bytes, got {type(data).__name__}")
-    try:
-        obj = msgpack.unpackb(bytes(data), raw=False, use_list=True, strict_map_key=True)
-    except Exception as exc:  # msgpack raises several unrelated exception types
-        raise ValueError(f"{what}: not msgpack: {exc}") from exc
-    if not isinstance(obj, list) or not obj:
-        raise ValueError(f"{what}: expected a non-empty array")
-    version = obj[0]
-    if type(version) is not int or version < 0:
-        raise ValueError(f"{what}: bad format version {version!r}")
-    return obj
-
-
-def _str(v: Any, what: str) -> str:
-    if not isinstance(v, str):
-        raise ValueError(f"{what}: expected str, got {type(v).__name__}")
-    return v
 
 
 def _opt_str(v: Any, what: str) -> str | None:
-    return None if v is None else _str(v, what)
-
-
-def _int(v: Any, what: str) -> int:
-    if type(v) is not int:
-        raise ValueError(f"{what}: expected int, got {type(v).__name__}")
-    return v
+    return None if v is None else as_str(v, what)
 
 
 def _opt_int(v: Any, what: str) -> int | None:
-    return None if v is None else _int(v, what)
-
-
-def _bytes(v: Any, what: str) -> bytes:
-    if not isinstance(v, bytes):
-        raise ValueError(f"{what}: expected bytes, got {type(v).__name__}")
-    return v
+    return None if v is None else as_int(v, what)
 
 
 # -- keys --------------------------------------------------------------------
 
 
 def encode_group_metadata_key(group_id: str) -> bytes:
-    return _pack([FORMAT_VERSION, _KIND_GROUP, group_id])
+    return pack([FORMAT_VERSION, _KIND_GROUP, group_id])
 
 
 def encode_offset_key(group_id: str, topic: str, partition: int) -> bytes:
-    return _pack([FORMAT_VERSION, _KIND_OFFSET, group_id, topic, partition])
+    return pack([FORMAT_VERSION, _KIND_OFFSET, group_id, topic, partition])
 
 
 def encode_key(key: GroupMetadataKey | OffsetKey) -> bytes:
@@ -155,7 +120,7 @@ def encode_key(key: GroupMetadataKey | OffsetKey) -> bytes:
 
 def decode_key(data: bytes) -> GroupMetadataKey | OffsetKey:
     """Tell the two record kinds apart and decode the key."""
-    arr = _unpack_array(data, "key")
+    arr = unpack_array(data, "key")
     if arr[0] != FORMAT_VERSION:
         # Keys cannot evolve (see the module docstring): any other version is foreign.
         raise ValueError(f"key: unsupported key format version {arr[0]}")
@@ -163,9 +128,9 @@ def decode_key(data: bytes) -> GroupMetadataKey | OffsetKey:
         raise ValueError("key: missing kind")
     kind = arr[1]
     if kind == _KIND_GROUP and len(arr) == 3:
-        return GroupMetadataKey(_str(arr[2], "group id"))
+        return GroupMetadataKey(as_str(arr[2], "group id"))
     if kind == _KIND_OFFSET and len(arr) == 5:
-        return OffsetKey(_str(arr[2], "group id"), _str(arr[3], "topic"), _int(arr[4], "partition"))
+        return OffsetKey(as_str(arr[2], "group id"), as_str(arr[3], "topic"), as_int(arr[4], "partition"))
     raise ValueError(f"key: unknown kind {kind!r} / length {len(arr)}")
 
 
@@ -188,7 +153,7 @@ def encode_group_metadata_value(value: GroupMetadataValue | None) -> bytes | Non
         ]
         for m in value.members
     ]
-    return _pack(
+    return pack(
         [
             FORMAT_VERSION,
             value.protocol_type,
@@ -205,29 +170,29 @@ def _decode_member(raw: Any) -> MemberMetadata:
     if not isinstance(raw, list) or len(raw) < 8:
         raise ValueError("group metadata: malformed member")
     return MemberMetadata(
-        member_id=_str(raw[0], "member id"),
+        member_id=as_str(raw[0], "member id"),
         group_instance_id=_opt_str(raw[1], "group instance id"),
-        client_id=_str(raw[2], "client id"),
-        client_host=_str(raw[3], "client host"),
-        rebalance_timeout_ms=_int(raw[4], "rebalance timeout"),
-        session_timeout_ms=_int(raw[5], "session timeout"),
-        subscription=_bytes(raw[6], "subscription"),
-        assignment=_bytes(raw[7], "assignment"),
+        client_id=as_str(raw[2], "client id"),
+        client_host=as_str(raw[3], "client host"),
+        rebalance_timeout_ms=as_int(raw[4], "rebalance timeout"),
+        session_timeout_ms=as_int(raw[5], "session timeout"),
+        subscription=as_bytes(raw[6], "subscription"),
+        assignment=as_bytes(raw[7], "assignment"),
     )
 
 
 def decode_group_metadata_value(data: bytes | None) -> GroupMetadataValue | None:
     if data is None:
         return None
-    arr = _unpack_array(data, "group metadata")
+    arr = unpack_array(data, "group metadata")
     if len(arr) < 7:
         raise ValueError("group metadata: too few fields")
     members = arr[6]
     if not isinstance(members, list):
         raise ValueError("group metadata: members is not an array")
     return GroupMetadataValue(
-        protocol_type=_str(arr[1], "protocol type"),
-        generation_id=_int(arr[2], "generation"),
+        protocol_type=as_str(arr[1], "protocol type"),
+        generation_id=as_int(arr[2], "generation"),
         protocol_name=_opt_str(arr[3], "protocol name"),
         leader_id=_opt_str(arr[4], "leader"),
         current_state_timestamp_ms=_opt_int(arr[5], "state timestamp"),
@@ -241,7 +206,7 @@ def decode_group_metadata_value(data: bytes | None) -> GroupMetadataValue | None
 def encode_offset_value(value: OffsetValue | None) -> bytes | None:
     if value is None:
         return None
-    return _pack(
+    return pack(
         [
             FORMAT_VERSION,
             value.offset,
@@ -256,13 +221,13 @@ def encode_offset_value(value: OffsetValue | None) -> bytes | None:
 def decode_offset_value(data: bytes | None) -> OffsetValue | None:
     if data is None:
         return None
-    arr = _unpack_array(data, "offset")
+    arr = unpack_array(data, "offset")
     if len(arr) < 6:
         raise ValueError("offset: too few fields")
     return OffsetValue(
-        offset=_int(arr[1], "offset"),
+        offset=as_int(arr[1], "offset"),
         leader_epoch=_opt_int(arr[2], "leader epoch"),
-        metadata=_str(arr[3], "metadata"),
-        commit_timestamp_ms=_int(arr[4], "commit timestamp"),
+        metadata=as_str(arr[3], "metadata"),
+        commit_timestamp_ms=as_int(arr[4], "commit timestamp"),
         expire_timestamp_ms=_opt_int(arr[5], "expire timestamp"),
     )

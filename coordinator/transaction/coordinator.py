@@ -18,10 +18,18 @@ from protocol.errors import KafkaError
 from storage.log import PartitionLog
 from storage.manager import LogManager
 
-from ..internal_topic import append_records, iter_topic_batches, partition_for
+from ..internal_topic import (
+    OFFSETS_TOPIC,
+    TXN_TOPIC,
+    append_records,
+    ensure_internal_topic,
+    iter_topic_batches,
+    partition_for,
+    partition_log_for,
+)
 from ..wake_timer import TaskSet, WakeTimer
 from .faults import FaultInjector
-from .markers import OFFSETS_TOPIC, write_markers
+from .markers import write_markers
 from .state import (
     AddOffsetsResult,
     AddPartitionsResult,
@@ -37,7 +45,6 @@ from .state import (
 
 log = logging.getLogger(__name__)
 
-TXN_TOPIC = "__transaction_state"
 EPOCH_FILE = "transaction-coordinator-epoch"
 COMPLETION_WAIT_S = 1.0  # longest an AddPartitionsToTxn waits for the previous commit
 _E = ErrorCode
@@ -113,22 +120,15 @@ class TransactionCoordinator:
                 fut.set_result(None)
 
     def ensure_topic(self) -> None:
-        if TXN_TOPIC not in self.logs.topics:
-            self.logs.create_topic(
-                TXN_TOPIC, self.config.state_log_partitions,
-                {"cleanup.policy": "compact",
-                 "segment.bytes": str(self.config.state_log_segment_bytes)},
-                internal=True)
+        ensure_internal_topic(self.logs, TXN_TOPIC, self.config.state_log_partitions,
+                              self.config.state_log_segment_bytes)
 
     def status(self) -> ErrorCode:
         return _E.none if self.state.loaded else _E.coordinator_load_in_progress
 
     def _partition(self, transactional_id: str) -> PartitionLog:
         self.ensure_topic()
-        p = partition_for(transactional_id, self.logs.topics[TXN_TOPIC].partitions)
-        plog = self.logs.get_log(TXN_TOPIC, p)
-        assert plog is not None
-        return plog
+        return partition_log_for(self.logs, TXN_TOPIC, transactional_id)
 
     async def _load(self) -> None:
         started = time.monotonic()

@@ -17,9 +17,10 @@ from kio.schema.errors import ErrorCode
 from protocol.errors import KafkaError
 from storage.manager import LogManager
 
+from ..internal_topic import OFFSETS_TOPIC
+
 log = logging.getLogger(__name__)
 
-OFFSETS_TOPIC = "__consumer_offsets"
 
 
 async def write_markers(logs: LogManager, groups, producer_id: int, producer_epoch: int,

@@ -46,7 +46,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-import msgpack
+from coordinator.record_codec import as_int, as_str, pack, unpack_array
 
 __all__ = [
     "FORMAT_VERSION",
@@ -93,38 +93,10 @@ class TxnLogValue:
     last_update_ms: int
 
 
-def _pack(obj: Any) -> bytes:
-    return msgpack.packb(obj, use_bin_type=True)
-
-
-def _unpack_array(data: Any, what: str) -> list[Any]:
-    if not isinstance(data, bytes | bytearray | memoryview):
-        raise ValueError(f"{what}: expected bytes, got {type(data).__name__}")
-    try:
-        obj = msgpack.unpackb(bytes(data), raw=False, use_list=True, strict_map_key=True)
-    except Exception as exc:  # msgpack raises several unrelated exception types
-        raise ValueError(f"{what}: not msgpack: {exc}") from exc
-    if not isinstance(obj, list) or not obj:
-        raise ValueError(f"{what}: expected a non-empty array")
-    version = obj[0]
-    if type(version) is not int or version < 0:
-        raise ValueError(f"{what}: bad format version {version!r}")
-    return obj
 
 
 def _int(v: Any, what: str, lo: int = _INT64_MIN, hi: int = _INT64_MAX) -> int:
-    # type() rather than isinstance(): msgpack booleans must not pass as ints.
-    if type(v) is not int:
-        raise ValueError(f"{what}: expected int, got {type(v).__name__}")
-    if not lo <= v <= hi:
-        raise ValueError(f"{what}: {v} out of range [{lo}, {hi}]")
-    return v
-
-
-def _str(v: Any, what: str) -> str:
-    if not isinstance(v, str):
-        raise ValueError(f"{what}: expected str, got {type(v).__name__}")
-    return v
+    return as_int(v, what, lo, hi)
 
 
 # -- key -------------------------------------------------------------------------
@@ -133,18 +105,18 @@ def _str(v: Any, what: str) -> str:
 def encode_key(transactional_id: str) -> bytes:
     if not isinstance(transactional_id, str) or not transactional_id:
         raise ValueError("transactional id must be a non-empty string")
-    return _pack([FORMAT_VERSION, _KIND_TXN, transactional_id])
+    return pack([FORMAT_VERSION, _KIND_TXN, transactional_id])
 
 
 def decode_key(data: bytes) -> str:
     """The transactional id of a ``__transaction_state`` key."""
-    arr = _unpack_array(data, "key")
+    arr = unpack_array(data, "key")
     if arr[0] != FORMAT_VERSION:
         # Keys cannot evolve (see the module docstring): any other version is foreign.
         raise ValueError(f"key: unsupported key format version {arr[0]}")
     if len(arr) != 3 or arr[1] != _KIND_TXN or type(arr[1]) is not int:
         raise ValueError(f"key: unknown kind / length {len(arr)}")
-    tid = _str(arr[2], "transactional id")
+    tid = as_str(arr[2], "transactional id")
     if not tid:
         raise ValueError("key: empty transactional id")
     return tid
@@ -166,7 +138,7 @@ def _validate(v: TxnLogValue) -> None:
     for tp in v.partitions:
         if not (isinstance(tp, tuple) and len(tp) == 2):
             raise ValueError(f"partition {tp!r}: expected (topic, partition)")
-        _str(tp[0], "topic")
+        as_str(tp[0], "topic")
         _int(tp[1], "partition", 0, _INT32_MAX)
     if v.state == "Empty" and v.partitions:
         raise ValueError("an Empty transaction has no partitions")
@@ -186,7 +158,7 @@ def encode_value(value: TxnLogValue | None) -> bytes | None:
     if value is None:
         return None
     _validate(value)
-    return _pack(
+    return pack(
         [
             FORMAT_VERSION,
             value.producer_id,
@@ -210,7 +182,7 @@ def _decode_partitions(raw: Any) -> frozenset[tuple[str, int]]:
     for entry in raw:
         if not isinstance(entry, list) or len(entry) != 2 or not isinstance(entry[1], list):
             raise ValueError("partitions: expected [topic, [partition, ...]]")
-        topic = _str(entry[0], "topic")
+        topic = as_str(entry[0], "topic")
         for p in entry[1]:
             tp = (topic, _int(p, "partition", 0, _INT32_MAX))
             if tp in out:
@@ -223,7 +195,7 @@ def decode_value(data: bytes | None) -> TxnLogValue | None:
     """Decode a value; ``None`` (a tombstone) stays ``None``."""
     if data is None:
         return None
-    arr = _unpack_array(data, "transaction metadata")
+    arr = unpack_array(data, "transaction metadata")
     if len(arr) < 11:
         raise ValueError("transaction metadata: too few fields")
     state_id = _int(arr[7], "state", 0)
