@@ -13,7 +13,7 @@ $(STAMP): pyproject.toml
 	  $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq python3-venv && \
 	  rm -rf $(VENV) && $(PYTHON) -m venv $(VENV); }
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[test,bench]'
+	$(PY) -m pip install -q -e '.[test,bench,spark]'
 	@rm -f $(VENV)/.installed-*
 	@touch $(STAMP)
 
