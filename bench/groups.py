@@ -33,15 +33,10 @@ Results: bench/results/groups.json and groups.md.
 from __future__ import annotations
 
 import argparse
-import datetime
-import json
 import os
-import platform
 import random
 import re
-import shlex
 import signal
-import statistics
 import sys
 import threading
 import time
@@ -52,10 +47,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import psutil
-
+from . import report
 from .brokers import HOST, TxBroker
 from .clients import create_topic
+from .report import process_cpu, system_busy, wait_for_idle
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_OUT = ROOT / "bench" / "results"
@@ -237,32 +232,6 @@ def rebalance_run(extra: dict[str, Any], rng: random.Random) -> dict[str, Any]:
 # --- commit rate --------------------------------------------------------------------------
 
 
-def _system_busy() -> float:
-    """CPU seconds all cores spent busy since boot."""
-    t = psutil.cpu_times()
-    return sum(t) - t.idle - getattr(t, "iowait", 0.0)
-
-
-def wait_for_idle(max_wait: float, window: float = 2.0, busy_limit: float = 0.25) -> float:
-    """Wait (``max_wait`` seconds at most) for a ``window`` in which all cores together
-    were less than ``busy_limit`` busy; returns the seconds waited."""
-    started = time.monotonic()
-    while time.monotonic() - started < max_wait:
-        b0 = _system_busy()
-        time.sleep(window)
-        if (_system_busy() - b0) / window < busy_limit:
-            break
-    return round(time.monotonic() - started, 1)
-
-
-def _process_cpu(pid: int) -> float:
-    try:
-        t = psutil.Process(pid).cpu_times()
-    except psutil.Error:
-        return 0.0
-    return t.user + t.system
-
-
 class Assignments:
     """What each committer holds, so that all keep polling (and so take part in
     every rebalance) until the whole group is assigned."""
@@ -381,7 +350,7 @@ def commit_run(client: str, consumers: int, opts: Options) -> dict[str, Any]:
         for t in threads:
             t.start()
         before: dict[str, float] = {}
-        cpu0 = (_system_busy(), _process_cpu(os.getpid()), _process_cpu(broker.pid),
+        cpu0 = (system_busy(), process_cpu(os.getpid()), process_cpu(broker.pid),
                 time.monotonic())
         try:
             # The parties are released together: read the counters just before.
@@ -390,7 +359,7 @@ def commit_run(client: str, consumers: int, opts: Options) -> dict[str, Any]:
                     and not ready.broken:
                 time.sleep(0.01)
             before = broker.metrics()
-            cpu0 = (_system_busy(), _process_cpu(os.getpid()), _process_cpu(broker.pid),
+            cpu0 = (system_busy(), process_cpu(os.getpid()), process_cpu(broker.pid),
                     time.monotonic())
             ready.wait(STABLE_TIMEOUT)
         except threading.BrokenBarrierError:
@@ -399,8 +368,8 @@ def commit_run(client: str, consumers: int, opts: Options) -> dict[str, Any]:
             t.join(STABLE_TIMEOUT + opts.commit_seconds + 30)
         after = broker.metrics()
         # Cores that other processes kept busy meanwhile (the numbers mean little if high).
-        busy, own, brk, t1 = (_system_busy(), _process_cpu(os.getpid()),
-                              _process_cpu(broker.pid), time.monotonic())
+        busy, own, brk, t1 = (system_busy(), process_cpu(os.getpid()),
+                              process_cpu(broker.pid), time.monotonic())
         other = ((busy - cpu0[0]) - (own - cpu0[1]) - (brk - cpu0[2])) / max(t1 - cpu0[3], 1e-3)
         errors = [v["error"] for v in out.values() if "error" in v]
         if errors or len(out) != len(threads) or any(t.is_alive() for t in threads):
@@ -427,7 +396,7 @@ def commit_run(client: str, consumers: int, opts: Options) -> dict[str, Any]:
 
 
 def _median(values: list[float]) -> float | None:
-    return round(statistics.median(values), 4) if values else None
+    return report.median(values, 4)
 
 
 def summarize(runs: list[dict[str, Any]], keys: Sequence[str]) -> dict[str, Any]:
@@ -443,31 +412,17 @@ def summarize(runs: list[dict[str, Any]], keys: Sequence[str]) -> dict[str, Any]
 
 
 def machine_info() -> dict[str, Any]:
-    from importlib.metadata import version
-
     import confluent_kafka
 
-    cpu = platform.processor() or "unknown"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return {
-        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-        "cpu_model": cpu, "logical_cores": os.cpu_count(), "os": platform.platform(),
-        "python": platform.python_version(),
-        "loadavg_start": [round(x, 2) for x in os.getloadavg()],
-        "confluent_kafka": f"{version('confluent-kafka')} "
-                           f"(librdkafka {confluent_kafka.libversion()[0]})",
-        "kafka_python": version("kafka-python"),
-    }
+    return report.machine_info(
+        confluent_kafka=f"{report.package_version('confluent-kafka')} "
+                        f"(librdkafka {confluent_kafka.libversion()[0]})",
+        kafka_python=report.package_version("kafka-python"),
+    )
 
 
 def _fmt(x: float | None, digits: int = 2, scale: float = 1.0) -> str:
-    return "n/a" if x is None else f"{x * scale:,.{digits}f}"
+    return report.fmt(x, digits, scale)
 
 
 def render_markdown(report: dict[str, Any]) -> str:
@@ -582,23 +537,10 @@ def _on_sigterm(_signo: int, _frame: Any) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     opts = parse_args(argv)
     signal.signal(signal.SIGTERM, _on_sigterm)
-    exe = Path(sys.executable)
-    try:
-        exe = exe.relative_to(Path.cwd())
-    except ValueError:
-        pass
-    command = shlex.join([str(exe), "-m", "bench.groups",
-                          *(sys.argv[1:] if argv is None else argv)])
-    report = run(opts, command)
-    opts.out.mkdir(parents=True, exist_ok=True)
-    json_path, md_path = opts.out / "groups.json", opts.out / "groups.md"
-    json_path.write_text(json.dumps(report, indent=2) + "\n")
-    md = render_markdown(report)
-    md_path.write_text(md)
-    print()
-    print(md)
-    print(f"wrote {json_path} and {md_path}")
-    bad = [s for part in ("rebalance", "commit") for s in report[part].values()
+    command = report.command_line("bench.groups", argv)
+    result = run(opts, command)
+    report.write_report(opts.out, "groups", result, render_markdown)
+    bad = [s for part in ("rebalance", "commit") for s in result[part].values()
            if not s["ok_runs"]]
     return 1 if bad else 0
 

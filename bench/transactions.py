@@ -52,15 +52,12 @@ import psutil
 
 from . import clients
 from .brokers import ManagedBroker, RssSampler, Tansu, TxBroker, find_tansu
-from .throughput import (
-    _cmd_output,
-    _fmt,
-    _python_path,
-    _ratio,
-    _system_busy,
-    machine_info,
-    wait_for_idle,
-)
+from .report import cmd_output as _cmd_output
+from .report import fmt as _fmt
+from .report import python_path as _python_path
+from .report import system_busy as _system_busy
+from .report import wait_for_idle
+from .throughput import _ratio, machine_info
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_OUT = ROOT / "bench" / "results"
