@@ -33,11 +33,9 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import json
 import multiprocessing
 import multiprocessing.connection
 import os
-import shlex
 import signal
 import statistics
 import sys
@@ -50,11 +48,10 @@ from typing import Any
 
 import psutil
 
-from . import clients
+from . import clients, report
 from .brokers import ManagedBroker, RssSampler, Tansu, TxBroker, find_tansu
 from .report import cmd_output as _cmd_output
 from .report import fmt as _fmt
-from .report import python_path as _python_path
 from .report import system_busy as _system_busy
 from .report import wait_for_idle
 from .throughput import _ratio, machine_info
@@ -1019,20 +1016,12 @@ def run(opts: Options, command: str) -> dict[str, Any]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     opts = parse_args(argv)
-    command = shlex.join([_python_path(), "-m", "bench.transactions",
-                          *(sys.argv[1:] if argv is None else argv)])
+    command = report.command_line("bench.transactions", argv)
     signal.signal(signal.SIGTERM, _on_sigterm)
-    report = run(opts, command)
-    opts.out.mkdir(parents=True, exist_ok=True)
-    json_path, md_path = opts.out / "transactions.json", opts.out / "transactions.md"
-    json_path.write_text(json.dumps(report, indent=2) + "\n")
-    md = render_markdown(report)
-    md_path.write_text(md)
-    print()
-    print(md)
-    print(f"wrote {json_path} and {md_path}")
+    result = run(opts, command)
+    report.write_report(opts.out, "transactions", result, render_markdown)
     # Tansu failures are findings; txbroker with no good run is an error.
-    tx = report["results"].get("txbroker")
+    tx = result["results"].get("txbroker")
     return 1 if tx is not None and not tx["summary"]["ok_runs"] else 0
 
 
