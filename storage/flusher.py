@@ -19,6 +19,8 @@ from .log import PartitionLog, now_ms
 
 log = logging.getLogger(__name__)
 
+LAZY_FLUSH_MS = 1000  # at the latest, a batch appended with flush=False is fsynced then
+
 
 def _sync_and_close(fds: list[int]) -> None:
     try:
@@ -144,15 +146,17 @@ class Flusher:
                     del self._waiters[plog]
 
     async def _tick(self) -> None:
-        """flush.ms for logs that do not fsync every append."""
+        """flush.ms for logs that do not fsync every append; for those that do, the
+        batches appended with ``flush=False`` within LAZY_FLUSH_MS."""
         while True:
             await asyncio.sleep(0.1)
             now = now_ms()
             for plog in self._logs:
-                if plog.closed or plog.config.fsync_every_append:
+                if plog.closed or plog.flushed_offset >= plog.log_end_offset:
                     continue
-                if plog.flushed_offset < plog.log_end_offset and \
-                        now - plog.last_flush_ms >= plog.config.flush_ms:
+                interval = LAZY_FLUSH_MS if plog.config.fsync_every_append \
+                    else plog.config.flush_ms
+                if now - plog.last_flush_ms >= interval:
                     self._mark(plog)
 
     def abandon(self) -> None:

@@ -245,9 +245,13 @@ class PartitionLog:
                     f"timestamp {header.max_timestamp} is out of the accepted range of {self.name}"
                 )
 
-    def append(self, batch: bytearray, header: BatchHeader, *, now: int | None = None) -> AppendResult:
+    def append(self, batch: bytearray, header: BatchHeader, *, now: int | None = None,
+               flush: bool = True) -> AppendResult:
         """Assign offsets to one validated batch and write it. Synchronous: the
-        write goes to the page cache; the flusher makes it durable."""
+        write goes to the page cache; the flusher makes it durable. With
+        ``flush=False`` the flusher is not told: the batch becomes durable with the
+        next fsync of this log (a later append, flush.ms, a roll or shutdown), for
+        records whose loss in a crash is repaired on recovery."""
         if self.closed:
             raise KafkaError(f"{self.name} is closed", code=ErrorCode.not_leader_or_follower)
         now = now_ms() if now is None else now
@@ -275,7 +279,7 @@ class PartitionLog:
         self.unflushed_messages += placed.records_count
         if not self.config.fsync_every_append:
             self._advance_high_watermark(self.log_end_offset)
-        if self.on_append is not None:
+        if flush and self.on_append is not None:
             self.on_append(self)
         return AppendResult(base, placed.last_offset, append_time, self.log_start_offset)
 

@@ -46,6 +46,7 @@ from .state import (
 log = logging.getLogger(__name__)
 
 EPOCH_FILE = "transaction-coordinator-epoch"
+_COMPLETE_STATES = ("CompleteCommit", "CompleteAbort")
 COMPLETION_WAIT_S = 1.0  # longest an AddPartitionsToTxn waits for the previous commit
 _E = ErrorCode
 
@@ -73,6 +74,8 @@ class TransactionCoordinator:
         self.state = self._new_state()
         self._tokens = itertools.count(1)
         self._futures: dict[int, asyncio.Future] = {}
+        # AddPartitionsToTxn/AddOffsetsToTxn held while their id's commit completes.
+        self._completion_waiters: dict[str, list[asyncio.Future]] = {}
         self._tasks = TaskSet()
         self._timer = WakeTimer(self._tick)
         self._load_task: asyncio.Task | None = None
@@ -118,6 +121,11 @@ class TransactionCoordinator:
         for fut in self._futures.values():
             if not fut.done():
                 fut.set_result(None)
+        for waiters in self._completion_waiters.values():
+            for fut in waiters:
+                if not fut.done():
+                    fut.set_result(None)
+        self._completion_waiters.clear()
 
     def ensure_topic(self) -> None:
         ensure_internal_topic(self.logs, TXN_TOPIC, self.config.state_log_partitions,
@@ -159,26 +167,42 @@ class TransactionCoordinator:
             fut = self._futures.pop(token, None)
             if fut is not None and not fut.done():
                 fut.set_result(result)
-        for request in effects.persist:
-            self._persist(request)
+        settled = [write_id for request in effects.persist
+                   if (write_id := self._persist(request)) is not None]
         for marker in effects.markers:
             self._spawn(self._write_markers(marker))
+        for write_id in settled:
+            self._apply(self.state.persisted(now_ms(), write_id, _E.none.value))
+        if self._completion_waiters:
+            self._release_completion_waiters()
         self._reschedule()
 
     def _spawn(self, coro) -> None:
         self._tasks.spawn(coro)
 
-    def _persist(self, request: PersistRequest) -> None:
-        # Appended now, in the order the state machine asked; acted on once durable.
+    def _persist(self, request: PersistRequest) -> int | None:
+        """Append now, in the order the state machine asked; acted on once durable.
+        CompleteCommit/CompleteAbort is the exception: it is acted on at once (the
+        write id is returned to report as persisted) and asks for no fsync of its
+        own. Nothing outside this process depends on it: the markers it follows are
+        durable already, and the next record of the same transactional id (same
+        partition, fsynced before it is acted on) makes it durable too. If the broker
+        crashes before that, recovery finds the PrepareCommit/PrepareAbort and
+        writes the markers again, which the partitions accept."""
+        lazy = request.record is not None and request.record.state in _COMPLETE_STATES
         try:
             plog = self._partition(request.transactional_id)
-            last = append_records(plog, [(request.key, request.value)]).last_offset
+            last = append_records(plog, [(request.key, request.value)],
+                                  flush=not lazy).last_offset
         except KafkaError as e:
             log.error("cannot persist transaction state of %r: %s", request.transactional_id, e)
             self._spawn(self._report_persisted(None, -1, request,
                                                coordinator_append_error(e.code.value)))
-            return
+            return None
+        if lazy:
+            return request.write_id
         self._spawn(self._report_persisted(plog, last, request, _E.none.value))
+        return None
 
     async def _report_persisted(self, plog: PartitionLog | None, last: int,
                                 request: PersistRequest, error: int) -> None:
@@ -247,16 +271,32 @@ class TransactionCoordinator:
             api_version=api_version))
         return result or InitProducerIdResult(_E.coordinator_not_available.value)
 
+    def _completing(self, transactional_id: str) -> bool:
+        state = self.state.state_of(transactional_id)
+        return state is not None and state.value in ("PrepareCommit", "PrepareAbort")
+
+    def _release_completion_waiters(self) -> None:
+        for tid in [t for t in self._completion_waiters if not self._completing(t)]:
+            for fut in self._completion_waiters.pop(tid):
+                if not fut.done():
+                    fut.set_result(None)
+
     async def _wait_completion(self, transactional_id: str) -> bool:
         """Wait (bounded) while the id's previous transaction is completing. True if it
         completed, so a CONCURRENT_TRANSACTIONS answer is worth retrying here."""
-        deadline = time.monotonic() + COMPLETION_WAIT_S
-        while time.monotonic() < deadline:
-            state = self.state.state_of(transactional_id)
-            if state is None or state.value not in ("PrepareCommit", "PrepareAbort"):
-                return True
-            await asyncio.sleep(0.001)
-        return False
+        if not self._completing(transactional_id):
+            return True
+        fut = asyncio.get_running_loop().create_future()
+        self._completion_waiters.setdefault(transactional_id, []).append(fut)
+        try:
+            await asyncio.wait_for(fut, COMPLETION_WAIT_S)
+        except TimeoutError:
+            waiters = self._completion_waiters.get(transactional_id, [])
+            if fut in waiters:
+                waiters.remove(fut)
+                if not waiters:
+                    del self._completion_waiters[transactional_id]
+        return not self._completing(transactional_id)
 
     async def _add_with_wait(self, transactional_id: str, call, empty):
         # The producer's next transaction usually starts (AddPartitionsToTxn) while the
