@@ -40,6 +40,7 @@ class Flusher:
         self._task: asyncio.Task | None = None
         self._ticker: asyncio.Task | None = None
         self._logs: list[PartitionLog] = []
+        self._inflight: dict[PartitionLog, int] = {}  # log -> offset its running fsync covers
         self.rounds = 0
         self.fsyncs = 0
 
@@ -80,7 +81,8 @@ class Flusher:
             return
         fut = asyncio.get_running_loop().create_future()
         self._waiters.setdefault(plog, []).append((offset, fut))
-        self._mark(plog)
+        if self._inflight.get(plog, -1) < offset:
+            self._mark(plog)  # else the fsync in flight covers it
         await fut
 
     async def flush_now(self) -> None:
@@ -114,12 +116,23 @@ class Flusher:
             if plog.closed:
                 continue
             target = plog.log_end_offset
+            if plog.flushed_offset >= target and not plog.pending_sync \
+                    and not plog.directory_dirty:
+                self._release(plog, target)  # nothing new since the last fsync
+                continue
             count = plog.unflushed_messages
             fds = plog.take_sync_fds()
             self.fsyncs += len(fds)
             jobs.append((plog, target, count))
+            self._inflight[plog] = target
             futures.append(loop.run_in_executor(self._executor, _sync_and_close, fds))
-        results = await asyncio.gather(*futures, return_exceptions=True)
+        if not jobs:
+            return
+        try:
+            results = await asyncio.gather(*futures, return_exceptions=True)
+        finally:
+            for plog, _, _ in jobs:
+                self._inflight.pop(plog, None)
         self.rounds += 1
         now = now_ms()
         for (plog, target, count), result in zip(jobs, results, strict=True):
@@ -130,20 +143,25 @@ class Flusher:
             plog.unflushed_messages = max(0, plog.unflushed_messages - count)
             plog.last_flush_ms = now
             plog.mark_flushed(target)
-            waiters = self._waiters.get(plog)
-            if waiters:
-                keep = []
-                for offset, fut in waiters:
-                    if offset <= target:
-                        if not fut.done():
-                            fut.set_result(None)
-                    else:
-                        keep.append((offset, fut))
-                if keep:
-                    self._waiters[plog] = keep
-                    self._mark(plog)
+            self._release(plog, target)
+
+    def _release(self, plog: PartitionLog, target: int) -> None:
+        """Answer the waiters of ``plog`` at or below ``target`` (durable now); the
+        others need another fsync."""
+        waiters = self._waiters.get(plog)
+        if waiters:
+            keep = []
+            for offset, fut in waiters:
+                if offset <= target:
+                    if not fut.done():
+                        fut.set_result(None)
                 else:
-                    del self._waiters[plog]
+                    keep.append((offset, fut))
+            if keep:
+                self._waiters[plog] = keep
+                self._mark(plog)
+            else:
+                del self._waiters[plog]
 
     async def _tick(self) -> None:
         """flush.ms for logs that do not fsync every append; for those that do, the
