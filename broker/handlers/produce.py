@@ -11,6 +11,7 @@ import asyncio
 import datetime
 import logging
 
+from protocol import fast_responses
 from protocol.errors import ErrorCode, InvalidRecordError, KafkaError, UnsupportedCompressionError
 from protocol.messages import build
 from protocol.records import Compression, decode_records, peek_size, validate_produced_batch
@@ -109,6 +110,8 @@ async def handle(ctx, request):
             log.info("closing %s: acks=0 produce failed for %d partition(s)", ctx.peer, errors)
             raise CloseConnection
         return None
+    if ctx.version in fast_responses.PRODUCE_VERSIONS:
+        return fast_responses.produce(ctx.version, results.items())
     responses = tuple(
         build(schema.TopicProduceResponse, name=name, partition_responses=tuple(
             build(schema.PartitionProduceResponse, index=index, error_code=error,
