@@ -19,6 +19,8 @@ import argparse
 import os
 import pstats
 import re
+import shlex
+import subprocess
 import sys
 import time
 import urllib.request
@@ -100,7 +102,7 @@ def _thread_cpu(pid: int) -> tuple[float, float]:
 
 
 def scenario(broker: TxBroker, pool: WorkerPool, producers: int, records: int,
-             seconds: float, opts: Options) -> dict:
+             seconds: float, opts: Options, attach: str = "") -> dict:
     topic = f"cpu-{uuid.uuid4().hex[:8]}"
     clients.create_topic(broker.bootstrap, topic)
     tag = uuid.uuid4().hex[:6]
@@ -119,7 +121,13 @@ def scenario(broker: TxBroker, pool: WorkerPool, producers: int, records: int,
     m0, o0 = _thread_cpu(broker.pid)
     c0, b0 = _cpu_of(pool.pids()), _system_busy()
     t0 = time.monotonic()
-    time.sleep(seconds)
+    if attach:
+        # e.g. "perf record -F 499 -g -o /tmp/x.data -p {pid} -- sleep {seconds}"
+        subprocess.run(shlex.split(attach.format(pid=broker.pid, seconds=seconds)),
+                       check=False, stdout=subprocess.DEVNULL)
+        time.sleep(max(0.0, t0 + seconds - time.monotonic()))
+    else:
+        time.sleep(seconds)
     m1, o1 = _thread_cpu(broker.pid)
     c1, b1 = _cpu_of(pool.pids()), _system_busy()
     t1 = time.monotonic()
@@ -153,6 +161,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--seconds", type=float, default=5.0)
     ap.add_argument("--repeat", type=int, default=1)
     ap.add_argument("--profile", type=Path, help="run the broker under cProfile, stats here")
+    ap.add_argument("--attach", default="",
+                    help="command run against the broker during the window ({pid}, {seconds}), "
+                         "e.g. 'perf record -g -o OUT -p {pid} -- sleep {seconds}'")
     args = ap.parse_args(argv)
     producers = [int(x) for x in args.producers.split(",")]
     records = [int(x) for x in args.records.split(",")]
@@ -170,7 +181,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     else:
                         broker = MeteredTxBroker()
                     with broker:
-                        s = scenario(broker, pool, n, r, args.seconds, opts)
+                        s = scenario(broker, pool, n, r, args.seconds, opts, args.attach)
                     print(f"{n}p x {r}r: {s['cpu_ms_per_txn']:.3f} ms CPU/txn "
                           f"(loop {s['loop_ms_per_txn']:.3f}, other {s['other_ms_per_txn']:.3f}), "
                           f"clients {s['clients_ms_per_txn']:.3f}; {s['txn_per_s']:.0f} txn/s, "
