@@ -20,8 +20,8 @@ from protocol.records import (
     BatchHeader,
     ControlType,
     build_control_batch,
-    control_type_of,
     decode_records,
+    read_control_type,
     read_header,
     set_base_offset,
     set_log_append_time,
@@ -181,10 +181,9 @@ class PartitionLog:
         pid = header.producer_id
         if header.is_control:
             first = self.ongoing_txns.pop(pid, None)
-            records = decode_records(batch_bytes())
-            if first is None or not records:
+            if first is None:
                 return
-            if control_type_of(records[0]) == ControlType.ABORT:
+            if read_control_type(batch_bytes()) == ControlType.ABORT:
                 lso = min(self.ongoing_txns.values(), default=header.last_offset + 1)
                 self.aborted.add(AbortedTxn(header.last_offset, pid, first, lso))
                 self._txnindex_dirty = True

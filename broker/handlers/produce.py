@@ -92,8 +92,9 @@ async def handle(ctx, request):
                                  "original offset %d", header.producer_id, topic.name,
                                  part.index, base_offset)
                     if acks == -1 and plog.config.fsync_every_append:
-                        durable_waits.append(broker.logs.flusher.wait_durable(
-                            plog, result.last_offset + 1))
+                        fut = broker.logs.flusher.durable(plog, result.last_offset + 1)
+                        if fut is not None:
+                            durable_waits.append(fut)
                 except KafkaError as e:
                     error = e.code
                     message = str(e)
@@ -102,7 +103,9 @@ async def handle(ctx, request):
             if error != ErrorCode.none:
                 errors += 1
             out.append((part.index, error, base_offset, append_time, start, message))
-    if durable_waits:
+    if len(durable_waits) == 1:
+        await durable_waits[0]
+    elif durable_waits:
         await asyncio.gather(*durable_waits)
     if acks == 0:
         if errors:

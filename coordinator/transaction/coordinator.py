@@ -47,6 +47,7 @@ log = logging.getLogger(__name__)
 
 EPOCH_FILE = "transaction-coordinator-epoch"
 _COMPLETE_STATES = ("CompleteCommit", "CompleteAbort")
+_PREPARE_STATES = ("PrepareCommit", "PrepareAbort")
 COMPLETION_WAIT_S = 1.0  # longest an AddPartitionsToTxn waits for the previous commit
 _E = ErrorCode
 
@@ -79,6 +80,7 @@ class TransactionCoordinator:
         self._tasks = TaskSet()
         self._timer = WakeTimer(self._tick)
         self._load_task: asyncio.Task | None = None
+        self._stopped = False
 
     def _new_state(self) -> TransactionCoordinatorState:
         return TransactionCoordinatorState(
@@ -92,6 +94,7 @@ class TransactionCoordinator:
     # --- lifecycle --------------------------------------------------------------------
 
     async def start(self) -> None:
+        self._stopped = False
         self.coordinator_epoch = self._bump_epoch()
         self.state = self._new_state()
         if TXN_TOPIC in self.logs.topics:
@@ -116,6 +119,7 @@ class TransactionCoordinator:
         return epoch
 
     async def stop(self) -> None:
+        self._stopped = True
         await self._tasks.cancel_all(self._load_task)
         self._timer.cancel()
         for fut in self._futures.values():
@@ -201,8 +205,21 @@ class TransactionCoordinator:
             return None
         if lazy:
             return request.write_id
-        self._spawn(self._report_persisted(plog, last, request, _E.none.value))
+        state = request.record.state if request.record is not None else None
+        if "after_prepare_durable" in self.faults.armed and state in _PREPARE_STATES:
+            self._spawn(self._report_persisted(plog, last, request, _E.none.value))
+            return None
+        fut = self.logs.flusher.durable(plog, last + 1)
+        if fut is None:
+            return request.write_id
+        # A callback, not a Task per record: this is on every transaction's path.
+        fut.add_done_callback(lambda f: self._persisted_callback(f, request.write_id))
         return None
+
+    def _persisted_callback(self, fut: asyncio.Future, write_id: int) -> None:
+        if fut.cancelled() or self._stopped:
+            return  # stopped, or the flusher was abandoned (crash teardown)
+        self._apply(self.state.persisted(now_ms(), write_id, _E.none.value))
 
     async def _report_persisted(self, plog: PartitionLog | None, last: int,
                                 request: PersistRequest, error: int) -> None:
