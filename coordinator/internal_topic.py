@@ -6,7 +6,14 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from protocol.records import BatchHeader, Record, build_batch, decode_records, read_header
+from protocol.records import (
+    BatchHeader,
+    Record,
+    build_batch,
+    build_single_record_batch,
+    decode_records,
+    read_header,
+)
 from storage.log import AppendResult, PartitionLog, now_ms
 from storage.manager import LogManager
 
@@ -48,14 +55,21 @@ def partition_for(key: str, partitions: int) -> int:
 
 def append_records(plog: PartitionLog, records: list[tuple[bytes, bytes | None]],
                    *, timestamp: int | None = None, producer_id: int = -1,
-                   producer_epoch: int = -1) -> AppendResult:
+                   producer_epoch: int = -1, flush: bool = True) -> AppendResult:
     """Append key/value records (value None = tombstone) as one uncompressed batch;
-    with a producer id it is a transactional batch of that producer (TxnOffsetCommit)."""
+    with a producer id it is a transactional batch of that producer (TxnOffsetCommit).
+    ``flush=False``: no fsync is requested for it (see PartitionLog.append)."""
     ts = now_ms() if timestamp is None else timestamp
+    if len(records) == 1:  # a coordinator's state record: the common case, built directly
+        key, value = records[0]
+        batch = bytearray(build_single_record_batch(
+            key, value, ts, producer_id=producer_id, producer_epoch=producer_epoch,
+            transactional=producer_id >= 0))
+        return plog.append(batch, read_header(batch), flush=flush)
     batch = bytearray(build_batch([Record(k, v, timestamp=ts) for k, v in records],
                                   producer_id=producer_id, producer_epoch=producer_epoch,
                                   transactional=producer_id >= 0))
-    return plog.append(batch, read_header(batch))
+    return plog.append(batch, read_header(batch), flush=flush)
 
 
 def iter_topic_batches(logs: LogManager, topic: str

@@ -90,8 +90,30 @@ def is_flexible_request(api_key: int, version: int) -> bool:
     return False
 
 
+_HEADER_START = struct.Struct(">hhih")  # api key, version, correlation id, client id length
+
+
 def parse_request_header(buf: bytes | memoryview) -> RequestHeader:
     """Parse request header v1 or v2 (v2 adds tagged fields) from a frame body."""
+    # The common case in one unpack; anything unusual takes the checked path below.
+    if len(buf) >= 10:
+        api_key, api_version, correlation_id, n = _HEADER_START.unpack_from(buf, 0)
+        end = 10 + n
+        if 0 <= n and end <= len(buf):
+            try:
+                client_id = bytes(buf[10:end]).decode("utf-8")
+            except UnicodeDecodeError:
+                return _parse_request_header(buf)
+            if is_flexible_request(api_key, api_version):
+                if end < len(buf) and buf[end] == 0:  # no tagged fields
+                    end += 1
+                else:
+                    end = skip_tagged_fields(buf, end)
+            return RequestHeader(api_key, api_version, correlation_id, client_id, end)
+    return _parse_request_header(buf)
+
+
+def _parse_request_header(buf: bytes | memoryview) -> RequestHeader:
     api_key, off = read_int16(buf, 0)
     api_version, off = read_int16(buf, off)
     correlation_id, off = read_int32(buf, off)
@@ -148,6 +170,7 @@ def encode_request(api_key: int, version: int, correlation_id: int, client_id: s
     return struct.pack(">i", len(out)) + bytes(out)
 
 
+@cache
 def response_header_is_flexible(api_key: int, version: int) -> bool:
     # ApiVersions responses always use header v0 so old clients can read them (KIP-511).
     if api_key == API_VERSIONS_KEY:
@@ -155,8 +178,16 @@ def response_header_is_flexible(api_key: int, version: int) -> bool:
     return bool(response_class(api_key, version).__flexible__)
 
 
+_RESPONSE_HEADER = struct.Struct(">ii")
+
+
 def encode_response(api_key: int, version: int, correlation_id: int, message: Any) -> bytes:
-    """Size-prefixed response frame: header v0/v1 + kio-encoded body."""
+    """Size-prefixed response frame: header v0/v1 + kio-encoded body. A ``bytes``
+    message is a body encoded already (protocol/fast_responses.py)."""
+    if type(message) is bytes:
+        if response_header_is_flexible(api_key, version):
+            return _RESPONSE_HEADER.pack(len(message) + 5, correlation_id) + b"\x00" + message
+        return _RESPONSE_HEADER.pack(len(message) + 4, correlation_id) + message
     buf = io.BytesIO()
     buf.write(b"\x00\x00\x00\x00")
     buf.write(struct.pack(">i", correlation_id))

@@ -364,6 +364,59 @@ def decode_records(batch, offset: int = 0) -> list[Record]:
     return records
 
 
+def build_single_record_batch(key: bytes | None, value: bytes | None, timestamp: int, *,
+                              producer_id: int = NO_PRODUCER_ID,
+                              producer_epoch: int = NO_PRODUCER_EPOCH,
+                              transactional: bool = False, control: bool = False) -> bytes:
+    """``build_batch`` of one header-less, uncompressed record at offset 0, written
+    directly: the shape of every coordinator record and transaction marker."""
+    body = bytearray(b"\x00\x00\x00")  # attributes, timestamp delta 0, offset delta 0
+    if key is None:
+        body.append(1)  # zigzag(-1)
+    else:
+        write_varint(body, len(key))
+        body += key
+    if value is None:
+        body.append(1)
+    else:
+        write_varint(body, len(value))
+        body += value
+    body.append(0)  # no headers
+    size = bytearray()
+    write_varint(size, len(body))
+    attributes = (ATTR_TRANSACTIONAL if transactional else 0) | (ATTR_CONTROL if control else 0)
+    out = bytearray(_HEADER.pack(0, HEADER_SIZE - LOG_OVERHEAD + len(size) + len(body), -1,
+                                 MAGIC_V2, 0, attributes, 0, timestamp, timestamp, producer_id,
+                                 producer_epoch, NO_SEQUENCE, 1))
+    out += size
+    out += body
+    struct.pack_into(">I", out, 17, compute_crc(out, 0, len(out)))
+    return bytes(out)
+
+
+def read_control_type(batch, offset: int = 0) -> ControlType | None:
+    """The type of the first control record of an uncompressed control batch (None
+    if it has no record), without decoding every record."""
+    header = read_header(batch, offset)
+    if header.records_count <= 0:
+        return None
+    if header.compression != Compression.NONE:
+        records = decode_records(batch, offset)
+        return control_type_of(records[0]) if records else None
+    raw = memoryview(batch)[offset + HEADER_SIZE : offset + header.size]
+    try:
+        _length, pos = read_varint(raw, 0)
+        pos += 1  # attributes
+        _ts_delta, pos = read_varlong(raw, pos)
+        _off_delta, pos = read_varint(raw, pos)
+        klen, pos = read_varint(raw, pos)
+    except (DecodeError, IndexError) as e:
+        raise CorruptRecordError(f"cannot decode control record: {e}") from None
+    if klen < 4 or pos + klen > len(raw):
+        raise CorruptRecordError("control record key too short")
+    return ControlType(_I16.unpack_from(raw, pos + 2)[0])
+
+
 # --- control records (transaction markers) --------------------------------
 
 def build_control_batch(
@@ -377,6 +430,10 @@ def build_control_batch(
 ) -> bytes:
     key = _I16.pack(0) + _I16.pack(int(control_type))
     value = _I16.pack(0) + _I32.pack(coordinator_epoch)
+    if base_offset == 0:
+        return build_single_record_batch(key, value, timestamp, producer_id=producer_id,
+                                         producer_epoch=producer_epoch, transactional=True,
+                                         control=True)
     return build_batch(
         [Record(key, value, timestamp=timestamp)],
         base_offset=base_offset,

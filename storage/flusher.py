@@ -13,11 +13,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-from concurrent.futures import ThreadPoolExecutor
+import queue
+import threading
 
 from .log import PartitionLog, now_ms
 
 log = logging.getLogger(__name__)
+
+LAZY_FLUSH_MS = 1000  # at the latest, a batch appended with flush=False is fsynced then
 
 
 def _sync_and_close(fds: list[int]) -> None:
@@ -29,20 +32,84 @@ def _sync_and_close(fds: list[int]) -> None:
             os.close(fd)
 
 
+class _Round:
+    __slots__ = ("loop", "future", "errors", "done")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, jobs: int) -> None:
+        self.loop = loop
+        self.future: asyncio.Future = loop.create_future()
+        self.errors: list[BaseException | None] = [None] * jobs
+        self.done: list[int] = []
+
+
+def _finish_round(rnd: _Round) -> None:
+    if not rnd.future.done():
+        rnd.future.set_result(rnd.errors)
+
+
+class FsyncPool:
+    """Threads that fsync the files of one round in parallel. Leaner than a
+    ThreadPoolExecutor with a future per job: the round's one asyncio future is
+    resolved with a single wake-up of the event loop, by the job that ends last."""
+
+    def __init__(self, workers: int) -> None:
+        self._jobs: queue.SimpleQueue = queue.SimpleQueue()
+        self._threads = [threading.Thread(target=self._work, name=f"txbroker-fsync-{i}",
+                                          daemon=True) for i in range(workers)]
+        for t in self._threads:
+            t.start()
+
+    def run(self, loop: asyncio.AbstractEventLoop, jobs: list[list[int]]) -> asyncio.Future:
+        """fsync and close each job's fds; the future's result is the error (or None)
+        of each job, in order."""
+        rnd = _Round(loop, len(jobs))
+        for i, fds in enumerate(jobs):
+            self._jobs.put((rnd, i, fds))
+        return rnd.future
+
+    def _work(self) -> None:
+        while True:
+            item = self._jobs.get()
+            if item is None:
+                return
+            rnd, i, fds = item
+            try:
+                _sync_and_close(fds)
+            except BaseException as e:  # reported to the round, never kills the thread
+                rnd.errors[i] = e
+            rnd.done.append(i)  # atomic; the job that completes the round wakes the loop
+            if len(rnd.done) == len(rnd.errors):
+                try:
+                    rnd.loop.call_soon_threadsafe(_finish_round, rnd)
+                except RuntimeError:
+                    pass  # the loop is closed (abandoned)
+
+    def shutdown(self, wait: bool) -> None:
+        for _ in self._threads:
+            self._jobs.put(None)
+        if wait:
+            for t in self._threads:
+                t.join()
+
+
 class Flusher:
     def __init__(self, workers: int = 4) -> None:
         self._dirty: dict[PartitionLog, None] = {}
         self._waiters: dict[PartitionLog, list[tuple[int, asyncio.Future]]] = {}
         self._wake: asyncio.Event | None = None
-        self._executor = ThreadPoolExecutor(workers, thread_name_prefix="txbroker-fsync")
+        self._workers = workers
+        self._pool: FsyncPool | None = None
         self._task: asyncio.Task | None = None
         self._ticker: asyncio.Task | None = None
         self._logs: list[PartitionLog] = []
+        self._inflight: dict[PartitionLog, int] = {}  # log -> offset its running fsync covers
         self.rounds = 0
         self.fsyncs = 0
 
     def start(self, logs: list[PartitionLog]) -> None:
         self._wake = asyncio.Event()
+        if self._pool is None:
+            self._pool = FsyncPool(self._workers)
         self._logs = logs
         self._task = asyncio.create_task(self._run(), name="flusher")
         self._ticker = asyncio.create_task(self._tick(), name="flush-ticker")
@@ -74,12 +141,20 @@ class Flusher:
 
     async def wait_durable(self, plog: PartitionLog, offset: int) -> None:
         """Return once everything below ``offset`` in ``plog`` is fsynced."""
+        fut = self.durable(plog, offset)
+        if fut is not None:
+            await fut
+
+    def durable(self, plog: PartitionLog, offset: int) -> asyncio.Future | None:
+        """A future resolved once everything below ``offset`` in ``plog`` is fsynced,
+        or None if it is already (no Task needed to wait: await it or add a callback)."""
         if plog.flushed_offset >= offset or plog.closed:
-            return
+            return None
         fut = asyncio.get_running_loop().create_future()
         self._waiters.setdefault(plog, []).append((offset, fut))
-        self._mark(plog)
-        await fut
+        if self._inflight.get(plog, -1) < offset:
+            self._mark(plog)  # else the fsync in flight covers it
+        return fut
 
     async def flush_now(self) -> None:
         """Flush every log once (used on shutdown and in tests)."""
@@ -106,53 +181,72 @@ class Flusher:
         batch = list(self._dirty)
         self._dirty.clear()
         jobs: list[tuple[PartitionLog, int, int]] = []
-        futures = []
-        loop = asyncio.get_running_loop()
+        fd_jobs: list[list[int]] = []
         for plog in batch:
             if plog.closed:
                 continue
             target = plog.log_end_offset
+            if plog.flushed_offset >= target and not plog.pending_sync \
+                    and not plog.directory_dirty:
+                self._release(plog, target)  # nothing new since the last fsync
+                continue
             count = plog.unflushed_messages
             fds = plog.take_sync_fds()
             self.fsyncs += len(fds)
             jobs.append((plog, target, count))
-            futures.append(loop.run_in_executor(self._executor, _sync_and_close, fds))
-        results = await asyncio.gather(*futures, return_exceptions=True)
+            self._inflight[plog] = target
+            fd_jobs.append(fds)
+        if not jobs:
+            return
+        if self._pool is None:
+            self._pool = FsyncPool(self._workers)
+        try:
+            results = await self._pool.run(asyncio.get_running_loop(), fd_jobs)
+        finally:
+            for plog, _, _ in jobs:
+                self._inflight.pop(plog, None)
         self.rounds += 1
         now = now_ms()
         for (plog, target, count), result in zip(jobs, results, strict=True):
-            if isinstance(result, BaseException):
+            if result is not None:
                 log.error("fsync of %s failed: %s", plog.name, result)
                 self._mark(plog)
                 continue
             plog.unflushed_messages = max(0, plog.unflushed_messages - count)
             plog.last_flush_ms = now
             plog.mark_flushed(target)
-            waiters = self._waiters.get(plog)
-            if waiters:
-                keep = []
-                for offset, fut in waiters:
-                    if offset <= target:
-                        if not fut.done():
-                            fut.set_result(None)
-                    else:
-                        keep.append((offset, fut))
-                if keep:
-                    self._waiters[plog] = keep
-                    self._mark(plog)
+            self._release(plog, target)
+
+    def _release(self, plog: PartitionLog, target: int) -> None:
+        """Answer the waiters of ``plog`` at or below ``target`` (durable now); the
+        others need another fsync."""
+        waiters = self._waiters.get(plog)
+        if waiters:
+            keep = []
+            for offset, fut in waiters:
+                if offset <= target:
+                    if not fut.done():
+                        fut.set_result(None)
                 else:
-                    del self._waiters[plog]
+                    keep.append((offset, fut))
+            if keep:
+                self._waiters[plog] = keep
+                self._mark(plog)
+            else:
+                del self._waiters[plog]
 
     async def _tick(self) -> None:
-        """flush.ms for logs that do not fsync every append."""
+        """flush.ms for logs that do not fsync every append; for those that do, the
+        batches appended with ``flush=False`` within LAZY_FLUSH_MS."""
         while True:
             await asyncio.sleep(0.1)
             now = now_ms()
             for plog in self._logs:
-                if plog.closed or plog.config.fsync_every_append:
+                if plog.closed or plog.flushed_offset >= plog.log_end_offset:
                     continue
-                if plog.flushed_offset < plog.log_end_offset and \
-                        now - plog.last_flush_ms >= plog.config.flush_ms:
+                interval = LAZY_FLUSH_MS if plog.config.fsync_every_append \
+                    else plog.config.flush_ms
+                if now - plog.last_flush_ms >= interval:
                     self._mark(plog)
 
     def abandon(self) -> None:
@@ -167,7 +261,9 @@ class Flusher:
                 if not fut.done():
                     fut.cancel()
         self._waiters.clear()
-        self._executor.shutdown(wait=False)
+        if self._pool is not None:
+            self._pool.shutdown(wait=False)
+            self._pool = None
 
     async def stop(self) -> None:
         for task in (self._task, self._ticker):
@@ -184,4 +280,6 @@ class Flusher:
                 if not fut.done():
                     fut.set_result(None)
         self._waiters.clear()
-        self._executor.shutdown(wait=True)
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None

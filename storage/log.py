@@ -20,8 +20,8 @@ from protocol.records import (
     BatchHeader,
     ControlType,
     build_control_batch,
-    control_type_of,
     decode_records,
+    read_control_type,
     read_header,
     set_base_offset,
     set_log_append_time,
@@ -181,10 +181,9 @@ class PartitionLog:
         pid = header.producer_id
         if header.is_control:
             first = self.ongoing_txns.pop(pid, None)
-            records = decode_records(batch_bytes())
-            if first is None or not records:
+            if first is None:
                 return
-            if control_type_of(records[0]) == ControlType.ABORT:
+            if read_control_type(batch_bytes()) == ControlType.ABORT:
                 lso = min(self.ongoing_txns.values(), default=header.last_offset + 1)
                 self.aborted.add(AbortedTxn(header.last_offset, pid, first, lso))
                 self._txnindex_dirty = True
@@ -245,9 +244,13 @@ class PartitionLog:
                     f"timestamp {header.max_timestamp} is out of the accepted range of {self.name}"
                 )
 
-    def append(self, batch: bytearray, header: BatchHeader, *, now: int | None = None) -> AppendResult:
+    def append(self, batch: bytearray, header: BatchHeader, *, now: int | None = None,
+               flush: bool = True) -> AppendResult:
         """Assign offsets to one validated batch and write it. Synchronous: the
-        write goes to the page cache; the flusher makes it durable."""
+        write goes to the page cache; the flusher makes it durable. With
+        ``flush=False`` the flusher is not told: the batch becomes durable with the
+        next fsync of this log (a later append, flush.ms, a roll or shutdown), for
+        records whose loss in a crash is repaired on recovery."""
         if self.closed:
             raise KafkaError(f"{self.name} is closed", code=ErrorCode.not_leader_or_follower)
         now = now_ms() if now is None else now
@@ -275,7 +278,7 @@ class PartitionLog:
         self.unflushed_messages += placed.records_count
         if not self.config.fsync_every_append:
             self._advance_high_watermark(self.log_end_offset)
-        if self.on_append is not None:
+        if flush and self.on_append is not None:
             self.on_append(self)
         return AppendResult(base, placed.last_offset, append_time, self.log_start_offset)
 

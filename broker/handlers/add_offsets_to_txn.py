@@ -3,6 +3,7 @@ transaction, before TxnOffsetCommit."""
 
 from __future__ import annotations
 
+from protocol import fast_responses
 from protocol.messages import build
 
 from ._groups import ZERO, code
@@ -16,4 +17,6 @@ async def handle(ctx, request):
     result = await ctx.broker.transactions.add_offsets(
         request.transactional_id, request.producer_id, request.producer_epoch,
         request.group_id, ctx.version)
+    if ctx.version in fast_responses.ADD_OFFSETS_VERSIONS:
+        return fast_responses.add_offsets_to_txn(ctx.version, result.error)
     return build(ctx.response_type, throttle_time=ZERO, error_code=code(result.error))

@@ -3,6 +3,7 @@ transactional ids and has a verify-only form brokers use among themselves."""
 
 from __future__ import annotations
 
+from protocol import fast_responses
 from protocol.errors import ErrorCode
 from protocol.messages import build
 
@@ -27,6 +28,11 @@ async def handle(ctx, request):
             request.v3_and_below_transactional_id, request.v3_and_below_producer_id,
             request.v3_and_below_producer_epoch, wanted, ctx.version)
         errors = result.errors
+    if ctx.version in fast_responses.ADD_PARTITIONS_VERSIONS:
+        grouped: dict[str, list[tuple[int, int]]] = {}
+        for (topic, partition), error in errors.items():
+            grouped.setdefault(topic, []).append((partition, int(error)))
+        return fast_responses.add_partitions_to_txn(ctx.version, grouped.items())
     by_topic: dict[str, list] = {}
     for (topic, partition), error in errors.items():
         by_topic.setdefault(topic, []).append(

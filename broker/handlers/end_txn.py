@@ -3,6 +3,7 @@ answer; the markers and CompleteCommit/CompleteAbort follow."""
 
 from __future__ import annotations
 
+from protocol import fast_responses
 from protocol.messages import build
 
 from ..context import CloseConnection
@@ -20,4 +21,6 @@ async def handle(ctx, request):
         bool(request.committed), ctx.version)
     if await broker.faults.hit("drop_end_txn_response"):
         raise CloseConnection
+    if ctx.version in fast_responses.END_TXN_VERSIONS:
+        return fast_responses.end_txn(ctx.version, result.error)
     return build(ctx.response_type, throttle_time=ZERO, error_code=code(result.error))

@@ -11,6 +11,7 @@ import asyncio
 import datetime
 import logging
 
+from protocol import fast_responses
 from protocol.errors import ErrorCode, InvalidRecordError, KafkaError, UnsupportedCompressionError
 from protocol.messages import build
 from protocol.records import Compression, decode_records, peek_size, validate_produced_batch
@@ -91,8 +92,9 @@ async def handle(ctx, request):
                                  "original offset %d", header.producer_id, topic.name,
                                  part.index, base_offset)
                     if acks == -1 and plog.config.fsync_every_append:
-                        durable_waits.append(broker.logs.flusher.wait_durable(
-                            plog, result.last_offset + 1))
+                        fut = broker.logs.flusher.durable(plog, result.last_offset + 1)
+                        if fut is not None:
+                            durable_waits.append(fut)
                 except KafkaError as e:
                     error = e.code
                     message = str(e)
@@ -101,7 +103,9 @@ async def handle(ctx, request):
             if error != ErrorCode.none:
                 errors += 1
             out.append((part.index, error, base_offset, append_time, start, message))
-    if durable_waits:
+    if len(durable_waits) == 1:
+        await durable_waits[0]
+    elif durable_waits:
         await asyncio.gather(*durable_waits)
     if acks == 0:
         if errors:
@@ -109,6 +113,8 @@ async def handle(ctx, request):
             log.info("closing %s: acks=0 produce failed for %d partition(s)", ctx.peer, errors)
             raise CloseConnection
         return None
+    if ctx.version in fast_responses.PRODUCE_VERSIONS:
+        return fast_responses.produce(ctx.version, results.items())
     responses = tuple(
         build(schema.TopicProduceResponse, name=name, partition_responses=tuple(
             build(schema.PartitionProduceResponse, index=index, error_code=error,

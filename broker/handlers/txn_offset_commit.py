@@ -8,6 +8,7 @@ like an OffsetCommit (KIP-447).
 
 from __future__ import annotations
 
+from protocol import fast_responses
 from protocol.messages import build
 
 from ._groups import ZERO, code, commit_entries
@@ -29,6 +30,11 @@ async def handle(ctx, request):
             generation_id=getattr(request, "generation_id", -1),
             member_id=getattr(request, "member_id", "") or "",
             group_instance_id=getattr(request, "group_instance_id", None), entries=entries)
+    if ctx.version in fast_responses.TXN_OFFSET_COMMIT_VERSIONS:
+        return fast_responses.txn_offset_commit(ctx.version, [
+            (topic.name, [(p.partition_index, int(results[(topic.name, p.partition_index)]))
+                          for p in topic.partitions])
+            for topic in request.topics])
     schema = ctx.schema
     topics = tuple(
         build(schema.TxnOffsetCommitResponseTopic, name=topic.name, partitions=tuple(

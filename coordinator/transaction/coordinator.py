@@ -46,6 +46,8 @@ from .state import (
 log = logging.getLogger(__name__)
 
 EPOCH_FILE = "transaction-coordinator-epoch"
+_COMPLETE_STATES = ("CompleteCommit", "CompleteAbort")
+_PREPARE_STATES = ("PrepareCommit", "PrepareAbort")
 COMPLETION_WAIT_S = 1.0  # longest an AddPartitionsToTxn waits for the previous commit
 _E = ErrorCode
 
@@ -73,9 +75,12 @@ class TransactionCoordinator:
         self.state = self._new_state()
         self._tokens = itertools.count(1)
         self._futures: dict[int, asyncio.Future] = {}
+        # AddPartitionsToTxn/AddOffsetsToTxn held while their id's commit completes.
+        self._completion_waiters: dict[str, list[asyncio.Future]] = {}
         self._tasks = TaskSet()
         self._timer = WakeTimer(self._tick)
         self._load_task: asyncio.Task | None = None
+        self._stopped = False
 
     def _new_state(self) -> TransactionCoordinatorState:
         return TransactionCoordinatorState(
@@ -89,6 +94,7 @@ class TransactionCoordinator:
     # --- lifecycle --------------------------------------------------------------------
 
     async def start(self) -> None:
+        self._stopped = False
         self.coordinator_epoch = self._bump_epoch()
         self.state = self._new_state()
         if TXN_TOPIC in self.logs.topics:
@@ -113,11 +119,17 @@ class TransactionCoordinator:
         return epoch
 
     async def stop(self) -> None:
+        self._stopped = True
         await self._tasks.cancel_all(self._load_task)
         self._timer.cancel()
         for fut in self._futures.values():
             if not fut.done():
                 fut.set_result(None)
+        for waiters in self._completion_waiters.values():
+            for fut in waiters:
+                if not fut.done():
+                    fut.set_result(None)
+        self._completion_waiters.clear()
 
     def ensure_topic(self) -> None:
         ensure_internal_topic(self.logs, TXN_TOPIC, self.config.state_log_partitions,
@@ -159,26 +171,55 @@ class TransactionCoordinator:
             fut = self._futures.pop(token, None)
             if fut is not None and not fut.done():
                 fut.set_result(result)
-        for request in effects.persist:
-            self._persist(request)
+        settled = [write_id for request in effects.persist
+                   if (write_id := self._persist(request)) is not None]
         for marker in effects.markers:
             self._spawn(self._write_markers(marker))
+        for write_id in settled:
+            self._apply(self.state.persisted(now_ms(), write_id, _E.none.value))
+        if self._completion_waiters:
+            self._release_completion_waiters()
         self._reschedule()
 
     def _spawn(self, coro) -> None:
         self._tasks.spawn(coro)
 
-    def _persist(self, request: PersistRequest) -> None:
-        # Appended now, in the order the state machine asked; acted on once durable.
+    def _persist(self, request: PersistRequest) -> int | None:
+        """Append now, in the order the state machine asked; acted on once durable.
+        CompleteCommit/CompleteAbort is the exception: it is acted on at once (the
+        write id is returned to report as persisted) and asks for no fsync of its
+        own. Nothing outside this process depends on it: the markers it follows are
+        durable already, and the next record of the same transactional id (same
+        partition, fsynced before it is acted on) makes it durable too. If the broker
+        crashes before that, recovery finds the PrepareCommit/PrepareAbort and
+        writes the markers again, which the partitions accept."""
+        lazy = request.record is not None and request.record.state in _COMPLETE_STATES
         try:
             plog = self._partition(request.transactional_id)
-            last = append_records(plog, [(request.key, request.value)]).last_offset
+            last = append_records(plog, [(request.key, request.value)],
+                                  flush=not lazy).last_offset
         except KafkaError as e:
             log.error("cannot persist transaction state of %r: %s", request.transactional_id, e)
             self._spawn(self._report_persisted(None, -1, request,
                                                coordinator_append_error(e.code.value)))
-            return
-        self._spawn(self._report_persisted(plog, last, request, _E.none.value))
+            return None
+        if lazy:
+            return request.write_id
+        state = request.record.state if request.record is not None else None
+        if "after_prepare_durable" in self.faults.armed and state in _PREPARE_STATES:
+            self._spawn(self._report_persisted(plog, last, request, _E.none.value))
+            return None
+        fut = self.logs.flusher.durable(plog, last + 1)
+        if fut is None:
+            return request.write_id
+        # A callback, not a Task per record: this is on every transaction's path.
+        fut.add_done_callback(lambda f: self._persisted_callback(f, request.write_id))
+        return None
+
+    def _persisted_callback(self, fut: asyncio.Future, write_id: int) -> None:
+        if fut.cancelled() or self._stopped:
+            return  # stopped, or the flusher was abandoned (crash teardown)
+        self._apply(self.state.persisted(now_ms(), write_id, _E.none.value))
 
     async def _report_persisted(self, plog: PartitionLog | None, last: int,
                                 request: PersistRequest, error: int) -> None:
@@ -247,16 +288,32 @@ class TransactionCoordinator:
             api_version=api_version))
         return result or InitProducerIdResult(_E.coordinator_not_available.value)
 
+    def _completing(self, transactional_id: str) -> bool:
+        state = self.state.state_of(transactional_id)
+        return state is not None and state.value in ("PrepareCommit", "PrepareAbort")
+
+    def _release_completion_waiters(self) -> None:
+        for tid in [t for t in self._completion_waiters if not self._completing(t)]:
+            for fut in self._completion_waiters.pop(tid):
+                if not fut.done():
+                    fut.set_result(None)
+
     async def _wait_completion(self, transactional_id: str) -> bool:
         """Wait (bounded) while the id's previous transaction is completing. True if it
         completed, so a CONCURRENT_TRANSACTIONS answer is worth retrying here."""
-        deadline = time.monotonic() + COMPLETION_WAIT_S
-        while time.monotonic() < deadline:
-            state = self.state.state_of(transactional_id)
-            if state is None or state.value not in ("PrepareCommit", "PrepareAbort"):
-                return True
-            await asyncio.sleep(0.001)
-        return False
+        if not self._completing(transactional_id):
+            return True
+        fut = asyncio.get_running_loop().create_future()
+        self._completion_waiters.setdefault(transactional_id, []).append(fut)
+        try:
+            await asyncio.wait_for(fut, COMPLETION_WAIT_S)
+        except TimeoutError:
+            waiters = self._completion_waiters.get(transactional_id, [])
+            if fut in waiters:
+                waiters.remove(fut)
+                if not waiters:
+                    del self._completion_waiters[transactional_id]
+        return not self._completing(transactional_id)
 
     async def _add_with_wait(self, transactional_id: str, call, empty):
         # The producer's next transaction usually starts (AddPartitionsToTxn) while the

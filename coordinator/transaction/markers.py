@@ -48,7 +48,9 @@ async def write_markers(logs: LogManager, groups, producer_id: int, producer_epo
         results[(topic, partition)] = ErrorCode.none
         if topic == OFFSETS_TOPIC:
             completes_offsets = True
-        waits.append(logs.flusher.wait_durable(plog, result.last_offset + 1))
+        fut = logs.flusher.durable(plog, result.last_offset + 1)
+        if fut is not None:
+            waits.append(fut)
     if waits:
         await asyncio.gather(*waits)
     if completes_offsets and groups is not None:

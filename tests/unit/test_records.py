@@ -350,3 +350,41 @@ def test_build_batch_needs_records():
 def test_read_header_needs_61_bytes():
     with pytest.raises(CorruptRecordError):
         read_header(SAMPLE[:60])
+
+
+@settings(max_examples=300, deadline=None)
+@given(key=st.one_of(st.none(), st.binary(max_size=300)),
+       value=st.one_of(st.none(), st.binary(max_size=300)),
+       ts=st.integers(0, 2**45), pid=st.integers(-1, 2**40), epoch=st.integers(-1, 32767),
+       transactional=st.booleans(), control=st.booleans())
+def test_single_record_batch_is_build_batch(key, value, ts, pid, epoch, transactional, control):
+    from protocol.records import Record, build_batch, build_single_record_batch
+
+    assert build_single_record_batch(
+        key, value, ts, producer_id=pid, producer_epoch=epoch, transactional=transactional,
+        control=control) == build_batch(
+        [Record(key, value, timestamp=ts)], producer_id=pid, producer_epoch=epoch,
+        transactional=transactional, control=control)
+
+
+@pytest.mark.parametrize("commit", [True, False])
+@pytest.mark.parametrize("coordinator_epoch", [0, 7, 2**31 - 1])
+def test_read_control_type(commit, coordinator_epoch):
+    from protocol.records import (
+        ControlType,
+        Record,
+        build_batch,
+        build_control_batch,
+        control_type_of,
+        decode_records,
+        read_control_type,
+    )
+
+    kind = ControlType.COMMIT if commit else ControlType.ABORT
+    batch = build_control_batch(kind, producer_id=5, producer_epoch=1,
+                                coordinator_epoch=coordinator_epoch, timestamp=1_700_000_000_000)
+    assert read_control_type(batch) == control_type_of(decode_records(batch)[0]) == kind
+    assert read_control_type(b"\0" * 3 + batch, 3) == kind
+    empty = bytearray(build_batch([Record(b"k", b"v")], control=True))
+    struct.pack_into(">i", empty, 57, 0)  # records count 0
+    assert read_control_type(empty) is None
