@@ -32,7 +32,7 @@ import psutil
 
 from . import clients
 from .brokers import TxBroker
-from .throughput import _system_busy
+from .report import system_busy as _system_busy
 from .transactions import Options, WorkerPool, _cpu_of, _percentile
 
 _PROFILE_MAIN = (
