@@ -1,0 +1,87 @@
+"""The ingestion job is exactly-once into Parquet even when its driver is SIGKILLed in
+the middle of a micro-batch: the restarted job re-runs that batch over the same
+offsets and the file sink's log never lists the interrupted attempt's files."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from spark_jobs.reader import DELAY_ENV, MARKER_ENV
+from tests.helpers import wait_until
+from tests.integration.spark_util import Ledger, Producer, rows_of
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+@pytest.mark.slow
+def test_driver_killed_mid_batch_then_restarted(spark, txbroker, topic, tmp_path):
+    txbroker.create_topic(topic, 2)
+    ledger = Ledger()
+    producer = Producer(txbroker.bootstrap, ledger)
+    aborter = Producer(txbroker.bootstrap, ledger)
+    for round_ in range(4):
+        producer.begin()
+        aborter.begin()
+        for i in range(300):
+            producer.send(topic, i % 2, b"r%d-%d" % (round_, i), key=b"%d" % i)
+            if i % 10 == 0:
+                aborter.send(topic, i % 2, b"aborted-%d-%d" % (round_, i))
+        producer.commit()
+        aborter.abort()
+    expected = ledger.visible()
+    assert len(expected) == 1200
+
+    out, ckpt, marker = tmp_path / "out", tmp_path / "ckpt", tmp_path / "reads"
+    flags = ["--bootstrap-servers", txbroker.bootstrap, "--topic", topic, "--output", str(out),
+             "--checkpoint", str(ckpt), "--max-offsets-per-trigger", "700"]
+    env = dict(os.environ, PYSPARK_PYTHON=sys.executable)
+    env.pop("PYSPARK_DRIVER_PYTHON", None)
+    # Batch 0 reads its two ranges at full speed; every later range sleeps after handing
+    # its rows to the Parquet writer, so batch 1 is in flight when the kill comes.
+    hooked = dict(env, **{MARKER_ENV: str(marker), DELAY_ENV: "60@2"})
+    driver = subprocess.Popen([sys.executable, "-m", "spark_jobs.ingest", *flags], cwd=ROOT,
+                              env=hooked, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              start_new_session=True)
+    try:
+        def batch_one_reading() -> bool:
+            return marker.exists() and len(marker.read_text().splitlines()) >= 3
+
+        assert wait_until(batch_one_reading, timeout=240, interval=0.2), \
+            driver.stdout.read().decode() if driver.poll() is not None else "no batch 1"
+        time.sleep(2)  # let the tasks' rows reach the open Parquet files
+        # Mid-batch: batch 0 is in the sink's log, batch 1 is planned but not committed.
+        assert (out / "_spark_metadata" / "0").exists()
+        assert (ckpt / "offsets" / "1").exists() and not (ckpt / "commits" / "1").exists()
+    finally:
+        # The driver is the Python process and its JVM: kill both at once.
+        os.killpg(driver.pid, signal.SIGKILL)
+        driver.wait(30)
+    assert rows_of(spark.read.parquet(str(out))) == sorted(
+        r for r in expected if (r[0], r[1]) in _batch0_offsets(ckpt)), "batch 0 in the sink"
+
+    # Restart with spark-submit (the other way to run the job) and no test hooks.
+    restarted = subprocess.run(
+        [str(Path(sys.executable).with_name("spark-submit")), "--master", "local[2]",
+         "spark_jobs/ingest.py", *flags], cwd=ROOT, env=env, capture_output=True, text=True,
+        timeout=300)
+    assert restarted.returncode == 0, restarted.stdout + restarted.stderr
+    assert f"rows of {topic}" in restarted.stdout
+    stored = rows_of(spark.read.parquet(str(out)))
+    assert stored == expected  # every committed record once: no loss, no duplicate
+
+
+def _batch0_offsets(ckpt: Path) -> set[tuple[int, int]]:
+    """(partition, offset) pairs below batch 0's end offsets in the checkpoint."""
+    import json
+
+    lines = (ckpt / "offsets" / "0").read_text().splitlines()
+    ends = json.loads(lines[-1])
+    return {(int(p), o) for parts in ends.values() for p, end in parts.items()
+            for o in range(end)}
