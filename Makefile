@@ -35,7 +35,7 @@ test-fast: install
 	$(PY) -m pytest -q -x -p no:cacheprovider tests/unit
 
 demo: install
-	$(PY) -m broker.demo
+	$(PY) -m spark_jobs.demo
 
 bench: install
 	$(PY) -m bench.throughput

@@ -1,4 +1,6 @@
-"""``make demo``: start a broker, produce and consume with real clients, say what it proved.
+"""``python -m broker.demo``: start a broker, produce and consume with real clients, say
+what it proved. (``make demo`` runs the transactional pipeline + Spark demo,
+``spark_jobs/demo.py``; this one is the quick broker-only check.)
 
 Runs the broker as a real process on a free port with a temporary data
 directory and embedded defaults, then:
@@ -13,53 +15,15 @@ directory and embedded defaults, then:
 from __future__ import annotations
 
 import os
-import re
-import signal
-import subprocess
 import sys
 import tempfile
-import threading
 import time
+
+from broker.process import BrokerProcess
 
 TOPIC = "demo-orders"
 PARTITIONS = 3
 RECORDS = 20_000
-_READY = re.compile(r"ready: listening on (\S+):(\d+)")
-
-
-class _Broker:
-    def __init__(self, data_dir: str, port: int = 0) -> None:
-        self.data_dir = data_dir
-        self.port = port
-        self.proc: subprocess.Popen | None = None
-        self.lines: list[str] = []
-
-    def start(self) -> str:
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "broker", "serve", "--host", "127.0.0.1", "--port",
-             str(self.port), "--data-dir", self.data_dir],
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        ready = threading.Event()
-
-        def pump() -> None:
-            assert self.proc and self.proc.stdout
-            for line in self.proc.stdout:
-                self.lines.append(line)
-                m = _READY.search(line)
-                if m:
-                    self.port = int(m.group(2))
-                    ready.set()
-
-        threading.Thread(target=pump, daemon=True).start()
-        if not ready.wait(30):
-            self.proc.kill()
-            raise SystemExit("broker did not start:\n" + "".join(self.lines))
-        return f"127.0.0.1:{self.port}"
-
-    def stop(self) -> int:
-        assert self.proc
-        self.proc.send_signal(signal.SIGTERM)
-        return self.proc.wait(30)
 
 
 def _consume_all(bootstrap: str, expected: int) -> dict[int, list[bytes]]:
@@ -85,8 +49,8 @@ def main() -> int:
     from confluent_kafka.admin import AdminClient, NewTopic
 
     with tempfile.TemporaryDirectory(prefix="txbroker-demo-") as data_dir:
-        broker = _Broker(os.path.join(data_dir, "data"))
-        bootstrap = broker.start()
+        broker = BrokerProcess(os.path.join(data_dir, "data"))
+        bootstrap = broker.start().bootstrap
         print(f"broker ready at {bootstrap} (data dir {broker.data_dir})")
         try:
             admin = AdminClient({"bootstrap.servers": bootstrap})
@@ -124,16 +88,16 @@ def main() -> int:
             print(f"consumed {total} records with kafka-python from {PARTITIONS} partitions "
                   f"({', '.join(str(len(got[p])) for p in range(PARTITIONS))})")
             del producer, admin  # close client connections before the broker goes away
-            rc = broker.stop()
+            rc = broker.terminate()
             print(f"broker stopped with SIGTERM, exit code {rc}")
 
-            bootstrap = broker.start()
+            bootstrap = broker.start().bootstrap
             again = _consume_all(bootstrap, RECORDS)
             total_again = sum(len(v) for v in again.values())
             print(f"restarted broker: {total_again} records still there")
         finally:
-            if broker.proc and broker.proc.poll() is None:
-                broker.stop()
+            if broker.running:
+                broker.terminate()
 
         checks = {
             "every record acknowledged": acked == RECORDS and not errors,

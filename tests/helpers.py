@@ -1,95 +1,15 @@
-"""Shared test helpers: a broker as a real OS process, raw-socket requests."""
+"""Shared test helpers: raw-socket requests, polling; BrokerProcess lives in broker.process."""
 
 from __future__ import annotations
 
-import os
-import re
-import signal
 import socket
 import struct
-import subprocess
-import sys
-import threading
 import time
-from collections.abc import Mapping
 
+from broker.process import READY, BrokerProcess
 from protocol.messages import decode_response, encode_request
 
-READY = re.compile(r"ready: listening on (\S+):(\d+)")
-
-
-class BrokerProcess:
-    """``python -m broker serve`` in a child process on an ephemeral port."""
-
-    def __init__(self, data_dir: str, overrides: Mapping[str, str] | None = None,
-                 port: int = 0) -> None:
-        self.data_dir = data_dir
-        self.overrides = dict(overrides or {})
-        self.requested_port = port
-        self.proc: subprocess.Popen | None = None
-        self.port = 0
-        self.host = "127.0.0.1"
-        self.output: list[str] = []
-        self._reader: threading.Thread | None = None
-
-    @property
-    def bootstrap(self) -> str:
-        return f"{self.host}:{self.port}"
-
-    def start(self, timeout: float = 30) -> BrokerProcess:
-        cmd = [sys.executable, "-m", "broker", "serve", "--host", "127.0.0.1",
-               "--port", str(self.requested_port), "--data-dir", self.data_dir]
-        for k, v in self.overrides.items():
-            cmd += ["--override", f"{k}={v}"]
-        env = dict(os.environ)
-        env.pop("PYTHONWARNINGS", None)
-        self.output = []
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                     text=True, env=env)
-        ready = threading.Event()
-
-        def pump() -> None:
-            assert self.proc is not None and self.proc.stdout is not None
-            for line in self.proc.stdout:
-                self.output.append(line)
-                m = READY.search(line)
-                if m:
-                    self.port = int(m.group(2))
-                    ready.set()
-
-        self._reader = threading.Thread(target=pump, daemon=True)
-        self._reader.start()
-        if not ready.wait(timeout):
-            self.kill()
-            raise RuntimeError("broker did not become ready:\n" + "".join(self.output))
-        # Later restarts reuse the same port so clients can reconnect.
-        self.requested_port = self.port
-        return self
-
-    def terminate(self, timeout: float = 30) -> int:
-        assert self.proc is not None
-        self.proc.send_signal(signal.SIGTERM)
-        rc = self.proc.wait(timeout)
-        if self._reader:
-            self._reader.join(5)
-        return rc
-
-    def kill(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGKILL)
-            self.proc.wait(30)
-        if self._reader:
-            self._reader.join(5)
-
-    def log_text(self) -> str:
-        return "".join(self.output)
-
-    def __enter__(self) -> BrokerProcess:
-        return self.start()
-
-    def __exit__(self, *exc) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.terminate()
+__all__ = ["READY", "BrokerProcess", "RawClient", "wait_until"]
 
 
 class RawClient:
