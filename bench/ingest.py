@@ -21,7 +21,10 @@ Timed, per run (fresh output and checkpoint directories each time):
   to Parquet (``mode("overwrite")``), i.e. the source without the streaming
   checkpoint machinery.
 
-Rows/s = records / wall seconds of the query; MB/s counts the value bytes only.
+Rows/s = records / wall seconds of the query (one-shot, including the ~2 s a
+streaming query with a Python source needs to start its source runner process);
+also records / the micro-batches' own time (Spark's ``triggerExecution``), which
+is what a long-running ingestion job sustains. MB/s counts the value bytes only.
 Each run checks that the row count equals what was committed.
 Results: bench/results/ingest.json and ingest.md.
 """
@@ -101,6 +104,9 @@ def one_run(spark: Any, bootstrap: str, topic: str, opts: Options) -> dict[str, 
             checkpoint=str(work / "checkpoint"), available_now=True))
         stream = {"seconds": round(secs, 3), "rows": result.rows_written,
                   "micro_batches": result.batches}
+        # The same rows over the micro-batches' own time (Spark's triggerExecution): the
+        # rate of a long-running job, which pays the query start-up only once.
+        steady = {"seconds": round(result.batch_seconds, 3), "rows": result.rows_written}
 
         t0 = time.monotonic()
         df = (spark.read.format("txbroker").option("kafka.bootstrap.servers", bootstrap)
@@ -112,7 +118,7 @@ def one_run(spark: Any, bootstrap: str, topic: str, opts: Options) -> dict[str, 
     finally:
         shutil.rmtree(work, ignore_errors=True)
     out: dict[str, Any] = {"ok": True}
-    for name, ph in (("stream", stream), ("batch", batch)):
+    for name, ph in (("stream", stream), ("steady", steady), ("batch", batch)):
         ph["rows_per_s"] = round(ph["rows"] / ph["seconds"], 1)
         ph["mb_per_s"] = round(ph["rows"] * opts.value_size / ph["seconds"] / 1e6, 2)
         out[name] = ph
@@ -127,7 +133,7 @@ def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
     ok = [r for r in runs if r.get("ok")]
     summary: dict[str, Any] = {"runs": len(runs), "ok_runs": len(ok),
                                "errors": [r["error"] for r in runs if not r.get("ok")]}
-    for phase in ("stream", "batch"):
+    for phase in ("stream", "steady", "batch"):
         summary[phase] = {k: report.median([r[phase].get(k) for r in ok if phase in r])
                           for k in ("rows_per_s", "mb_per_s", "seconds")}
         summary[phase]["rows_per_s_min"] = min(
@@ -150,16 +156,20 @@ def render_markdown(rep: dict[str, Any]) -> str:
         "| path | rows/s (median) | rows/s (worst) | MB/s (values) | seconds |",
         "|---|---:|---:|---:|---:|",
     ]
-    for phase, label in (("stream", "stream ingest (`ingest()`, availableNow, Parquet + "
-                                    "checkpoint)"),
+    for phase, label in (("stream", "stream ingest, one-shot (`ingest()`, availableNow, "
+                                    "Parquet + checkpoint; incl. query start-up)"),
+                         ("steady", "stream ingest, micro-batch time only (Spark's "
+                                    "triggerExecution: a long-running job)"),
                          ("batch", "batch read (`format(\"txbroker\")` -> Parquet)")):
         p = s[phase]
         lines.append(f"| {label} | {report.fmt(p['rows_per_s'], 0)} "
                      f"| {report.fmt(p['rows_per_s_min'], 0)} | {report.fmt(p['mb_per_s'])} "
                      f"| {report.fmt(p['seconds'], 2)} |")
     t = rep["target"]
-    lines += ["", f"Target: stream ingest >= {t['rows_per_s']:,} rows/s — "
-                  f"{'met' if t['met'] else 'not met'} ({report.fmt(t['measured'], 0)})."]
+    lines += ["", f"Target: stream ingest >= {t['rows_per_s']:,} rows/s. One-shot: "
+                  f"{'met' if t['met'] else 'not met'} ({report.fmt(t['measured'], 0)}); "
+                  f"micro-batch time only: {'met' if t['steady_met'] else 'not met'} "
+                  f"({report.fmt(t['steady_measured'], 0)})."]
     if s["errors"]:
         lines += ["", "Errors:"] + [f"- {e}" for e in s["errors"]]
     return "\n".join(lines) + "\n"
@@ -195,20 +205,24 @@ def run(opts: Options, command: str) -> dict[str, Any]:
             r["waited_for_idle_s"] = waited
             runs.append(r)
             print(f"run {i + 1}/{opts.runs}: {r.get('stream', {}).get('rows_per_s')} rows/s "
-                  f"stream, {r.get('batch', {}).get('rows_per_s')} rows/s batch"
+                  f"stream ({r.get('steady', {}).get('rows_per_s')} in micro-batches), "
+                  f"{r.get('batch', {}).get('rows_per_s')} rows/s batch"
                   + ("" if r["ok"] else f" ERROR {r['error']}"), flush=True)
         spark.stop()
     finally:
         broker.stop()
     summary = summarize(runs)
     measured = summary["stream"]["rows_per_s"]
+    steady = summary["steady"]["rows_per_s"]
     return {
         "command": command, "machine": machine, "options": {
             k: (str(v) if isinstance(v, Path) else v) for k, v in opts.__dict__.items()},
         "wall_seconds": round(time.monotonic() - started, 1), "fill": filled,
         "spark_startup_s": startup, "runs": runs, "summary": summary,
         "target": {"rows_per_s": TARGET_ROWS_PER_S, "measured": measured,
-                   "met": measured is not None and measured >= TARGET_ROWS_PER_S},
+                   "met": measured is not None and measured >= TARGET_ROWS_PER_S,
+                   "steady_measured": steady,
+                   "steady_met": steady is not None and steady >= TARGET_ROWS_PER_S},
     }
 
 
