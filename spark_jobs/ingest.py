@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import signal
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -78,13 +79,15 @@ def ingest(spark: SparkSession, *, bootstrap_servers: str, topic: str, output: s
            checkpoint: str, source_format: str = "txbroker", available_now: bool = True,
            processing_time: str | None = None, max_offsets_per_trigger: int | None = None,
            starting_offsets: str = "earliest", options: dict[str, str] | None = None,
-           timeout: float | None = None) -> IngestResult:
+           timeout: float | None = None, stop: threading.Event | None = None) -> IngestResult:
     """Run the ingestion query and wait for it.
 
     ``available_now`` (the default) reads everything committed when the run starts, in
     one or more micro-batches (``max_offsets_per_trigger``), then returns. With
     ``processing_time`` (e.g. "10 seconds") it runs until stopped, or until ``timeout``
-    seconds have passed. Raises the query's error if it fails."""
+    seconds have passed, or until ``stop`` is set (the query then stops between
+    micro-batches' progress checks, within half a second). Raises the query's error if
+    it fails."""
     if processing_time is not None:
         available_now = False
     if not available_now and processing_time is None:
@@ -120,7 +123,8 @@ def ingest(spark: SparkSession, *, bootstrap_servers: str, topic: str, output: s
         while query.isActive:
             query.awaitTermination(0.5)
             collect()
-            if timeout is not None and time.monotonic() - started > timeout:
+            if (timeout is not None and time.monotonic() - started > timeout) or \
+                    (stop is not None and stop.is_set()):
                 query.stop()
         query.awaitTermination()  # raises StreamingQueryException if the query failed
     except BaseException:
@@ -170,24 +174,26 @@ def main(argv: list[str] | None = None) -> int:
     # them with Java stack traces.
     spark = spark_session("txbroker-ingest", master=args.master,
                           log_level="WARN" if args.verbose else "OFF")
-    # SIGTERM (docker stop, kill) stops a continuous query like Ctrl-C does.
-    signal.signal(signal.SIGTERM, signal.default_int_handler)
+    # SIGTERM (docker stop, kill) and Ctrl-C stop the query from ingest()'s wait loop.
+    # Raising KeyboardInterrupt instead would land inside a py4j call and tear its
+    # connection to the JVM mid-answer.
+    stop = threading.Event()
+    for signo in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signo, lambda _signo, _frame: stop.set())
     try:
         result = ingest(spark, bootstrap_servers=args.bootstrap_servers, topic=args.topic,
                         output=args.output, checkpoint=args.checkpoint,
                         source_format=args.format, available_now=args.processing_time is None,
                         processing_time=args.processing_time,
                         max_offsets_per_trigger=args.max_offsets_per_trigger,
-                        starting_offsets=args.starting_offsets, options=options)
-    except KeyboardInterrupt:
-        print("ingest: stopped", file=sys.stderr)
-        return 130
+                        starting_offsets=args.starting_offsets, options=options, stop=stop)
     except Exception as e:
         print(f"ingest: error: {user_message(e)}", file=sys.stderr)
         return 1
     finally:
         spark.stop()
-    print(result.summary(args.topic), flush=True)
+    print(result.summary(args.topic) + (" (stopped by a signal)" if stop.is_set() else ""),
+          flush=True)
     return 0
 
 

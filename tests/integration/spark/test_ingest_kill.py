@@ -85,3 +85,47 @@ def _batch0_offsets(ckpt: Path) -> set[tuple[int, int]]:
     ends = json.loads(lines[-1])
     return {(int(p), o) for parts in ends.values() for p, end in parts.items()
             for o in range(end)}
+
+
+@pytest.mark.slow
+def test_continuous_job_stops_on_sigterm_and_resumes(spark, txbroker, topic, tmp_path):
+    """``--processing-time`` runs until SIGTERM (docker stop), which stops the query
+    cleanly (exit 0, summary line); a later run picks up exactly where it stopped."""
+    txbroker.create_topic(topic, 1)
+    ledger = Ledger()
+    producer = Producer(txbroker.bootstrap, ledger)
+    producer.begin()
+    for i in range(200):
+        producer.send(topic, 0, b"first-%d" % i)
+    producer.commit()
+    out, ckpt = tmp_path / "out", tmp_path / "ckpt"
+    flags = ["--bootstrap-servers", txbroker.bootstrap, "--topic", topic, "--output", str(out),
+             "--checkpoint", str(ckpt)]
+    env = dict(os.environ, PYSPARK_PYTHON=sys.executable)
+    env.pop("PYSPARK_DRIVER_PYTHON", None)
+    driver = subprocess.Popen([sys.executable, "-m", "spark_jobs.ingest", *flags,
+                               "--processing-time", "1 second"], cwd=ROOT, env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                              start_new_session=True)
+    try:
+        assert wait_until(lambda: (ckpt / "commits" / "0").exists(), timeout=240,
+                          interval=0.2), "no micro-batch committed"
+        driver.send_signal(signal.SIGTERM)
+        output, _ = driver.communicate(timeout=120)
+    finally:
+        if driver.poll() is None:
+            os.killpg(driver.pid, signal.SIGKILL)
+            driver.wait(30)
+    assert driver.returncode == 0, output
+    assert "stopped by a signal" in output and "Traceback" not in output, output
+    assert rows_of(spark.read.parquet(str(out))) == ledger.visible()
+
+    producer.begin()
+    for i in range(100):
+        producer.send(topic, 0, b"second-%d" % i)
+    producer.commit()
+    again = subprocess.run([sys.executable, "-m", "spark_jobs.ingest", *flags], cwd=ROOT,
+                           env=env, capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "ingested 100 rows" in again.stdout
+    assert rows_of(spark.read.parquet(str(out))) == ledger.visible()
