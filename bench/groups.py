@@ -36,7 +36,6 @@ import argparse
 import os
 import random
 import re
-import signal
 import sys
 import threading
 import time
@@ -530,13 +529,10 @@ def parse_args(argv: Sequence[str] | None) -> Options:
     return opts
 
 
-def _on_sigterm(_signo: int, _frame: Any) -> None:
-    raise KeyboardInterrupt  # the finally blocks stop the brokers
-
 
 def main(argv: Sequence[str] | None = None) -> int:
     opts = parse_args(argv)
-    signal.signal(signal.SIGTERM, _on_sigterm)
+    report.stop_on_sigterm()
     command = report.command_line("bench.groups", argv)
     result = run(opts, command)
     report.write_report(opts.out, "groups", result, render_markdown)

@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import argparse
 import shutil
-import signal
 import sys
 import tempfile
 import time
@@ -243,13 +242,10 @@ def parse_args(argv: Sequence[str] | None) -> Options:
     return opts
 
 
-def _on_sigterm(_signo: int, _frame: Any) -> None:
-    raise KeyboardInterrupt  # so the finally blocks stop the broker
-
 
 def main(argv: Sequence[str] | None = None) -> int:
     opts = parse_args(argv)
-    signal.signal(signal.SIGTERM, _on_sigterm)
+    report.stop_on_sigterm()
     result = run(opts, report.command_line("bench.ingest", argv))
     report.write_report(opts.out, "ingest", result, render_markdown)
     return 0 if result["summary"]["ok_runs"] else 1

