@@ -12,7 +12,14 @@ import kafka.errors as kerr
 import pytest
 from confluent_kafka import Consumer, Producer
 from confluent_kafka import TopicPartition as CTP
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import (
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    NewTopic,
+    ResourceType,
+)
 
 from tests.helpers import BrokerProcess, wait_until
 
@@ -210,12 +217,18 @@ def test_time_retention_end_to_end(tmp_path, topic):
     proc = BrokerProcess(str(tmp_path / "data"), {"log.retention.check.interval.ms": "200"})
     proc.start()
     try:
+        # Retention starts long and is shortened once everything is written: producing
+        # twelve records one producer at a time can take longer than 1.5 s on a busy machine.
         _create_topic(proc.bootstrap, topic, 1, {"segment.bytes": "1024",
-                                                 "retention.ms": "1500"})
+                                                 "retention.ms": "3600000"})
         for i in range(12):
             produce("kafka-python", proc.bootstrap, topic, [Msg(None, b"t%02d-" % i + b"x" * 300)])
         start, end = _watermarks(proc.bootstrap, topic)
         assert (start, end) == (0, 12)
+        resource = ConfigResource(ResourceType.TOPIC, topic, incremental_configs=[
+            ConfigEntry("retention.ms", "1500", incremental_operation=AlterConfigOpType.SET)])
+        admin = AdminClient({"bootstrap.servers": proc.bootstrap})
+        admin.incremental_alter_configs([resource])[resource].result(15)
         # Segments expire one after the other as they age; in the end only the
         # active one (the last record or two) is left.
         part_dir = os.path.join(proc.data_dir, f"{topic}-0")
