@@ -2,6 +2,7 @@
 
     .venv/bin/python -m bench.txn_cpu [--producers 1,8] [--records 10] [--seconds 5]
                                       [--profile DIR] [--repeat N]
+                                      [--override KEY=VALUE ...]
 
 Starts txbroker (defaults, fresh data dir) as a process, runs N confluent-kafka
 transactional producers (one worker process each, bench.transactions' rate
@@ -55,8 +56,8 @@ ADMIN = re.compile(r"admin HTTP on (http://\S+:\d+)")
 class MeteredTxBroker(TxBroker):
     """txbroker with its admin endpoint on an ephemeral port, for /metrics."""
 
-    def __init__(self) -> None:
-        super().__init__({"admin.http.port": "0"})
+    def __init__(self, overrides: dict[str, str] | None = None) -> None:
+        super().__init__({"admin.http.port": "0", **(overrides or {})})
         self.admin_url = ""
 
     def _on_line(self, line: str) -> None:
@@ -78,8 +79,8 @@ class MeteredTxBroker(TxBroker):
 
 
 class ProfiledTxBroker(MeteredTxBroker):
-    def __init__(self, out: Path) -> None:
-        super().__init__()
+    def __init__(self, out: Path, overrides: dict[str, str] | None = None) -> None:
+        super().__init__(overrides)
         self.out = out
 
     def command(self) -> list[str]:
@@ -164,7 +165,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--attach", default="",
                     help="command run against the broker during the window ({pid}, {seconds}), "
                          "e.g. 'perf record -g -o OUT -p {pid} -- sleep {seconds}'")
+    ap.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
+                    help="broker config override (repeatable), e.g. flush.messages=1000000")
     args = ap.parse_args(argv)
+    overrides = dict(o.split("=", 1) for o in args.override)
     producers = [int(x) for x in args.producers.split(",")]
     records = [int(x) for x in args.records.split(",")]
     opts = Options()
@@ -177,9 +181,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                     if args.profile:
                         args.profile.mkdir(parents=True, exist_ok=True)
                         out = args.profile / f"broker-{n}p{r}r.prof"
-                        broker = ProfiledTxBroker(out)
+                        broker = ProfiledTxBroker(out, overrides)
                     else:
-                        broker = MeteredTxBroker()
+                        broker = MeteredTxBroker(overrides)
                     with broker:
                         s = scenario(broker, pool, n, r, args.seconds, opts, args.attach)
                     print(f"{n}p x {r}r: {s['cpu_ms_per_txn']:.3f} ms CPU/txn "
