@@ -30,9 +30,12 @@ def _ranges(api_version_cls) -> tuple:
 
 
 def unsupported_version_response():
-    """The v0 answer to an ApiVersions request of a version we do not know."""
-    return v0.ApiVersionsResponse(error_code=ErrorCode.unsupported_version,
-                                  api_keys=_ranges(v0.ApiVersion))
+    """The v0 answer to an ApiVersions request of a version we do not know: as in
+    Kafka (KIP-511), it lists only ApiVersions' own range, for the client's retry."""
+    return v0.ApiVersionsResponse(
+        error_code=ErrorCode.unsupported_version,
+        api_keys=(v0.ApiVersion(api_key=API_KEY, min_version=MIN_VERSION,
+                                max_version=MAX_VERSION),))
 
 
 async def handle(ctx, request):

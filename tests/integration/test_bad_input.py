@@ -184,7 +184,8 @@ def test_unsupported_version_closes_connection(txbroker, topic, caplog, api_key,
 
 
 def test_api_versions_unknown_version_gets_v0_answer(txbroker, caplog):
-    """KIP-511: UNSUPPORTED_VERSION in the v0 format with our ranges; the connection stays."""
+    """KIP-511: UNSUPPORTED_VERSION in the v0 format with ApiVersions' own range only
+    (as Kafka answers); the connection stays."""
     client = connect(txbroker)
     # A v99 request as a newer client would send it: header v2 and some body we cannot know.
     client.send_frame(sized(raw_header(API_VERSIONS, 99, 77, b"future") + b"\x00"
@@ -195,8 +196,7 @@ def test_api_versions_unknown_version_gets_v0_answer(txbroker, caplog):
     assert cid == 77
     assert response.error_code == ErrorCode.unsupported_version
     ranges = {k.api_key: (k.min_version, k.max_version) for k in response.api_keys}
-    assert ranges[API_VERSIONS] == (0, 4)
-    assert ranges[PRODUCE][1] >= 9 and ranges[FETCH][1] >= 12
+    assert ranges == {API_VERSIONS: (0, 4)}
     # The v0 body is exactly error code + api keys: nothing of v1+ (no throttle time).
     assert len(body) == 4 + 2 + 4 + 6 * len(response.api_keys)
     wait_for_log(caplog, "ApiVersions v99", "UNSUPPORTED_VERSION")
