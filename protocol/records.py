@@ -127,11 +127,14 @@ def compute_crc(buf, offset: int, size: int) -> int:
     return crc32c.crc32c(memoryview(buf)[offset + CRC_START : offset + size])
 
 
-def validate_batch(buf, offset: int = 0, end: int | None = None) -> BatchHeader:
+def validate_batch(buf, offset: int = 0, end: int | None = None,
+                   field_error: type[Exception] = CorruptRecordError) -> BatchHeader:
     """Check one batch at ``offset``: lengths, magic, CRC and the offset/count fields.
 
     Raises CorruptRecordError (CORRUPT_MESSAGE) or InvalidRecordError (INVALID_RECORD)
-    the way Kafka's LogValidator does.
+    the way Kafka's LogValidator does. ``field_error`` is raised for a negative record
+    count or last offset delta under an intact CRC: corruption in a log file, but
+    INVALID_RECORD in a produce request (Kafka's LogValidator.validateBatch).
     """
     end = len(buf) if end is None else end
     available = end - offset
@@ -155,9 +158,9 @@ def validate_batch(buf, offset: int = 0, end: int | None = None) -> BatchHeader:
             f"record batch CRC mismatch: header {header.crc:#010x}, computed {actual:#010x}"
         )
     if header.records_count < 0:
-        raise CorruptRecordError(f"invalid record count {header.records_count}")
+        raise field_error(f"invalid record count {header.records_count}")
     if header.last_offset_delta < 0:
-        raise CorruptRecordError(f"invalid last offset delta {header.last_offset_delta}")
+        raise field_error(f"invalid last offset delta {header.last_offset_delta}")
     if header.attributes & ATTR_COMPRESSION_MASK > Compression.ZSTD:
         raise CorruptRecordError(
             f"unknown compression codec {header.attributes & ATTR_COMPRESSION_MASK}"
@@ -180,7 +183,7 @@ def validate_produced_batch(buf, offset: int = 0, end: int | None = None) -> Bat
             + (f"only {available} bytes were sent" if size is None else
                f"the record batch of {size} bytes exceeds the {available} bytes sent")
         )
-    header = validate_batch(buf, offset, end)
+    header = validate_batch(buf, offset, end, field_error=InvalidRecordError)
     if header.base_offset != 0:
         raise InvalidRecordError(
             f"the base offset of a produced record batch must be 0, got {header.base_offset}"

@@ -289,6 +289,12 @@ def _count_mismatch() -> bytes:
     return bytes(_fix_crc(b))
 
 
+def _negative_count() -> bytes:
+    b = bytearray(batch(3))
+    struct.pack_into(">i", b, 57, -1)  # recordsCount -1 under a valid CRC
+    return bytes(_fix_crc(b))
+
+
 def _control_batch() -> bytes:
     return build_batch([Record(b"\x00\x00\x00\x01", b"\x00\x00\x00\x00\x00\x00")], control=True)
 
@@ -313,12 +319,13 @@ def _idempotent_without_sequence() -> bytes:
     (b"\x00" * 8, ErrorCode.invalid_record, "at least one record batch"),
     (_offset_delta_mismatch(), ErrorCode.invalid_record, "inconsistent batch offset range"),
     (_count_mismatch(), ErrorCode.invalid_record, "inconsistent batch offset range"),
+    (_negative_count(), ErrorCode.invalid_record, "invalid record count -1"),
     (_control_batch(), ErrorCode.invalid_record, "control records"),
     (_nonzero_base_offset(), ErrorCode.invalid_record, "base offset"),
     (_idempotent_without_sequence(), ErrorCode.invalid_record, "sequence"),
 ], ids=["wrong-crc", "magic-1", "length-past-end", "length-short", "length-below-header",
         "two-batches", "empty", "null", "8-zero-bytes", "offset-delta", "record-count",
-        "control", "base-offset", "idempotent-no-sequence"])
+        "negative-count", "control", "base-offset", "idempotent-no-sequence"])
 def test_bad_batch_is_rejected_whole(txbroker, topic, caplog, records, error, log_words):
     result = _produce_one(txbroker, topic, records)
     assert result.error_code == error, result

@@ -267,11 +267,11 @@ def _with_fields(base: bytes, **fields) -> bytes:
 
 
 @pytest.mark.parametrize("fields,error,match", [
-    ({"records_count": 0, "last_offset_delta": -1}, CorruptRecordError, "offset delta"),
+    ({"records_count": 0, "last_offset_delta": -1}, InvalidRecordError, "offset delta"),
     ({"records_count": 0}, InvalidRecordError, "no records"),
     ({"records_count": 5}, InvalidRecordError, "inconsistent"),
     ({"last_offset_delta": 4}, InvalidRecordError, "inconsistent"),
-    ({"records_count": -3}, CorruptRecordError, "record count"),
+    ({"records_count": -3}, InvalidRecordError, "record count"),
     ({"base_offset": 1}, InvalidRecordError, "base offset"),
     ({"base_sequence": -1}, InvalidRecordError, "sequence"),
     ({"attributes": 0x20}, InvalidRecordError, "control"),
@@ -286,6 +286,15 @@ def test_validate_produced_batch_accepts_plain_and_idempotent_batches():
     validate_produced_batch(build_batch([Record(None, b"x")]))
     validate_produced_batch(build_batch([Record(None, b"x")], transactional=True, producer_id=1,
                                         producer_epoch=0, base_sequence=0))
+
+
+@pytest.mark.parametrize("fields", [{"records_count": -3},
+                                    {"records_count": 0, "last_offset_delta": -1}])
+def test_negative_count_or_delta_in_a_log_is_corruption(fields):
+    """The same fields under an intact CRC: INVALID_RECORD from a producer (above), but
+    corruption when read from a log file."""
+    with pytest.raises(CorruptRecordError):
+        validate_batch(_with_fields(SAMPLE, **fields))
 
 
 @pytest.mark.parametrize("data", [b"", b"\x00" * 11])
