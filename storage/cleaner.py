@@ -6,7 +6,8 @@ What a cleaning does to one partition log:
    log start up to the first segment that is not entirely below the last
    stable offset (so only decided, durable data is cleaned) or whose newest
    record is younger than ``min.compaction.lag.ms``. The part below the
-   cleaner checkpoint is "clean" (compacted before), the rest "dirty".
+   cleaner checkpoint is "clean" (compacted before), the rest "dirty". Every
+   cleaning rewrites the whole range, clean part included, from the first segment.
 2. **Offset map.** key -> offset of its latest record, over the dirty part.
 3. **Rewrite.** The cleanable segments are grouped (consecutive segments while
    their total size fits ``segment.bytes``, their indexes ``segment.index.bytes``
@@ -32,19 +33,63 @@ What a cleaning does to one partition log:
    drops the tombstone. The horizon travels with the batch, so it survives
    restarts and does not depend on file modification times.
 5. **Swap.** Each group is written as ``<base>.log.cleaned`` (+ ``.index.cleaned``,
-   ``.timeindex.cleaned``) and fsynced in a worker thread. On the event loop the
-   files are renamed to ``.swap`` (the commit point), the replaced segments are
-   closed and deleted (first to last), the ``.swap`` files renamed to their
-   final names and the segment list updated. ``recover_interrupted_cleaning``
-   (called by PartitionLog.open) deletes ``*.cleaned`` leftovers and completes a
-   swap whose ``.log.swap`` exists: it deletes every segment file in the swap
-   segment's offset range and renames it into place (indexes are rebuilt).
+   ``.timeindex.cleaned`` and ``.txnindex.cleaned``, the group's aborted
+   transactions, always written, possibly empty) and fsynced in a worker thread.
+   On the event loop the files are renamed to ``.swap`` (the ``.log`` last: its
+   rename is the commit point), the replaced segments are closed and deleted
+   (first to last), the ``.swap`` files renamed to their final names (the ``.log``
+   last again), the segment list and the in-memory aborted-transaction index
+   updated. ``recover_interrupted_cleaning`` (called by PartitionLog.open) deletes
+   ``*.cleaned`` leftovers and completes a swap whose ``.log.swap`` exists: it
+   deletes every segment file in the swap segment's offset range, renames the
+   ``.txnindex.swap`` and then the ``.log.swap`` into place (the offset and time
+   indexes are rebuilt on load). Because the cleaned ``.txnindex`` moves with the
+   cleaned ``.log`` through the same renames, no crash can leave a cleaned segment
+   next to the aborted-transaction entries of the segments it replaced (an entry
+   whose ABORT marker the cleaning removed would make a read_committed consumer
+   skip that producer's later, committed data) nor without its own entries (a
+   restart loads the entries below its producer snapshot from these files only).
 
-Transactions: the cleanable range ends at the last stable offset, so undecided
-data is never touched; records of aborted transactions are removed regardless
-of keys (they must never replace a committed value); control markers are kept
-for now (Kafka drops them once their transaction's data is gone and the delete
-horizon passed: the remaining ``TODO(transactions)``).
+Transactions (Kafka's CleanedTransactionMetadata; KIP-534 for the horizon):
+
+* The cleanable range ends at the last stable offset, so undecided data is never
+  touched. Records of aborted transactions are removed regardless of keys (they
+  must never replace a committed value).
+* A transaction's data batches are its producer's transactional batches between
+  the producer's previous marker (or the log start) and the COMMIT/ABORT marker
+  that closes it. The cleaner follows each producer through the whole cleaned
+  range (clean part and every group: the state is carried from group to group)
+  and notes whether any of those batches is written to the cleaned log, counting
+  the batches kept empty for producer state or as a group's last batch. Data
+  before the range cannot exist: the range starts at the first segment, and what
+  retention removed before it is gone, so it counts as not retained. A marker
+  whose transaction keeps data in the log stays as it is.
+* Once no batch of the transaction is retained, its marker is no longer needed:
+  the first cleaning that finds this rewrites it with the delete horizon (now +
+  ``delete.retention.ms``, like a tombstone) and a later cleaning at or past the
+  horizon drops it. Kafka is one cleaning later: it counts the batches it reads,
+  not those it writes. A marker is kept whole after its horizon if it is the
+  group's last batch (see 3b) or carries the current epoch of a producer the
+  partition tracks without data batches (its fencing epoch, Kafka's third
+  "last record of an active producer" case); Kafka empties such a marker, but
+  aiokafka and kafka-python reject a control batch without records.
+* The cleaned segment's ``.txnindex`` holds exactly the aborted transactions whose
+  ABORT marker it contains and whose data it still retains (Kafka's cleaned
+  transaction index likewise keeps only the aborted transactions whose marker
+  stays because batches of theirs were seen). An entry therefore goes at the same
+  cleaning that sets its marker's horizon, always before the marker itself: a
+  read_committed fetch is never told about an aborted transaction without the
+  marker that ends it, and aborted records are never retained, so no fetch can
+  return them.
+* Producer state rebuilt from the log stays right: a marker only goes with all
+  of its transaction's data, so a replay never sees a transaction opened without
+  the marker closing it, and the last data batch of each tracked producer is
+  kept (with it, its marker). A producer snapshot taken inside the cleaned range
+  could hold a transaction open whose marker a cleaning removed. The snapshot a
+  restart loads is the newest, taken at the last roll or shutdown, at or above
+  the range's end; in case it were unreadable, a group that drops a marker first
+  deletes the snapshots below its end, so a restart falls back to a snapshot that
+  does not need the removed markers, or to replaying the log from its start.
 """
 
 from __future__ import annotations
@@ -71,15 +116,19 @@ from protocol.records import (
     HEADER_SIZE,
     LOG_OVERHEAD,
     BatchHeader,
+    ControlType,
     Record,
     build_batch,
     compute_crc,
     decode_records,
     iter_batches,
+    read_control_type,
     read_header,
 )
 
+from .producer_state import list_snapshots, snapshot_path
 from .segment import LogSegment, filename_prefix
+from .txn_index import AbortedTxn
 
 if TYPE_CHECKING:  # log.py imports this module for open-time recovery
     from .log import PartitionLog
@@ -93,7 +142,8 @@ SEGMENT_FILE_SUFFIXES = (".log", ".index", ".timeindex", ".txnindex")
 LONG_MAX = 2**63 - 1
 INT32_MAX = 2**31 - 1
 _READ_CHUNK = 1 << 20
-_WRITTEN = (".index", ".timeindex", ".log")  # renamed in this order: the .log last
+# Renamed in this order: the .txnindex before the .log, whose rename is the commit point.
+_WRITTEN = (".index", ".timeindex", ".txnindex", ".log")
 _HEADER = struct.Struct(">qiibIhiqqqhii")  # the RecordBatch v2 header, as protocol.records
 _INDEX_ENTRY = struct.Struct(">ii")
 _TIME_ENTRY = struct.Struct(">qi")
@@ -151,12 +201,24 @@ def recover_interrupted_cleaning(directory: str) -> None:
 
     ``*.cleaned`` files were never committed: deleted. A ``<base>.log.swap`` was
     committed: every segment file whose base offset lies in the swap segment's
-    range is a replaced segment (deleted), then the swap becomes ``<base>.log``.
-    Index ``.swap`` files are deleted; the segment's indexes are rebuilt on load."""
+    range is a replaced segment (deleted), then ``<base>.txnindex.swap`` and the
+    swap become ``<base>.txnindex`` and ``<base>.log``. Offset and time index
+    ``.swap`` files are deleted; the segment's indexes are rebuilt on load.
+
+    The cleaned ``.txnindex`` cannot be rebuilt from its segment alone (an entry's
+    first offset and last stable offset may lie before it), so it travels with the
+    ``.log``: its ``.swap`` exists whenever the ``.log.swap`` does, unless the
+    swap had already renamed it to ``<base>.txnindex``, which it does only after
+    every replaced segment (their ``.txnindex`` files included) is deleted: that
+    ``<base>.txnindex`` is then the cleaned one and stays."""
     names = os.listdir(directory)
+    committed = {n[: -len(".log" + SWAP_SUFFIX)] for n in names
+                 if n.endswith(".log" + SWAP_SUFFIX)}
     changed = False
     for name in names:
-        if name.endswith(CLEANED_SUFFIX) or (name.endswith(SWAP_SUFFIX) and
+        keep = name.endswith(".txnindex" + SWAP_SUFFIX) and \
+            name[: -len(".txnindex" + SWAP_SUFFIX)] in committed
+        if name.endswith(CLEANED_SUFFIX) or (name.endswith(SWAP_SUFFIX) and not keep and
                                              not name.endswith(".log" + SWAP_SUFFIX)):
             os.unlink(os.path.join(directory, name))
             changed = True
@@ -165,12 +227,19 @@ def recover_interrupted_cleaning(directory: str) -> None:
         base = _stem_offset(name)
         assert base is not None
         swap_path = os.path.join(directory, name)
+        prefix = os.path.join(directory, filename_prefix(base))
+        txn_swap = prefix + ".txnindex" + SWAP_SUFFIX
+        txn_renamed = not os.path.exists(txn_swap)
         end = max(_file_next_offset(swap_path, base), base + 1)
         for other in os.listdir(directory):
             offset = _stem_offset(other)
             if offset is not None and base <= offset < end and other.endswith(SEGMENT_FILE_SUFFIXES):
+                if txn_renamed and offset == base and other.endswith(".txnindex"):
+                    continue  # the cleaned segment's, renamed into place before the crash
                 os.unlink(os.path.join(directory, other))
-        os.replace(swap_path, os.path.join(directory, filename_prefix(base) + ".log"))
+        if not txn_renamed:
+            os.replace(txn_swap, prefix + ".txnindex")
+        os.replace(swap_path, prefix + ".log")
         log.warning("%s: completed an interrupted log cleaning swap at offset %d", directory, base)
         changed = True
     if changed:
@@ -226,7 +295,8 @@ def _empty_batch(header: BatchHeader) -> bytes:
 
 
 def _rebuild(header: BatchHeader, kept: list[Record], horizon: int | None) -> bytes:
-    """Re-encode the kept records of a batch with its codec, offsets and producer fields."""
+    """Re-encode the kept records of a batch (data or control) with its codec, offsets,
+    producer fields and flags."""
     out = bytearray(build_batch(
         kept,
         base_offset=header.base_offset,
@@ -235,6 +305,7 @@ def _rebuild(header: BatchHeader, kept: list[Record], horizon: int | None) -> by
         producer_epoch=header.producer_epoch,
         base_sequence=header.base_sequence,
         transactional=header.is_transactional,
+        control=header.is_control,
         partition_leader_epoch=header.partition_leader_epoch,
         # With a delete horizon the base timestamp field holds it (KIP-534).
         base_timestamp=header.base_timestamp if horizon is None else horizon,
@@ -252,23 +323,71 @@ def _rebuild(header: BatchHeader, kept: list[Record], horizon: int | None) -> by
 
 @dataclass
 class _FilterContext:
+    """What one cleaning knows and learns, carried through all its groups in order."""
+
     offset_map: dict[bytes, int]
     now: int
     delete_retention_ms: int
     producer_last_offsets: dict[int, int]  # producer id -> last offset of its last data batch
     aborted: dict[int, list[tuple[int, int]]] = field(default_factory=dict)
+    # Producers the partition tracks without a data batch: id -> epoch (set by a marker
+    # that bumped it); their markers of that epoch carry the fencing epoch and stay.
+    producer_epochs: dict[int, int] = field(default_factory=dict)
     records_read: int = 0
     records_kept: int = 0
     latest_horizon: int = -1
+    # Producers whose current transaction (since their last marker) has a batch written.
+    txn_data_kept: set[int] = field(default_factory=set)
+    # (producer id, offset) of the ABORT markers kept because their data is: their
+    # aborted-transaction entries stay in the cleaned .txnindex.
+    kept_aborts: set[tuple[int, int]] = field(default_factory=set)
+    markers_removed: int = 0
+
+
+def _filter_marker(header: BatchHeader, data: memoryview, ctx: _FilterContext,
+                   must_retain: bool) -> bytes | memoryview | None:
+    """A COMMIT/ABORT marker stays while its transaction has data in the log; then it
+    gets a delete horizon, and once that has passed it goes (module docstring)."""
+    pid = header.producer_id
+    had_data = pid in ctx.txn_data_kept
+    ctx.txn_data_kept.discard(pid)
+    try:
+        control = read_control_type(data)
+    except ValueError:  # a control type other than COMMIT/ABORT: not ours to remove
+        return data
+    if control is not None and had_data:
+        if control == ControlType.ABORT:
+            ctx.kept_aborts.add((pid, header.last_offset))
+        return data
+    # No data of its transaction is left (or an empty control batch: nothing to end).
+    keep = must_retain or ctx.producer_epochs.get(pid) == header.producer_epoch
+    has_horizon = bool(header.attributes & ATTR_DELETE_HORIZON)
+    if control is None or (has_horizon and ctx.now >= header.base_timestamp):
+        if keep:
+            return data  # whole: some clients reject a control batch without records
+        ctx.markers_removed += 1
+        return None
+    if has_horizon:
+        ctx.latest_horizon = max(ctx.latest_horizon, header.base_timestamp)
+        return data
+    horizon = min(ctx.now + ctx.delete_retention_ms, LONG_MAX)
+    ctx.latest_horizon = max(ctx.latest_horizon, horizon)
+    return _rebuild(header, decode_records(data), horizon)
 
 
 def _filter_batch(header: BatchHeader, data: memoryview, ctx: _FilterContext,
                   must_retain: bool) -> bytes | memoryview | None:
     """The bytes to write for one batch, or None to drop it."""
     if header.is_control:
-        # TODO(transactions): drop a marker once its transaction's data is gone and its
-        # delete horizon has passed (Kafka's CleanedTransactionMetadata).
-        return data
+        return _filter_marker(header, data, ctx, must_retain)
+    kept = _filter_data(header, data, ctx, must_retain)
+    if kept is not None and header.is_transactional:
+        ctx.txn_data_kept.add(header.producer_id)
+    return kept
+
+
+def _filter_data(header: BatchHeader, data: memoryview, ctx: _FilterContext,
+                 must_retain: bool) -> bytes | memoryview | None:
     records = decode_records(data)
     ctx.records_read += len(records)
     if _in_aborted_txn(header, ctx.aborted):
@@ -368,6 +487,8 @@ class _Job:
     abort: Callable[[], bool]
     cancelled: threading.Event
     aborted: dict[int, list[tuple[int, int]]] = field(default_factory=dict)
+    aborted_entries: list[AbortedTxn] = field(default_factory=list)  # sorted by last offset
+    producer_epochs: dict[int, int] = field(default_factory=dict)
 
 
 @dataclass
@@ -375,6 +496,11 @@ class _GroupOutput:
     base_offset: int
     prefix: str
     size: int
+    # The aborted transactions whose ABORT marker lies in [txn_low, end_offset): the
+    # cleaned segment's .txnindex, which replaces them (txn_low None: from the start).
+    txn_low: int | None = None
+    end_offset: int = 0
+    txn_entries: list[AbortedTxn] = field(default_factory=list)
 
 
 @dataclass
@@ -579,18 +705,20 @@ class LogCleaner:
             raise
         groups = _group_segments(c.segments, [s.end_offset for s in sources],
                                  plog.config.segment_bytes, plog.config.segment_index_bytes)
-        producers = {pid: e.batches[-1].last_offset
-                     for pid, e in plog.producer_state.producers.items() if e.batches}
+        tracked = plog.producer_state.producers
+        producers = {pid: e.batches[-1].last_offset for pid, e in tracked.items() if e.batches}
+        epochs = {pid: e.epoch for pid, e in tracked.items() if not e.batches}
         cancelled = threading.Event()
         aborted: dict[int, list[tuple[int, int]]] = {}
-        for entry in plog.aborted.entries:  # snapshot on the loop for the worker thread
+        entries = list(plog.aborted.entries)  # snapshot on the loop for the worker thread
+        for entry in entries:
             aborted.setdefault(entry.producer_id, []).append((entry.first_offset,
                                                               entry.last_offset))
         return _Job(plog, sources, [[sources[i] for i in g] for g in groups], c.first_dirty,
                     c.end_offset, now, plog.config.delete_retention_ms,
                     plog.config.index_interval_bytes, producers,
                     lambda: self._abort.is_set() or cancelled.is_set() or plog.closed, cancelled,
-                    aborted)
+                    aborted, entries, epochs)
 
     def _steps(self, job: _Job, stats: CleanStats) -> Generator[Callable[[], object], object, None]:
         """The cleaning as a sequence: each yielded callable is worker-thread work whose
@@ -632,6 +760,9 @@ class LogCleaner:
                 any(a is not b for a, b in zip(segs[i : i + len(old)], old, strict=True)):
             return False
         prefix = out.prefix
+        # The cleaned .txnindex is renamed with the .log (before it, both times), so at
+        # any crash point the segment files on disk and their aborted-transaction
+        # entries match (recover_interrupted_cleaning finishes the renames).
         for ext in _WRITTEN:  # commit point: the .log.swap rename
             os.replace(prefix + ext + CLEANED_SUFFIX, prefix + ext + SWAP_SUFFIX)
         for seg in old:
@@ -640,10 +771,12 @@ class LogCleaner:
             seg.delete()
         for ext in _WRITTEN:
             os.replace(prefix + ext + SWAP_SUFFIX, prefix + ext)
+        if not out.txn_entries:  # as rewrite_txn_indexes leaves it: no file, no entries
+            os.unlink(prefix + ".txnindex")
         new = LogSegment(plog.directory, out.base_offset, plog.config.index_interval_bytes)
         new.load()
         segs[i : i + len(old)] = [new]
-        plog.rewrite_txn_indexes()  # the merged segments' .txnindex entries now live in `new`
+        plog.aborted.replace_range(out.txn_low, out.end_offset, out.txn_entries)
         return True
 
     def _start(self, plog: PartitionLog, now: int | None) -> tuple[_Job, CleanStats] | None:
@@ -801,7 +934,7 @@ def _build_offset_map(job: _Job) -> _FilterContext:
                 if rec.key is not None:
                     offset_map[rec.key] = rec.offset
     return _FilterContext(offset_map, job.now, job.delete_retention_ms, job.producer_last_offsets,
-                          job.aborted)
+                          job.aborted, job.producer_epochs)
 
 
 def _in_aborted_txn(header: BatchHeader, aborted: dict[int, list[tuple[int, int]]]) -> bool:
@@ -825,12 +958,40 @@ def _group_batches(job: _Job, group: list[_Source]
         yield pending[0], pending[1], True
 
 
+def _group_txn_entries(job: _Job, group: list[_Source], ctx: _FilterContext
+                       ) -> tuple[int | None, int, list[AbortedTxn]]:
+    """The aborted transactions the cleaned segment of a group keeps: those whose ABORT
+    marker it holds and whose data it still retains. An entry is assigned to the
+    segment holding its marker (PartitionLog.rewrite_txn_indexes); the first group of
+    the log also takes any entry below it (gone with its marker)."""
+    low = None if group[0] is job.sources[0] else group[0].segment.base_offset
+    end = group[-1].end_offset
+    kept = [e for e in job.aborted_entries
+            if (low is None or e.last_offset >= low) and e.last_offset < end
+            and (e.producer_id, e.last_offset) in ctx.kept_aborts]
+    return low, end, kept
+
+
+def _forget_snapshots_below(directory: str, end: int) -> None:
+    """Delete the producer snapshots below ``end``: one could hold a transaction open
+    whose marker this cleaning removes (module docstring, "Producer state")."""
+    removed = False
+    for offset in list_snapshots(directory):
+        if offset < end:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(snapshot_path(directory, offset))
+                removed = True
+    if removed:
+        _fsync_dir(directory)  # before the swap commits the removal of the markers
+
+
 def _write_group(job: _Job, group: list[_Source], ctx: _FilterContext) -> _GroupOutput:
     """Write the cleaned segment of one group as ``<base>.*.cleaned`` files, fsynced."""
     base = group[0].segment.base_offset
     prefix = _group_prefix(job, group)
     index = _IndexWriter(base, job.index_interval)
     position = 0
+    markers_removed = ctx.markers_removed
     try:
         with open(prefix + ".log" + CLEANED_SUFFIX, "wb") as out:
             for header, data, last in _group_batches(job, group):
@@ -847,15 +1008,20 @@ def _write_group(job: _Job, group: list[_Source], ctx: _FilterContext) -> _Group
             out.flush()
             os.fsync(out.fileno())
         index.finish()
-        for ext, content in ((".index", index.index), (".timeindex", index.timeindex)):
+        low, end, entries = _group_txn_entries(job, group, ctx)
+        txnindex = b"".join(e.encode() for e in entries)
+        for ext, content in ((".index", index.index), (".timeindex", index.timeindex),
+                             (".txnindex", txnindex)):
             with open(prefix + ext + CLEANED_SUFFIX, "wb") as f:
                 f.write(content)
                 f.flush()
                 os.fsync(f.fileno())
+        if ctx.markers_removed > markers_removed:
+            _forget_snapshots_below(job.plog.directory, end)
     except BaseException:
         _discard(prefix)
         raise
-    return _GroupOutput(base, prefix, position)
+    return _GroupOutput(base, prefix, position, low, end, entries)
 
 
 __all__ = [

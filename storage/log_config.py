@@ -95,7 +95,8 @@ TOPIC_CONFIGS: dict[str, TopicConfigDef] = {
         TopicConfigDef("flush.ms", "log.flush.interval.ms", str(LONG_MAX), _int_range(0),
                        "with flush.messages > 1: also fsync dirty data this often"),
         TopicConfigDef("delete.retention.ms", "log.cleaner.delete.retention.ms", "86400000",
-                       _int_range(0), "how long compaction keeps tombstones"),
+                       _int_range(0), "how long compaction keeps tombstones, and the markers of "
+                       "transactions it removed all data of"),
         TopicConfigDef("min.compaction.lag.ms", "log.cleaner.min.compaction.lag.ms", "0",
                        _int_range(0), "minimum age of a record before compaction may remove it"),
         TopicConfigDef("max.compaction.lag.ms", "log.cleaner.max.compaction.lag.ms", str(LONG_MAX),

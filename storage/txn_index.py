@@ -80,6 +80,14 @@ class AbortedTxnIndex:
         i = bisect.bisect_left(self.entries, (offset,), key=lambda e: (e.last_offset,))
         del self.entries[:i]
 
+    def replace_range(self, start: int | None, end: int, entries: list[AbortedTxn]) -> None:
+        """Replace the transactions whose marker is in [start, end) (start None: from
+        the first) by ``entries`` (the log cleaner's, for a cleaned segment)."""
+        i = 0 if start is None else bisect.bisect_left(self.entries, (start,),
+                                                       key=lambda e: (e.last_offset,))
+        j = bisect.bisect_left(self.entries, (end,), key=lambda e: (e.last_offset,))
+        self.entries[i:j] = sorted(entries)
+
     def drop_from(self, offset: int) -> None:
         """Forget transactions whose marker is at or after ``offset`` (truncation, replay)."""
         i = bisect.bisect_left(self.entries, (offset,), key=lambda e: (e.last_offset,))
