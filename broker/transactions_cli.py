@@ -1,7 +1,10 @@
 """``txbroker transactions list | describe ID | find-hanging | abort`` (KIP-664).
 
 Talks to a broker over the Kafka protocol (ListTransactions, DescribeTransactions,
-DescribeProducers, WriteTxnMarkers), like Kafka's kafka-transactions.sh.
+DescribeProducers, WriteTxnMarkers), like Kafka's kafka-transactions.sh, with its
+option names. find-hanging follows Kafka's rule (see cmd_find_hanging). abort also
+checks, unlike Kafka's tool, that the producer's coordinator does not count the
+partition in its transaction (it will write that marker itself); --force skips that.
 """
 
 from __future__ import annotations
@@ -30,6 +33,9 @@ from protocol.primitives import (
 from .admin_client import AdminConnection
 
 OUT = sys.stdout
+
+# transaction.max.timeout.ms is an int: no transaction timeout exceeds this many minutes.
+_MAX_TIMEOUT_MINUTES = (2**31 - 1) // 60_000
 
 
 def _table(rows: list[list[str]], header: list[str]) -> None:
@@ -96,7 +102,12 @@ def _describe_transactions(conn: AdminConnection, tids: tuple[str, ...]) -> list
 
 
 def cmd_describe(conn: AdminConnection, args) -> int:
-    [state] = _describe_transactions(conn, (args.transactional_id,))
+    tid = args.transactional_id_option or args.transactional_id
+    if tid is None or (args.transactional_id_option and args.transactional_id
+                       and args.transactional_id_option != args.transactional_id):
+        print("error: give one transactional id (--transactional-id ID, or ID)", file=sys.stderr)
+        return 2
+    [state] = _describe_transactions(conn, (tid,))
     if state.error_code != ErrorCode.none:
         print(f"error: {state.error_code.name.upper()}", file=sys.stderr)
         return 1
@@ -110,16 +121,29 @@ def cmd_describe(conn: AdminConnection, args) -> int:
     return 0
 
 
-def _partitions(conn: AdminConnection, topic: str, partition: int | None) -> list[int]:
-    if partition is not None:
-        return [partition]
+def _search_partitions(conn: AdminConnection, topic: str | None, partition: int | None,
+                       broker_id: int | None) -> dict[str, list[int]]:
+    """topic -> partitions to search, as Kafka's find-hanging picks them: the partition
+    given, else the topic's partitions (else every non-internal topic's), those with a
+    replica on ``broker_id`` if given."""
+    if topic is not None and partition is not None:
+        return {topic: [partition]}
     resp = conn.request(3, 12, md.MetadataRequest(
-        topics=(md.MetadataRequestTopic(topic_id=None, name=topic),),
+        topics=None if topic is None else (md.MetadataRequestTopic(topic_id=None, name=topic),),
         allow_auto_topic_creation=False, include_topic_authorized_operations=False))
-    [t] = resp.topics
-    if t.error_code != ErrorCode.none:
-        raise SystemExit(f"error: topic {topic}: {t.error_code.name.upper()}")
-    return sorted(p.partition_index for p in t.partitions)
+    found: dict[str, list[int]] = {}
+    for t in sorted(resp.topics, key=lambda t: t.name or ""):
+        if t.error_code != ErrorCode.none:
+            if topic is not None:
+                raise SystemExit(f"error: topic {topic}: {t.error_code.name.upper()}")
+            continue
+        if topic is None and t.is_internal:
+            continue
+        parts = sorted(p.partition_index for p in t.partitions
+                       if broker_id is None or broker_id in p.replica_nodes)
+        if parts:
+            found[t.name] = parts
+    return found
 
 
 def _producers(conn: AdminConnection, topic: str, partitions: list[int]):
@@ -134,36 +158,110 @@ def _producers(conn: AdminConnection, topic: str, partitions: list[int]):
                 yield p.partition_index, producer
 
 
+def _transactional_ids(conn: AdminConnection, producer_ids) -> dict[int, str]:
+    """producer id -> the transactional id whose current producer id it is (ListTransactions
+    filtered by producer id); ids without one are left out."""
+    wanted = set(producer_ids)
+    resp = conn.request(66, 1, lt.ListTransactionsRequest(
+        state_filters=(), producer_id_filters=tuple(sorted(wanted)), duration_filter=-1))
+    if resp.error_code != ErrorCode.none:
+        raise SystemExit(f"error: cannot list the transactions of producers "
+                         f"{', '.join(map(str, sorted(wanted)))}: {resp.error_code.name.upper()}")
+    return {t.producer_id: t.transactional_id for t in resp.transaction_states
+            if t.producer_id in wanted}
+
+
+def _descriptions(conn: AdminConnection, tids) -> dict[str, SimpleNamespace | None]:
+    """transactional id -> its DescribeTransactions state, None if the coordinator does
+    not know it (TRANSACTIONAL_ID_NOT_FOUND); any other error ends the command."""
+    tids = tuple(sorted(set(tids)))
+    if not tids:
+        return {}
+    out: dict[str, SimpleNamespace | None] = {}
+    for s in _describe_transactions(conn, tids):
+        if s.error_code == ErrorCode.transactional_id_not_found:
+            out[s.transactional_id] = None
+        elif s.error_code != ErrorCode.none:
+            raise SystemExit(f"error: cannot describe transactional id {s.transactional_id!r}: "
+                             f"{s.error_code.name.upper()}")
+        else:
+            out[s.transactional_id] = s
+    return out
+
+
+def _includes(state: SimpleNamespace, topic: str, partition: int) -> bool:
+    return any(t.topic == topic and partition in t.partitions for t in state.topics)
+
+
+def _coordinator_transaction(conn: AdminConnection, producer_id: int, topic: str,
+                             partition: int) -> SimpleNamespace | None:
+    """The coordinator's transaction of ``producer_id`` if it includes ``topic-partition``
+    (in any state: Ongoing, or PrepareCommit/PrepareAbort with its markers still to
+    come), else None."""
+    tid = _transactional_ids(conn, [producer_id]).get(producer_id)
+    if tid is None:
+        return None
+    state = _descriptions(conn, [tid]).get(tid)
+    if state is None or state.producer_id != producer_id or not _includes(state, topic, partition):
+        return None
+    return state
+
+
 def cmd_find_hanging(conn: AdminConnection, args) -> int:
-    """Open transactions in the partitions that their coordinator does not know as
-    ongoing there, or that are older than the maximum transaction timeout."""
+    """Kafka's rule (FindHangingTransactionsCommand): an open transaction in a partition
+    (DescribeProducers) is a candidate when its last write is older than the maximum
+    transaction timeout; a candidate is hanging unless its producer id is the current one
+    of a transactional id (ListTransactions) whose transaction, as the coordinator
+    describes it (DescribeTransactions, whatever the state), includes the partition."""
+    if args.topic is None and args.broker_id is None:
+        print("error: find-hanging needs --topic or --broker-id to limit the search",
+              file=sys.stderr)
+        return 2
+    if args.partition is not None and args.topic is None:
+        print("error: --partition needs --topic", file=sys.stderr)
+        return 2
+    if args.max_transaction_timeout_ms is not None:
+        max_ms = args.max_transaction_timeout_ms
+    elif args.max_transaction_timeout > _MAX_TIMEOUT_MINUTES:
+        print(f"error: --max-transaction-timeout is in minutes, as in Kafka's "
+              f"kafka-transactions.sh (at most {_MAX_TIMEOUT_MINUTES}: "
+              f"transaction.max.timeout.ms is an int); milliseconds go to "
+              f"--max-transaction-timeout-ms", file=sys.stderr)
+        return 2
+    else:
+        max_ms = args.max_transaction_timeout * 60_000
+    search = _search_partitions(conn, args.topic, args.partition, args.broker_id)
+
     now = int(time.time() * 1000)
-    rows = []
-    for partition, producer in _producers(conn, args.topic,
-                                          _partitions(conn, args.topic, args.partition)):
-        if producer.current_txn_start_offset < 0:
-            continue
-        listed = conn.request(66, 1, lt.ListTransactionsRequest(
-            state_filters=(), producer_id_filters=(producer.producer_id,), duration_filter=-1))
-        known = False
-        for t in listed.transaction_states:
-            for s in _describe_transactions(conn, (t.transactional_id,)):
-                if s.producer_id == producer.producer_id and s.transaction_state == "Ongoing" \
-                        and any(x.topic == args.topic and partition in x.partitions
-                                for x in s.topics):
-                    known = True
-        age = now - producer.last_timestamp if producer.last_timestamp >= 0 else -1
-        if not known or age > args.max_transaction_timeout:
-            rows.append([args.topic, partition, producer.producer_id, producer.producer_epoch,
-                         producer.coordinator_epoch, producer.current_txn_start_offset,
-                         producer.last_timestamp])
-    _table(rows, ["Topic", "Partition", "ProducerId", "ProducerEpoch", "CoordinatorEpoch",
-                  "StartOffset", "LastTimestamp"])
+    candidates = [(topic, partition, producer)
+                  for topic, partitions in search.items()
+                  for partition, producer in _producers(conn, topic, partitions)
+                  if producer.current_txn_start_offset >= 0
+                  and now - producer.last_timestamp > max_ms]
+    hanging = []
+    if candidates:
+        tids = _transactional_ids(conn, {p.producer_id for _, _, p in candidates})
+        states = _descriptions(conn, tids.values())
+        for topic, partition, producer in candidates:
+            tid = tids.get(producer.producer_id)
+            state = states.get(tid) if tid is not None else None
+            # Kafka looks at the partitions only; the producer id is compared too, in case
+            # the id moved on to a new producer id between the two requests (which it only
+            # does once the old one's transaction is complete).
+            if state is None or state.producer_id != producer.producer_id \
+                    or not _includes(state, topic, partition):
+                hanging.append((topic, partition, producer))
+    _table([[topic, partition, p.producer_id, p.producer_epoch, p.coordinator_epoch,
+             p.current_txn_start_offset, p.last_timestamp, (now - p.last_timestamp) // 60_000]
+            for topic, partition, p in hanging],
+           ["Topic", "Partition", "ProducerId", "ProducerEpoch", "CoordinatorEpoch",
+            "StartOffset", "LastTimestamp", "Duration(min)"])
     return 0
 
 
 def cmd_abort(conn: AdminConnection, args) -> int:
-    """Abort a hanging transaction in one partition by writing an ABORT marker."""
+    """Abort a hanging transaction in one partition by writing an ABORT marker, unless
+    the producer's coordinator still counts the partition in its transaction."""
     pid, epoch, coord_epoch = args.producer_id, args.producer_epoch, args.coordinator_epoch
     if args.start_offset is not None:
         match = [p for part, p in _producers(conn, args.topic, [args.partition])
@@ -178,6 +276,19 @@ def cmd_abort(conn: AdminConnection, args) -> int:
         print("error: give --start-offset, or --producer-id and --producer-epoch",
               file=sys.stderr)
         return 2
+    if not args.force:
+        try:
+            state = _coordinator_transaction(conn, pid, args.topic, args.partition)
+        except SystemExit as e:
+            print(f"{e} (cannot check the coordinator; --force aborts anyway)", file=sys.stderr)
+            return 1
+        if state is not None:
+            print(f"error: {args.topic}-{args.partition} is part of the "
+                  f"{state.transaction_state} transaction of {state.transactional_id!r} "
+                  f"(producer {pid}, epoch {state.producer_epoch}): its coordinator will end it "
+                  f"there, and aborting it by hand would break its atomicity "
+                  f"(--force aborts anyway)", file=sys.stderr)
+            return 1
     resp = conn.request(27, 1, wm.WriteTxnMarkersRequest(markers=(wm.WritableTxnMarker(
         producer_id=pid, producer_epoch=epoch, transaction_result=False,
         topics=(wm.WritableTxnMarkerTopic(name=args.topic, partition_indexes=(args.partition,)),),
@@ -199,13 +310,22 @@ def add_parser(sub) -> None:
     ls.add_argument("--state", action="append", help="filter by state (repeatable)")
     ls.add_argument("--producer-id", action="append", type=int, help="filter by producer id")
     d = tsub.add_parser("describe", help="one transactional id in detail")
-    d.add_argument("transactional_id")
-    fh = tsub.add_parser("find-hanging", help="open transactions their coordinator "
-                         "does not know, or older than the maximum timeout")
-    fh.add_argument("--topic", required=True)
-    fh.add_argument("--partition", type=int)
-    fh.add_argument("--max-transaction-timeout", type=int, default=900000,
-                    help="ms (transaction.max.timeout.ms)")
+    d.add_argument("transactional_id", nargs="?", help="(or --transactional-id, as in Kafka)")
+    d.add_argument("--transactional-id", dest="transactional_id_option", metavar="ID")
+    fh = tsub.add_parser("find-hanging", help="open transactions older than the maximum "
+                         "transaction timeout that their coordinator does not count in a "
+                         "transaction of their producer")
+    fh.add_argument("--topic", help="search this topic (or give --broker-id)")
+    fh.add_argument("--partition", type=int, help="only this partition of --topic")
+    fh.add_argument("--broker-id", type=int,
+                    help="search every (non-internal) partition with a replica on this broker")
+    timeout = fh.add_mutually_exclusive_group()
+    timeout.add_argument("--max-transaction-timeout", type=int, default=15, metavar="MINUTES",
+                         help="only transactions whose last write is older than this "
+                              "(transaction.max.timeout.ms, in minutes as in Kafka; "
+                              "default 15)")
+    timeout.add_argument("--max-transaction-timeout-ms", type=int, metavar="MS",
+                         help="the same in milliseconds")
     ab = tsub.add_parser("abort", help="write an ABORT marker for a hanging transaction")
     ab.add_argument("--topic", required=True)
     ab.add_argument("--partition", type=int, required=True)
@@ -213,6 +333,9 @@ def add_parser(sub) -> None:
     ab.add_argument("--producer-id", type=int)
     ab.add_argument("--producer-epoch", type=int)
     ab.add_argument("--coordinator-epoch", type=int, default=0)
+    ab.add_argument("--force", action="store_true",
+                    help="abort even when the producer's coordinator counts the partition "
+                         "in its transaction (breaks that transaction's atomicity)")
 
 
 def run(args) -> int:

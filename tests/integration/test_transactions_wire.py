@@ -255,12 +255,12 @@ def rows(output: str) -> list[list[str]]:
     return [line.split() for line in output.strip().splitlines()[1:]]
 
 
-def test_kip664_admin_apis_and_cli_abort_hanging_transaction(txbroker):
-    """A producer that vanished with an open transaction (timeout 100 s) holds back
-    read_committed readers. DescribeTransactions, ListTransactions and
-    DescribeProducers show it; ``txbroker transactions find-hanging`` finds it (by age,
-    or because its coordinator forgot it) and ``abort --start-offset`` writes the ABORT
-    marker that releases the readers."""
+def test_kip664_admin_apis_and_cli_list_describe(txbroker):
+    """An open transaction (timeout 100 s) holds back read_committed readers.
+    DescribeTransactions, ListTransactions and DescribeProducers show it, and so do
+    ``txbroker transactions list`` and ``describe``; find-hanging does not report it (its
+    coordinator counts both partitions in it). Finding and aborting hanging transactions:
+    the tests after this one."""
     topic = unique("hanging")
     txbroker.create_topic(topic, 2)
     tp0, tp1 = (topic, 0), (topic, 1)
@@ -330,45 +330,234 @@ def test_kip664_admin_apis_and_cli_abort_hanging_transaction(txbroker):
     assert out.returncode == 0, out.stderr
     assert rows(out.stdout) == [[idle.transactional_id, str(idle.producer_id), "0", "Empty",
                                  "60000", "-", "-"]]
-    # Its coordinator knows it and it is young: not hanging.
-    out = cli(txbroker, "find-hanging", "--topic", topic)
-    assert out.returncode == 0 and rows(out.stdout) == [], out.stdout
-    # Older than a (tiny) maximum transaction timeout: hanging, in both partitions.
+    out = cli(txbroker, "describe", "--transactional-id", tid)  # Kafka's spelling
+    assert out.returncode == 0 and rows(out.stdout)[0][:4] == [
+        tid, str(txn.producer_id), str(txn.epoch), "Ongoing"], out
+    out = cli(txbroker, "describe")
+    assert out.returncode == 2 and "one transactional id" in out.stderr
+    # Its coordinator counts both partitions in its ongoing transaction: not hanging,
+    # whatever its age.
     out = cli(txbroker, "find-hanging", "--topic", topic, "--max-transaction-timeout", "0",
               process=True)
-    assert out.returncode == 0, out.stderr
-    assert sorted((r[1], r[2], r[5]) for r in rows(out.stdout)) == [
-        ("0", str(txn.producer_id), "1"), ("1", str(txn.producer_id), "0")]
+    assert out.returncode == 0 and rows(out.stdout) == [], out
+    client.close()
 
-    # Abort it in partition 0 by its start offset: readers of partition 0 move on.
-    out = cli(txbroker, "abort", "--topic", topic, "--partition", "0", "--start-offset", "2")
-    assert out.returncode == 1 and "no open transaction starts at offset 2" in out.stderr
+
+# find-hanging follows Kafka's FindHangingTransactionsCommand: an open transaction whose
+# last write is older than --max-transaction-timeout (minutes, default 15) is hanging
+# unless its producer's coordinator counts that partition in its transaction, in any
+# state. abort refuses a partition its coordinator still counts (unless --force).
+
+def _twenty_minutes_ago() -> int:
+    return int(time.time() * 1000) - 20 * 60_000
+
+
+def _open_old_transaction(client, topic: str, **kwargs) -> RawTxn:
+    """A transaction with records in both partitions of ``topic``, written 20 minutes ago
+    by the producer's clock (older than find-hanging's default 15-minute limit)."""
+    txn = RawTxn(client, unique("old-tid"), **kwargs)
+    assert txn.init().error_code == NONE
+    tp0, tp1 = (topic, 0), (topic, 1)
+    assert txn.add_partitions([tp0, tp1]) == {tp0: NONE, tp1: NONE}
+    old = _twenty_minutes_ago()
+    assert txn.produce(tp0, txn.batch(tp0, [b"t0", b"t1"], timestamp=old))[0] == NONE
+    assert txn.produce(tp1, txn.batch(tp1, [b"u0"], timestamp=old))[0] == NONE
+    [p] = [x for x in describe_producers(client, tp0).active_producers
+           if x.producer_id == txn.producer_id]
+    assert p.last_timestamp == old and p.current_txn_start_offset >= 0
+    return txn
+
+
+def test_find_hanging_leaves_an_old_ongoing_transaction_alone(txbroker):
+    """An old open transaction (by its records' timestamps: a slow job, or a producer
+    whose clock lags) that its coordinator counts as Ongoing in the partition is not
+    hanging, and abort refuses it unless --force."""
+    topic = unique("old-ongoing")
+    txbroker.create_topic(topic, 2)
+    tp0, tp1 = (topic, 0), (topic, 1)
+    client = connect(txbroker)
+    txn = _open_old_transaction(client, topic, timeout_ms=100000)
+    for limit in (["--max-transaction-timeout", "0"], ["--max-transaction-timeout-ms", "0"], []):
+        out = cli(txbroker, "find-hanging", "--topic", topic, *limit)
+        assert out.returncode == 0, out.stderr
+        assert rows(out.stdout) == [], (limit, out.stdout)
+    out = cli(txbroker, "find-hanging", "--broker-id", str(txbroker.call(lambda b: b.node_id)),
+              "--max-transaction-timeout", "0")
+    assert out.returncode == 0 and topic not in out.stdout, out
+
+    for how in (["--start-offset", "0"],
+                ["--producer-id", str(txn.producer_id), "--producer-epoch", str(txn.epoch)]):
+        out = cli(txbroker, "abort", "--topic", topic, "--partition", "0", *how, process=True)
+        assert out.returncode == 1, out
+        [line] = out.stderr.strip().splitlines()
+        assert f"{topic}-0 is part of the Ongoing transaction of '{txn.transactional_id}'" \
+            in line and "--force" in line, line
+    assert list_offsets(client, tp0, read_committed=True) == 0
+    assert describe_producers(client, tp0).active_producers[0].current_txn_start_offset == 0
+
+    # --force overrides (here harmless: the producer then aborts the whole transaction).
+    out = cli(txbroker, "abort", "--topic", topic, "--partition", "0", "--start-offset", "0",
+              "--force")
+    assert out.returncode == 0, out.stderr
+    assert list_offsets(client, tp0, read_committed=True) == 3
+    assert txn.end(commit=False) == NONE
+    wait_state(txbroker, txn.transactional_id, ["CompleteAbort"])
+    assert committed_values(client, tp0) == committed_values(client, tp1) == []
+    client.close()
+
+
+def _wait_described(client, tid: str, state: str, timeout: float = 10):
+    deadline = time.monotonic() + timeout
+    while True:
+        d = describe_transactions(client, tid)[tid]
+        if d.transaction_state == state:
+            return d
+        assert time.monotonic() < deadline, d
+        time.sleep(0.02)
+
+
+@pytest.mark.parametrize("end", ["commit", "timeout"])
+def test_find_hanging_and_abort_leave_a_completing_transaction_alone(txbroker, end):
+    """A transaction in PrepareCommit (EndTxn), or in PrepareAbort at a bumped epoch
+    (timed out, its producer fenced), whose markers are delayed: its coordinator will
+    write them, so it is not hanging however old, and abort refuses to touch it (a
+    hand-written ABORT in one partition of a committing transaction would break its
+    atomicity). Then the markers arrive and every partition agrees."""
+    topic = unique(f"completing-{end}")
+    txbroker.create_topic(topic, 2)
+    tp0, tp1 = (topic, 0), (topic, 1)
+    client = connect(txbroker)
+    txn = _open_old_transaction(client, topic, timeout_ms=100000)
+    tid = txn.transactional_id
+    txbroker.faults.arm("before_markers", "delay:5000")
+    if end == "commit":
+        assert txn.end(commit=True) == NONE
+        state = "PrepareCommit"
+    else:
+        txbroker.call(lambda b: b.transactions.expire_transactions_now())
+        state = "PrepareAbort"
+    d = _wait_described(client, tid, state)
+    assert d.producer_id == txn.producer_id
+    assert d.producer_epoch == txn.epoch + (end == "timeout")  # the records' epoch, or fenced
+
+    out = cli(txbroker, "find-hanging", "--topic", topic, "--max-transaction-timeout", "0")
+    assert out.returncode == 0 and rows(out.stdout) == [], out.stdout
+    out = cli(txbroker, "find-hanging", "--topic", topic)
+    assert out.returncode == 0 and rows(out.stdout) == [], out.stdout
+    out = cli(txbroker, "abort", "--topic", topic, "--partition", "0", "--start-offset", "0")
+    assert out.returncode == 1, out
+    [line] = out.stderr.strip().splitlines()
+    assert f"{topic}-0 is part of the {state} transaction of '{tid}'" in line, line
+    # All of that happened while the markers were still held back.
+    assert describe_transactions(client, tid)[tid].transaction_state == state
+    assert txbroker.faults.fired == ["before_markers"]
+    assert list_offsets(client, tp0, read_committed=True) == 0
+
+    _wait_described(client, tid, "CompleteCommit" if end == "commit" else "CompleteAbort")
+    want = {tp0: [b"t0", b"t1"], tp1: [b"u0"]} if end == "commit" else {tp0: [], tp1: []}
+    assert {tp: committed_values(client, tp) for tp in (tp0, tp1)} == want
+    client.close()
+
+
+def test_find_hanging_reports_and_abort_fixes_what_the_coordinator_lost(txbroker):
+    """Genuinely hanging transactions hold back read_committed readers: records of a
+    partition the coordinator does not count in the producer's transaction (here its
+    AddPartitionsToTxn is taken back), and the records of a producer whose transactional
+    id the coordinator forgot (as after losing __transaction_state). find-hanging reports
+    them once older than the limit, and abort writes the ABORT marker that frees the
+    readers; the coordinator still ends its own partitions."""
+    topic = unique("hanging")
+    txbroker.create_topic(topic, 2)
+    tp0, tp1 = (topic, 0), (topic, 1)
+    client = connect(txbroker)
+    plain = RawTxn(client, None)
+    assert plain.produce(tp0, plain.batch(tp0, [b"before"], sequence=-1, transactional=False),
+                         transactional_id=None) == (NONE, 0)
+    txn = _open_old_transaction(client, topic, timeout_ms=100000)
+    tid = txn.transactional_id
+    assert plain.produce(tp0, plain.batch(tp0, [b"after"], sequence=-1, transactional=False),
+                         transactional_id=None) == (NONE, 3)
+
+    def forget_tp0(broker):
+        t = broker.transactions.state._txns[tid]
+        t.partitions = t.partitions - {tp0}
+
+    txbroker.call(forget_tp0)
+    assert {t.topic: list(t.partitions) for t in describe_transactions(client, tid)[tid].topics} \
+        == {topic: [1]}
+    assert list_offsets(client, tp0, read_committed=True) == 1
+    out = cli(txbroker, "find-hanging", "--topic", topic, process=True)
+    assert out.returncode == 0, out.stderr
+    assert [r[:6] for r in rows(out.stdout)] == [
+        [topic, "0", str(txn.producer_id), str(txn.epoch), "-1", "1"]]
+    assert rows(out.stdout)[0][7] == "20"  # Duration(min)
+    # --broker-id searches every topic on the broker (with --topic: that topic's
+    # partitions there); partition 1 is still its coordinator's.
+    node = txbroker.call(lambda b: b.node_id)
+    out = cli(txbroker, "find-hanging", "--broker-id", str(node))
+    assert [r[:2] for r in rows(out.stdout) if r[0] == topic] == [[topic, "0"]]
+    out = cli(txbroker, "find-hanging", "--topic", topic, "--broker-id", str(node + 1))
+    assert out.returncode == 0 and rows(out.stdout) == [], out
+    out = cli(txbroker, "abort", "--topic", topic, "--partition", "1", "--start-offset", "0")
+    assert out.returncode == 1 and "part of the Ongoing transaction" in out.stderr, out
     out = cli(txbroker, "abort", "--topic", topic, "--partition", "0", "--start-offset", "1",
               process=True)
     assert out.returncode == 0, out.stderr
     assert list_offsets(client, tp0, read_committed=True) == 5
     assert committed_values(client, tp0) == [b"before", b"after"]
     assert read_all("confluent", txbroker.bootstrap, {tp0: 5}) == {tp0: [b"before", b"after"]}
-    assert describe_producers(client, tp0).active_producers[0].current_txn_start_offset == -1
-    # Partition 1 is still held by the transaction.
-    assert list_offsets(client, tp1, read_committed=True) == 0
     out = cli(txbroker, "find-hanging", "--topic", topic, "--max-transaction-timeout", "0")
-    assert [r[1] for r in rows(out.stdout)] == ["1"]
+    assert rows(out.stdout) == []
+    assert txn.end(commit=True) == NONE  # its coordinator commits partition 1
+    wait_state(txbroker, tid, ["CompleteCommit"])
+    assert committed_values(client, tp1) == [b"u0"]
 
-    # A transaction its coordinator no longer knows (here: forgotten on purpose, as after
-    # losing __transaction_state): hanging without any age limit; abort by producer id.
-    txbroker.call(lambda b: b.transactions.state._txns.pop(tid))
-    out = cli(txbroker, "find-hanging", "--topic", topic)
-    assert [(r[1], r[5]) for r in rows(out.stdout)] == [("1", "0")]
-    out = cli(txbroker, "abort", "--topic", topic, "--partition", "1",
-              "--producer-id", str(txn.producer_id), "--producer-epoch", str(txn.epoch))
-    assert out.returncode == 0, out.stderr
+    # A young transaction whose transactional id its coordinator forgot: not a candidate
+    # until it is older than the limit (Kafka checks the age first).
+    lost = RawTxn(client, unique("lost-tid"))
+    assert lost.init().error_code == NONE
+    assert lost.add_partitions([tp1]) == {tp1: NONE}
+    assert lost.produce(tp1, lost.batch(tp1, [b"lost"])) == (NONE, 2)
+    txbroker.call(lambda b: b.transactions.state._txns.pop(lost.transactional_id))
+    time.sleep(0.01)
     assert list_offsets(client, tp1, read_committed=True) == 2
-    assert read_all("kafka-python", txbroker.bootstrap, {tp0: 5, tp1: 2}) == {
-        tp0: [b"before", b"after"]}
+    out = cli(txbroker, "find-hanging", "--topic", topic)
+    assert out.returncode == 0 and rows(out.stdout) == [], out.stdout
+    out = cli(txbroker, "find-hanging", "--topic", topic, "--partition", "1",
+              "--max-transaction-timeout", "0")
+    assert [(r[1], r[2], r[5]) for r in rows(out.stdout)] == [
+        ("1", str(lost.producer_id), "2")]
+    out = cli(txbroker, "abort", "--topic", topic, "--partition", "1",
+              "--producer-id", str(lost.producer_id), "--producer-epoch", str(lost.epoch))
+    assert out.returncode == 0, out.stderr
+    assert list_offsets(client, tp1, read_committed=True) == 4
+    assert read_all("kafka-python", txbroker.bootstrap, {tp0: 5, tp1: 4}) == {
+        tp0: [b"before", b"after"], tp1: [b"u0"]}
     out = cli(txbroker, "find-hanging", "--topic", topic, "--max-transaction-timeout", "0")
     assert rows(out.stdout) == []
     client.close()
+
+
+def test_find_hanging_options(txbroker):
+    """Kafka's options: --max-transaction-timeout is in minutes (a value too large for
+    minutes, like the milliseconds this command took before, is refused);
+    --topic or --broker-id is required; --partition needs --topic."""
+    topic = unique("options")
+    txbroker.create_topic(topic, 1)
+    for argv, message in [
+        (["--topic", topic, "--max-transaction-timeout", "900000"], "in minutes"),
+        ([], "needs --topic or --broker-id"),
+        (["--broker-id", "0", "--partition", "0"], "--partition needs --topic"),
+    ]:
+        out = cli(txbroker, "find-hanging", *argv)
+        assert out.returncode == 2 and message in out.stderr, (argv, out)
+    out = cli(txbroker, "find-hanging", "--topic", topic, "--max-transaction-timeout", "35791")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["Topic", "Partition", "ProducerId", "ProducerEpoch",
+                                  "CoordinatorEpoch", "StartOffset", "LastTimestamp",
+                                  "Duration(min)"]
+    out = cli(txbroker, "find-hanging", "--topic", unique("no-such-topic"), process=True)
+    assert out.returncode == 1 and "UNKNOWN_TOPIC_OR_PARTITION" in out.stderr, out
 
 
 def test_cli_cannot_reach_broker():

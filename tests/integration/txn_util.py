@@ -494,13 +494,14 @@ class RawTxn:
         return int(r.error_code)
 
     def batch(self, tp: TopicPartition, values: Sequence[bytes], *, sequence: int | None = None,
-              transactional: bool = True) -> bytes:
-        """A batch of this producer for ``tp``; the sequence advances unless given."""
+              transactional: bool = True, timestamp: int | None = None) -> bytes:
+        """A batch of this producer for ``tp``; the sequence advances unless given. Its
+        records' timestamp is now unless given (ms since the epoch)."""
         seq = self.sequences.get(tp, 0) if sequence is None else sequence
         if sequence is None:
             self.sequences[tp] = seq + len(values)
-        now = int(time.time() * 1000)
-        return build_batch([Record(None, v, timestamp=now) for v in values],
+        ts = int(time.time() * 1000) if timestamp is None else timestamp
+        return build_batch([Record(None, v, timestamp=ts) for v in values],
                            producer_id=self.producer_id, producer_epoch=self.epoch,
                            base_sequence=seq, transactional=transactional)
 
