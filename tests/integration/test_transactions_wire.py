@@ -165,10 +165,12 @@ def test_concurrent_transactions_while_markers_are_delayed(txbroker):
     (before_markers=delay:3000) the transaction is still in PrepareCommit: another
     AddPartitionsToTxn or AddOffsetsToTxn waits up to a second for the completion and then
     gets CONCURRENT_TRANSACTIONS, InitProducerId and EndTxn get it at once, and
-    read_committed readers stay at the LSO. Afterwards everything proceeds."""
+    read_committed readers stay at the LSO; a transactional Produce to a partition outside
+    the transaction gets NOT_ENOUGH_REPLICAS (Kafka's substitute, which older clients
+    retry). Afterwards everything proceeds."""
     topic = unique("wire-concurrent")
-    txbroker.create_topic(topic, 2)
-    tp0, tp1 = (topic, 0), (topic, 1)
+    txbroker.create_topic(topic, 3)
+    tp0, tp1, tp2 = (topic, 0), (topic, 1), (topic, 2)
     client = connect(txbroker)
     txn = RawTxn(client, unique("wire-concurrent-tid"))
     assert txn.init().error_code == NONE
@@ -187,6 +189,10 @@ def test_concurrent_transactions_while_markers_are_delayed(txbroker):
     assert txn.end(commit=True) == concurrent
     assert txn.init(kip360=True, expect_ok=False).error_code == concurrent
     assert txn.init(expect_ok=False).error_code == concurrent  # a new producer instance
+    for version in (3, 9):
+        assert txn.produce(tp2, txn.batch(tp2, [b"w"], sequence=0), version=version) == \
+            (_E.not_enough_replicas.value, -1)
+    assert log_end_offset(txbroker, topic, 2) == 0
     assert list_offsets(client, tp0, read_committed=True) == 0
     assert list_offsets(client, tp0, read_committed=False) == 1
     assert committed_values(client, tp0) == []
@@ -198,6 +204,37 @@ def test_concurrent_transactions_while_markers_are_delayed(txbroker):
     epoch = txn.epoch
     assert txn.init(kip360=True).error_code == NONE and txn.epoch == epoch + 1
     assert txn.add_partitions([tp0]) == {tp0: NONE}
+    client.close()
+
+
+def test_produce_while_the_coordinator_loads_gets_not_enough_replicas(txbroker):
+    """The first transactional batch to a partition is verified with the transaction
+    coordinator (KIP-890 part 1). While __transaction_state is loading (after a
+    restart) the coordinator says COORDINATOR_LOAD_IN_PROGRESS, which clients do not
+    retry on Produce: the broker answers NOT_ENOUGH_REPLICAS, as Kafka does, and the
+    retried batch is accepted once the coordinator is loaded."""
+    topic = unique("wire-loading")
+    txbroker.create_topic(topic, 1)
+    tp = (topic, 0)
+    client = connect(txbroker)
+    txn = RawTxn(client, unique("wire-loading-tid"))
+    assert txn.init().error_code == NONE
+    assert txn.add_partitions([tp]) == {tp: NONE}
+    batch = txn.batch(tp, [b"v"])
+
+    def set_loaded(b, loaded):
+        b.transactions.state._loaded = loaded
+
+    txbroker.call(set_loaded, False)
+    try:
+        assert txn.produce(tp, batch) == (_E.not_enough_replicas.value, -1)
+        assert txn.produce(tp, batch, version=3) == (_E.not_enough_replicas.value, -1)
+    finally:
+        txbroker.call(set_loaded, True)
+    assert txn.produce(tp, batch) == (NONE, 0)
+    assert txn.end(commit=True) == NONE
+    wait_state(txbroker, txn.transactional_id, ["CompleteCommit"])
+    assert committed_values(client, tp) == [b"v"]
     client.close()
 
 
