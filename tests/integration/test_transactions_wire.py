@@ -9,7 +9,9 @@ DescribeProducers and the ``txbroker transactions`` command line.
 from __future__ import annotations
 
 import contextlib
+import errno
 import io
+import logging
 import subprocess
 import sys
 import time
@@ -19,6 +21,7 @@ import pytest
 
 from broker import transactions_cli
 from broker.cli import main as cli_main
+from coordinator.internal_topic import TXN_TOPIC, partition_log_for
 from protocol.errors import ErrorCode
 from protocol.records import decode_records, iter_batches
 
@@ -232,6 +235,81 @@ def test_produce_while_the_coordinator_loads_gets_not_enough_replicas(txbroker):
     finally:
         txbroker.call(set_loaded, True)
     assert txn.produce(tp, batch) == (NONE, 0)
+    assert txn.end(commit=True) == NONE
+    wait_state(txbroker, txn.transactional_id, ["CompleteCommit"])
+    assert committed_values(client, tp) == [b"v"]
+    client.close()
+
+
+def _fail_appends(txbroker, topic: str, partition: int, times: int, *, control: bool):
+    """Make the next ``times`` appends of control batches (``control``) or of any batch
+    to a partition log raise OSError(ENOSPC), as a full disk would; a dict whose
+    "left" counts the failures still to come."""
+    state = {"left": times}
+
+    def install(b):
+        plog = b.logs.get_log(topic, partition)
+        original = plog.append
+
+        def append(batch, header, **kw):
+            if state["left"] > 0 and (header.is_control or not control):
+                state["left"] -= 1
+                raise OSError(errno.ENOSPC, "No space left on device")
+            return original(batch, header, **kw)
+
+        plog.append = append
+
+    txbroker.call(install)
+    return state
+
+
+def test_disk_error_writing_a_marker_is_retried_until_the_transaction_completes(
+        txbroker, caplog):
+    """An OSError from a marker write (ENOSPC) is a storage error of that partition:
+    logged, and the markers are written again after a back-off until they succeed;
+    the transaction then completes (it used to stay in PrepareCommit until a restart,
+    the producer getting CONCURRENT_TRANSACTIONS)."""
+    topic = unique("wire-enospc")
+    txbroker.create_topic(topic, 2)
+    tp0, tp1 = (topic, 0), (topic, 1)
+    client = connect(txbroker)
+    txn = RawTxn(client, unique("wire-enospc-tid"))
+    assert txn.init().error_code == NONE
+    assert txn.add_partitions([tp0, tp1]) == {tp0: NONE, tp1: NONE}
+    for tp in (tp0, tp1):
+        assert txn.produce(tp, txn.batch(tp, [b"v"])) == (NONE, 0)
+    failures = _fail_appends(txbroker, topic, 1, 3, control=True)
+    with caplog.at_level(logging.ERROR):
+        assert txn.end(commit=True) == NONE
+        wait_state(txbroker, txn.transactional_id, ["CompleteCommit"], timeout=10)
+    assert failures["left"] == 0
+    assert sum(f"{topic}-1" in r.getMessage() and "No space left" in r.getMessage()
+               for r in caplog.records if r.levelno == logging.ERROR) == 3
+    assert committed_values(client, tp0) == [b"v"]
+    assert committed_values(client, tp1) == [b"v"]
+    assert list_offsets(client, tp1, read_committed=True) == 2  # one marker, not four
+    assert txn.add_partitions([tp1]) == {tp1: NONE}
+    assert txn.end(commit=False) == NONE
+    client.close()
+
+
+def test_disk_error_persisting_transaction_state_answers_not_coordinator(txbroker):
+    """An OSError appending to __transaction_state is a storage error: the request gets
+    NOT_COORDINATOR (Kafka's answer for KAFKA_STORAGE_ERROR) and the transactional id
+    is not left with a pending transition, so the retry succeeds."""
+    topic = unique("wire-enospc-state")
+    txbroker.create_topic(topic, 1)
+    tp = (topic, 0)
+    client = connect(txbroker)
+    txn = RawTxn(client, unique("wire-enospc-state-tid"))
+    assert txn.init().error_code == NONE
+    state_partition = txbroker.call(lambda b: partition_log_for(
+        b.logs, TXN_TOPIC, txn.transactional_id).partition)
+    failures = _fail_appends(txbroker, TXN_TOPIC, state_partition, 1, control=False)
+    assert txn.add_partitions([tp]) == {tp: _E.not_coordinator.value}
+    assert failures["left"] == 0
+    assert txn.add_partitions([tp]) == {tp: NONE}
+    assert txn.produce(tp, txn.batch(tp, [b"v"])) == (NONE, 0)
     assert txn.end(commit=True) == NONE
     wait_state(txbroker, txn.transactional_id, ["CompleteCommit"])
     assert committed_values(client, tp) == [b"v"]
