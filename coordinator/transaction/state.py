@@ -46,9 +46,10 @@ How the async shell drives it
   harmless (a partition without an open transaction for the producer ignores
   it); a partition that no longer exists counts as written (Kafka skips
   partitions whose topic was deleted). Markers carry ``coordinator_epoch``: the
-  shell should construct each incarnation with a larger one so partitions can
-  reject markers of a stale coordinator. A failed CompleteCommit/CompleteAbort
-  write is retried the same way (a new PersistRequest in that call's Effects).
+  shell should construct each incarnation with a larger one: a partition refuses
+  a marker older than the producer's last one there
+  (TRANSACTION_COORDINATOR_FENCED). A failed CompleteCommit/CompleteAbort write
+  is retried the same way (a new PersistRequest in that call's Effects).
 * **Timers.** ``Effects.wake_at_ms`` (= :meth:`next_wake_ms`) is the next
   absolute time :meth:`tick` must be called: transactions Ongoing for longer
   than their timeout are aborted with an epoch bump (Kafka's

@@ -36,6 +36,7 @@ from .txn_util import (
     read_all,
     unique,
     wait_state,
+    write_txn_marker,
 )
 from .wire_util import (
     FETCH,
@@ -483,6 +484,49 @@ def test_kip664_admin_apis_and_cli_abort_hanging_transaction(txbroker):
         tp0: [b"before", b"after"]}
     out = cli(txbroker, "find-hanging", "--topic", topic, "--max-transaction-timeout", "0")
     assert rows(out.stdout) == []
+    client.close()
+
+
+def test_coordinator_epoch_of_markers_in_describe_producers_and_abort(txbroker):
+    """Each partition records the coordinator epoch of a producer's last marker:
+    DescribeProducers reports it, a marker of an older coordinator epoch is refused
+    (TRANSACTION_COORDINATOR_FENCED), and ``abort --start-offset`` sends the recorded
+    epoch, as Kafka's tool does."""
+    txbroker.restart()  # the coordinator's epoch is 1 now: not a default
+    epoch = txbroker.call(lambda b: b.transactions.coordinator_epoch)
+    assert epoch >= 1
+    topic = unique("coord-epoch")
+    txbroker.create_topic(topic, 1)
+    tp = (topic, 0)
+    client = connect(txbroker)
+    tid = unique("coord-epoch-tid")
+    txn = RawTxn(client, tid)
+    assert txn.init().error_code == NONE
+    assert txn.add_partitions([tp]) == {tp: NONE}
+    assert txn.produce(tp, txn.batch(tp, [b"a"])) == (NONE, 0)
+    [producer] = describe_producers(client, tp).active_producers
+    assert producer.coordinator_epoch == -1  # no marker yet
+    assert txn.end(commit=True) == NONE
+    wait_state(txbroker, tid, ["CompleteCommit"])
+    [producer] = describe_producers(client, tp).active_producers
+    assert (producer.producer_id, producer.coordinator_epoch) == (txn.producer_id, epoch)
+
+    # The next transaction hangs (its coordinator forgot it, as after losing
+    # __transaction_state): an abort from an older coordinator epoch is refused.
+    assert txn.add_partitions([tp]) == {tp: NONE}
+    assert txn.produce(tp, txn.batch(tp, [b"b"])) == (NONE, 2)
+    txbroker.call(lambda b: b.transactions.state._txns.pop(tid))
+    assert write_txn_marker(client, tp, txn.producer_id, txn.epoch, commit=False,
+                            coordinator_epoch=epoch - 1) == \
+        _E.transaction_coordinator_fenced.value
+    assert list_offsets(client, tp, read_committed=True) == 2
+    out = cli(txbroker, "find-hanging", "--topic", topic)
+    assert [(r[2], r[4], r[5]) for r in rows(out.stdout)] == [
+        (str(txn.producer_id), str(epoch), "2")]
+    out = cli(txbroker, "abort", "--topic", topic, "--partition", "0", "--start-offset", "2")
+    assert out.returncode == 0, out.stderr
+    assert list_offsets(client, tp, read_committed=True) == 4
+    assert committed_values(client, tp) == [b"a"]
     client.close()
 
 
