@@ -345,6 +345,39 @@ def test_offset_fetch_require_stable_between_txn_offset_commit_and_end_txn(txbro
     client.close()
 
 
+def test_txn_offset_commit_of_a_fenced_producer_is_invalid_producer_epoch(txbroker):
+    """Kafka answers a fenced producer's TxnOffsetCommit with INVALID_PRODUCER_EPOCH at
+    every version (never PRODUCER_FENCED, which librdkafka would take as abortable):
+    whether the transaction coordinator's check fences it, or, behind it, the
+    __consumer_offsets partition's producer state when the batch is appended."""
+    topic = unique("wire-fenced-offsets")
+    txbroker.create_topic(topic, 1)
+    tp = (topic, 0)
+    group = unique("wire-fenced-group")
+    client = connect(txbroker)
+    tid = unique("wire-fenced-offsets-tid")
+    txn = RawTxn(client, tid)
+    assert txn.init().error_code == NONE
+    assert txn.add_offsets(group) == NONE
+    assert txn.txn_offset_commit(group, {tp: 1}) == {tp: NONE}
+    # The offsets partition has seen a newer epoch of the producer (as after an abort
+    # with an epoch bump) while the coordinator still holds the old one.
+    offsets_tp = txbroker.call(lambda b: b.transactions.state._partition_for_group(group))
+    txbroker.call(lambda b: b.logs.get_log(*offsets_tp).append_marker(
+        txn.producer_id, txn.epoch + 1, commit=False))
+    bad_epoch = _E.invalid_producer_epoch.value
+    for version in (0, 2, 3):
+        assert txn.txn_offset_commit(group, {tp: 2}, version=version) == {tp: bad_epoch}
+    # A new instance fences this one at the coordinator.
+    zombie = RawTxn(client, tid)
+    zombie.producer_id, zombie.epoch = txn.producer_id, txn.epoch
+    assert RawTxn(client, tid).init().error_code == NONE
+    for version in (0, 2, 3):
+        assert zombie.txn_offset_commit(group, {tp: 3}, version=version) == {tp: bad_epoch}
+    assert offset_fetch(client, group, [tp], require_stable=False) == {tp: (NONE, -1)}
+    client.close()
+
+
 # --- 8. KIP-664: describe, list, find and abort hanging transactions ----------------------------
 
 
