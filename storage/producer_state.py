@@ -163,10 +163,12 @@ class ProducerStateManager:
                                                header.max_timestamp))
 
     def expire(self, now_ms: int, expiration_ms: int) -> int:
-        """Forget producers idle for longer than producer.id.expiration.ms (not mid-transaction)."""
+        """Forget producers idle for producer.id.expiration.ms or longer, unless their
+        transaction is open here (Kafka's isProducerExpired: the last batch's timestamp
+        at least that old)."""
         doomed = [pid for pid, e in self.producers.items()
-                  if e.current_txn_first_offset < 0 and e.last_timestamp >= 0
-                  and now_ms - e.last_timestamp > expiration_ms]
+                  if e.current_txn_first_offset < 0
+                  and now_ms - e.last_timestamp >= expiration_ms]
         for pid in doomed:
             del self.producers[pid]
         return len(doomed)

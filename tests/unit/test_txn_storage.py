@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
+import time
 
 import pytest
 
@@ -220,3 +222,64 @@ def test_producer_snapshot_of_an_earlier_release_still_loads(tmp_path):
     assert (entry.epoch, entry.coordinator_epoch, entry.last_seq) == (0, -1, 0)
     again, _ = ProducerStateManager.decode(state.encode(3), "t-0")
     assert again.producers[4].coordinator_epoch == -1
+
+
+# --- producer.id.expiration.ms --------------------------------------------------------------
+
+
+def _append_at(plog, ts, pid, seq, txn=False):
+    batch = bytearray(build_batch([Record(b"k", b"v", timestamp=ts)], producer_id=pid,
+                                  producer_epoch=0, base_sequence=seq, transactional=txn))
+    return plog.append(batch, read_header(batch), now=ts)
+
+
+def test_idle_producer_expires_after_producer_id_expiration_ms(tmp_path):
+    """Kafka's isProducerExpired: no open transaction here and the last batch's timestamp
+    at least producer.id.expiration.ms old (>=). An expired producer's retry is no longer
+    recognised as a duplicate."""
+    plog = _open(tmp_path)
+    state = plog.producer_state
+    t0, exp = 1_700_000_000_000, 60_000
+    _append_at(plog, t0, pid=3, seq=0)
+    _append_at(plog, t0 + 10, pid=3, seq=1)
+    assert state.expire(t0 + 10 + exp - 1, exp) == 0  # one ms too young: kept
+    assert 3 in state.producers
+    assert state.expire(t0 + 10 + exp, exp) == 1  # exactly the expiration: gone
+    assert 3 not in state.producers
+    # Its state starts afresh: a retry of an old batch is appended as new.
+    assert not _append_at(plog, t0 + 20, pid=3, seq=1).duplicate
+
+
+def test_producer_with_an_open_transaction_never_expires(tmp_path):
+    plog = _open(tmp_path)
+    state = plog.producer_state
+    t0, exp = 1_700_000_000_000, 60_000
+    _append_at(plog, t0, pid=5, seq=0, txn=True)
+    _append_at(plog, t0, pid=6, seq=0)  # idle idempotent producer beside it
+    assert state.expire(t0 + 100 * exp, exp) == 1
+    assert set(state.producers) == {5} and plog.ongoing_txns == {5: 0}
+    plog.append_marker(5, 0, commit=True)  # the transaction ends (stamped now)
+    last = state.producers[5].last_timestamp
+    assert state.expire(last + exp - 1, exp) == 0
+    assert state.expire(last + exp, exp) == 1 and state.producers == {}
+
+
+def test_log_manager_retention_check_expires_producers(tmp_path):
+    from storage.manager import LogManager
+
+    async def run():
+        logs = LogManager(str(tmp_path / "data"), producer_id_expiration_ms=1000)
+        logs.open()
+        await logs.start()
+        try:
+            logs.create_topic("t", 1, {})
+            plog = logs.get_log("t", 0)
+            now = int(time.time() * 1000)
+            _append_at(plog, now - 5000, pid=7, seq=0)  # idle for 5 s
+            _append_at(plog, now, pid=8, seq=0)
+            logs.run_retention()
+            assert set(plog.producer_state.producers) == {8}
+        finally:
+            await logs.close()
+
+    asyncio.run(run())
