@@ -104,13 +104,22 @@ class TransactionCoordinator:
             self._apply(self.state.recover(now_ms()))
 
     def _bump_epoch(self) -> int:
-        """Each incarnation writes markers with a larger coordinator epoch."""
+        """Each incarnation writes markers with a larger coordinator epoch: one more
+        than the last one, and than any a partition recorded (partitions refuse a
+        marker older than a producer's last one, so a lost epoch file must not make
+        this incarnation look stale)."""
         path = os.path.join(self.logs.data_dir, EPOCH_FILE)
         try:
             with open(path) as f:
                 epoch = int(f.read().strip() or 0) + 1
         except (FileNotFoundError, ValueError):
             epoch = 0
+        recorded = max((entry.coordinator_epoch for plog in list(self.logs.logs.values())
+                        for entry in plog.producer_state.producers.values()), default=-1)
+        if recorded >= epoch:
+            log.warning("%s says coordinator epoch %d, but markers of epoch %d are in the "
+                        "logs: using %d", EPOCH_FILE, epoch, recorded, recorded + 1)
+            epoch = recorded + 1
         tmp = path + ".tmp"
         with open(tmp, "w") as f:
             f.write(f"{epoch}\n")

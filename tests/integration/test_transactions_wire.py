@@ -12,6 +12,7 @@ import contextlib
 import errno
 import io
 import logging
+import os
 import subprocess
 import sys
 import time
@@ -560,6 +561,41 @@ def test_coordinator_epoch_of_markers_in_describe_producers_and_abort(txbroker):
     assert out.returncode == 0, out.stderr
     assert list_offsets(client, tp, read_committed=True) == 4
     assert committed_values(client, tp) == [b"a"]
+    client.close()
+
+
+def test_coordinator_epoch_stays_above_recorded_markers_without_its_file(txbroker):
+    """A lost transaction-coordinator-epoch file must not make the restarted coordinator
+    stale: its epoch starts above every marker epoch the partitions recorded, so its
+    markers are accepted and the next transaction completes."""
+    topic = unique("coord-epoch-lost")
+    txbroker.create_topic(topic, 1)
+    tp = (topic, 0)
+    client = connect(txbroker)
+    tid = unique("coord-epoch-lost-tid")
+    txn = RawTxn(client, tid)
+    assert txn.init().error_code == NONE
+    assert txn.add_partitions([tp]) == {tp: NONE}
+    assert txn.produce(tp, txn.batch(tp, [b"a"])) == (NONE, 0)
+    assert txn.end(commit=True) == NONE
+    wait_state(txbroker, tid, ["CompleteCommit"])
+    # An admin's marker of a later coordinator epoch (Admin.abortTransaction).
+    assert write_txn_marker(client, tp, txn.producer_id, txn.epoch, commit=False,
+                            coordinator_epoch=5) == NONE
+    client.close()
+    data_dir = txbroker.config.data_dir
+    txbroker.stop()
+    os.unlink(os.path.join(data_dir, "transaction-coordinator-epoch"))
+    txbroker.start()
+    assert txbroker.call(lambda b: b.transactions.coordinator_epoch) == 6
+    client = connect(txbroker)
+    txn.client = client
+    assert txn.init(kip360=True).error_code == NONE
+    assert txn.add_partitions([tp]) == {tp: NONE}
+    assert txn.produce(tp, txn.batch(tp, [b"b"])) == (NONE, 3)
+    assert txn.end(commit=True) == NONE
+    wait_state(txbroker, tid, ["CompleteCommit"])
+    assert committed_values(client, tp) == [b"a", b"b"]
     client.close()
 
 
