@@ -4,8 +4,11 @@ next wake time (absolute epoch ms), re-armed after every call that may move it."
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Callable
+
+log = logging.getLogger(__name__)
 
 
 class WakeTimer:
@@ -38,7 +41,8 @@ class WakeTimer:
 
 
 class TaskSet:
-    """Background tasks a shell starts and must cancel on stop."""
+    """Background tasks a shell starts and must cancel on stop. A task that ends with
+    an exception is logged (nobody awaits these tasks, so it would go unnoticed)."""
 
     def __init__(self) -> None:
         self.tasks: set[asyncio.Task] = set()
@@ -46,8 +50,17 @@ class TaskSet:
     def spawn(self, coro) -> asyncio.Task:
         task = asyncio.ensure_future(coro)
         self.tasks.add(task)
-        task.add_done_callback(self.tasks.discard)
+        task.add_done_callback(self._done)
         return task
+
+    def _done(self, task: asyncio.Task) -> None:
+        self.tasks.discard(task)
+        if task.cancelled():
+            return
+        exc = task.exception()  # also marks it retrieved: asyncio does not log it again
+        if exc is not None:
+            log.error("background task %s failed", task.get_name(),
+                      exc_info=(type(exc), exc, exc.__traceback__))
 
     async def cancel_all(self, *extra: asyncio.Task | None) -> None:
         pending = [t for t in (*extra, *self.tasks) if t is not None]

@@ -397,15 +397,15 @@ def build_single_record_batch(key: bytes | None, value: bytes | None, timestamp:
     return bytes(out)
 
 
-def read_control_type(batch, offset: int = 0) -> ControlType | None:
-    """The type of the first control record of an uncompressed control batch (None
-    if it has no record), without decoding every record."""
+def _first_control_record(batch, offset: int) -> tuple[bytes, bytes | None] | None:
+    """Key and value of the first record of a control batch (None if it has none),
+    without decoding every record of an uncompressed one."""
     header = read_header(batch, offset)
     if header.records_count <= 0:
         return None
     if header.compression != Compression.NONE:
         records = decode_records(batch, offset)
-        return control_type_of(records[0]) if records else None
+        return (records[0].key or b"", records[0].value) if records else None
     raw = memoryview(batch)[offset + HEADER_SIZE : offset + header.size]
     try:
         _length, pos = read_varint(raw, 0)
@@ -413,11 +413,40 @@ def read_control_type(batch, offset: int = 0) -> ControlType | None:
         _ts_delta, pos = read_varlong(raw, pos)
         _off_delta, pos = read_varint(raw, pos)
         klen, pos = read_varint(raw, pos)
+        if klen < 4 or pos + klen > len(raw):
+            raise CorruptRecordError("control record key too short")
+        key = bytes(raw[pos : pos + klen])
+        pos += klen
+        vlen, pos = read_varint(raw, pos)
+        if pos + max(vlen, 0) > len(raw):
+            raise CorruptRecordError("control record value runs past the batch")
+        value = None if vlen < 0 else bytes(raw[pos : pos + vlen])
     except (DecodeError, IndexError) as e:
         raise CorruptRecordError(f"cannot decode control record: {e}") from None
-    if klen < 4 or pos + klen > len(raw):
+    return key, value
+
+
+def read_control_type(batch, offset: int = 0) -> ControlType | None:
+    """The type of the first control record of a control batch (None if it has no
+    record), without decoding every record."""
+    first = _first_control_record(batch, offset)
+    if first is None:
+        return None
+    if len(first[0]) < 4:
         raise CorruptRecordError("control record key too short")
-    return ControlType(_I16.unpack_from(raw, pos + 2)[0])
+    return ControlType(_I16.unpack_from(first[0], 2)[0])
+
+
+def read_end_txn_marker(batch, offset: int = 0) -> tuple[ControlType, int] | None:
+    """(COMMIT or ABORT, coordinator epoch) of a transaction marker batch; None if
+    the batch has no record."""
+    first = _first_control_record(batch, offset)
+    if first is None:
+        return None
+    key, value = first
+    if len(key) < 4:
+        raise CorruptRecordError("control record key too short")
+    return ControlType(_I16.unpack_from(key, 2)[0]), _coordinator_epoch(value)
 
 
 # --- control records (transaction markers) --------------------------------
@@ -451,3 +480,18 @@ def control_type_of(record: Record) -> ControlType:
     if record.key is None or len(record.key) < 4:
         raise CorruptRecordError("control record key too short")
     return ControlType(_I16.unpack_from(record.key, 2)[0])
+
+
+def coordinator_epoch_of(record: Record) -> int:
+    """The coordinator epoch of a COMMIT/ABORT control record."""
+    return _coordinator_epoch(record.value)
+
+
+def _coordinator_epoch(value: bytes | None) -> int:
+    # An end-transaction marker's value: version int16 (0; a newer one keeps these
+    # fields first), coordinator epoch int32.
+    if value is None or len(value) < 6:
+        raise CorruptRecordError("transaction marker value too short for a coordinator epoch")
+    if _I16.unpack_from(value, 0)[0] < 0:
+        raise CorruptRecordError("transaction marker value has a negative version")
+    return _I32.unpack_from(value, 2)[0]

@@ -21,7 +21,7 @@ from protocol.records import (
     ControlType,
     build_control_batch,
     decode_records,
-    read_control_type,
+    read_end_txn_marker,
     read_header,
     set_base_offset,
     set_log_append_time,
@@ -159,9 +159,11 @@ class PartitionLog:
                 continue
             for pos, header in seg.batches(found[0]):
                 if header.base_offset >= start:
-                    self._track_transaction(header, lambda p=pos, h=header, s=seg:
-                                            s.read_batch(p, h.size))
-                    state.update(header)
+                    marker = None
+                    if header.is_control and header.producer_id >= 0:
+                        marker = read_end_txn_marker(seg.read_batch(pos, header.size))
+                    self._track_transaction(header, marker)
+                    state.update(header, None if marker is None else marker[1])
                     replayed += 1
         self.rewrite_txn_indexes()
         if replayed:
@@ -175,15 +177,17 @@ class PartitionLog:
             self.rewrite_txn_indexes()
         write_snapshot(self.directory, self.producer_state, self.log_end_offset)
 
-    def _track_transaction(self, header: BatchHeader, batch_bytes) -> None:
+    def _track_transaction(self, header: BatchHeader,
+                           marker: tuple[ControlType, int] | None) -> None:
         """Keep ongoing/aborted transactions in step with a batch being appended or
-        replayed (before producer_state.update, which forgets the first offset)."""
+        replayed (before producer_state.update, which forgets the first offset);
+        ``marker``: (type, coordinator epoch) of a control batch."""
         pid = header.producer_id
         if header.is_control:
             first = self.ongoing_txns.pop(pid, None)
             if first is None:
                 return
-            if read_control_type(batch_bytes()) == ControlType.ABORT:
+            if marker is not None and marker[0] == ControlType.ABORT:
                 lso = min(self.ongoing_txns.values(), default=header.last_offset + 1)
                 self.aborted.add(AbortedTxn(header.last_offset, pid, first, lso))
                 self._txnindex_dirty = True
@@ -254,7 +258,10 @@ class PartitionLog:
         if self.closed:
             raise KafkaError(f"{self.name} is closed", code=ErrorCode.not_leader_or_follower)
         now = now_ms() if now is None else now
-        duplicate = self.producer_state.check(header)
+        marker = None
+        if header.is_control and header.producer_id >= 0:
+            marker = read_end_txn_marker(batch)
+        duplicate = self.producer_state.check(header, None if marker is None else marker[1])
         if duplicate is not None:
             return AppendResult(duplicate.first_offset, duplicate.last_offset, -1,
                                 self.log_start_offset, duplicate=True)
@@ -273,8 +280,8 @@ class PartitionLog:
         self._maybe_roll(placed.size, now)
         self.active_segment.append(batch, placed)
         if placed.producer_id >= 0:
-            self._track_transaction(placed, lambda: batch)
-        self.producer_state.update(placed)
+            self._track_transaction(placed, marker)
+        self.producer_state.update(placed, None if marker is None else marker[1])
         self.unflushed_messages += placed.records_count
         if not self.config.fsync_every_append:
             self._advance_high_watermark(self.log_end_offset)
@@ -289,7 +296,9 @@ class PartitionLog:
     def append_marker(self, producer_id: int, producer_epoch: int, commit: bool,
                       coordinator_epoch: int = 0) -> AppendResult:
         """Write a COMMIT or ABORT control batch ending the producer's transaction here.
-        A marker from an older epoch than the producer's is refused (fencing)."""
+        A marker of an older producer epoch than the producer's is refused
+        (INVALID_PRODUCER_EPOCH), and so is one of an older coordinator epoch than the
+        producer's last marker here (TRANSACTION_COORDINATOR_FENCED)."""
         batch = bytearray(build_control_batch(
             ControlType.COMMIT if commit else ControlType.ABORT, producer_id=producer_id,
             producer_epoch=producer_epoch, coordinator_epoch=coordinator_epoch,

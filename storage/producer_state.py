@@ -41,6 +41,10 @@ class InvalidTxnStateError(KafkaError):
     code = ErrorCode.invalid_txn_state
 
 
+class TransactionCoordinatorFencedError(KafkaError):
+    code = ErrorCode.transaction_coordinator_fenced
+
+
 @dataclass(slots=True)
 class BatchMetadata:
     first_seq: int
@@ -56,7 +60,7 @@ class ProducerEntry:
     epoch: int
     batches: deque = field(default_factory=lambda: deque(maxlen=MAX_BATCHES_PER_PRODUCER))
     current_txn_first_offset: int = -1  # -1: no ongoing transaction in this partition
-    coordinator_epoch: int = -1
+    coordinator_epoch: int = -1  # of the last COMMIT/ABORT marker; -1: none yet
     last_timestamp: int = -1
 
     @property
@@ -79,11 +83,14 @@ class ProducerStateManager:
         self.name = partition_name
         self.producers: dict[int, ProducerEntry] = {}
 
-    def check(self, header: BatchHeader) -> BatchMetadata | None:
+    def check(self, header: BatchHeader, coordinator_epoch: int | None = None
+              ) -> BatchMetadata | None:
         """Validate a produced batch against the producer's state before it is written.
+        ``coordinator_epoch``: that of a COMMIT/ABORT marker batch.
 
         Returns the original metadata for a duplicate (do not append), None to append,
-        or raises OUT_OF_ORDER_SEQUENCE_NUMBER / INVALID_PRODUCER_EPOCH."""
+        or raises OUT_OF_ORDER_SEQUENCE_NUMBER / INVALID_PRODUCER_EPOCH, and for a
+        marker of an older coordinator than the last one TRANSACTION_COORDINATOR_FENCED."""
         pid = header.producer_id
         if pid < 0:
             return None
@@ -96,7 +103,13 @@ class ProducerStateManager:
                 f"producer {pid} epoch {epoch} is older than the current epoch {entry.epoch} "
                 f"on {self.name}"
             )
-        if not header.is_control:
+        if header.is_control:
+            if coordinator_epoch is not None and coordinator_epoch < entry.coordinator_epoch:
+                raise TransactionCoordinatorFencedError(
+                    f"marker for producer {pid} on {self.name} from coordinator epoch "
+                    f"{coordinator_epoch}, older than the last one, {entry.coordinator_epoch}"
+                )
+        else:
             if entry.current_txn_first_offset >= 0 and not header.is_transactional \
                     and epoch == entry.epoch:
                 raise InvalidTxnStateError(
@@ -122,8 +135,9 @@ class ProducerStateManager:
             )
         return None
 
-    def update(self, header: BatchHeader) -> None:
-        """Record a batch written at its final offsets (also used when replaying the log)."""
+    def update(self, header: BatchHeader, coordinator_epoch: int | None = None) -> None:
+        """Record a batch written at its final offsets (also used when replaying the log);
+        ``coordinator_epoch``: that of a COMMIT/ABORT marker batch, recorded as is."""
         pid = header.producer_id
         if pid < 0:
             return
@@ -138,6 +152,8 @@ class ProducerStateManager:
         entry.last_timestamp = max(entry.last_timestamp, header.max_timestamp)
         if header.is_control:
             entry.current_txn_first_offset = -1
+            if coordinator_epoch is not None:
+                entry.coordinator_epoch = coordinator_epoch
             return
         if header.is_transactional and entry.current_txn_first_offset < 0:
             entry.current_txn_first_offset = header.base_offset
@@ -147,10 +163,12 @@ class ProducerStateManager:
                                                header.max_timestamp))
 
     def expire(self, now_ms: int, expiration_ms: int) -> int:
-        """Forget producers idle for longer than producer.id.expiration.ms (not mid-transaction)."""
+        """Forget producers idle for producer.id.expiration.ms or longer, unless their
+        transaction is open here (Kafka's isProducerExpired: the last batch's timestamp
+        at least that old)."""
         doomed = [pid for pid, e in self.producers.items()
-                  if e.current_txn_first_offset < 0 and e.last_timestamp >= 0
-                  and now_ms - e.last_timestamp > expiration_ms]
+                  if e.current_txn_first_offset < 0
+                  and now_ms - e.last_timestamp >= expiration_ms]
         for pid in doomed:
             del self.producers[pid]
         return len(doomed)

@@ -132,6 +132,17 @@ _VERIFY_ERRORS = {
     ErrorCode.transaction_abortable.value: ErrorCode.invalid_txn_state,
     ErrorCode.producer_fenced.value: ErrorCode.invalid_producer_epoch,
 }
+# Retriable verification failures that clients do not retry on Produce: Kafka's
+# ReplicaManager answers NOT_ENOUGH_REPLICAS instead (retried, and no metadata refresh).
+# CONCURRENT_TRANSACTIONS is passed through only to transactions v2 clients (Produce
+# v12+, which we do not speak), so every version we accept gets the substitute too.
+_VERIFY_RETRIABLE = frozenset(code.value for code in (
+    ErrorCode.network_exception,
+    ErrorCode.coordinator_load_in_progress,
+    ErrorCode.coordinator_not_available,
+    ErrorCode.not_coordinator,
+    ErrorCode.concurrent_transactions,
+))
 
 
 def _verify_transactional(broker, request, topic: str, partition: int, plog, header) -> None:
@@ -147,11 +158,16 @@ def _verify_transactional(broker, request, topic: str, partition: int, plog, hea
     tp = (topic, partition)
     error = broker.transactions.state.verify_partitions(
         request.transactional_id, header.producer_id, header.producer_epoch, [tp])[tp]
-    if error != ErrorCode.none.value:
-        code = _VERIFY_ERRORS.get(error, ErrorCode(error))
-        raise KafkaError(f"partition {topic}-{partition} is not part of the ongoing transaction "
-                         f"of {request.transactional_id!r} (producer {header.producer_id} epoch "
-                         f"{header.producer_epoch}): {ErrorCode(error).name.upper()}", code)
+    if error == ErrorCode.none.value:
+        return
+    if error in _VERIFY_RETRIABLE:
+        raise KafkaError(f"unable to verify that partition {topic}-{partition} is part of the "
+                         f"transaction of {request.transactional_id!r}; underlying error: "
+                         f"{ErrorCode(error).name.upper()}", ErrorCode.not_enough_replicas)
+    code = _VERIFY_ERRORS.get(error, ErrorCode(error))
+    raise KafkaError(f"partition {topic}-{partition} is not part of the ongoing transaction "
+                     f"of {request.transactional_id!r} (producer {header.producer_id} epoch "
+                     f"{header.producer_epoch}): {ErrorCode(error).name.upper()}", code)
 
 
 def _to_datetime(ms: int) -> datetime.datetime | None:

@@ -339,9 +339,9 @@ class GroupCoordinator:
                                       producer_epoch=producer_epoch).last_offset
                 await self.logs.flusher.wait_durable(plog, last + 1)
             except KafkaError as err:
+                # A fenced producer's batch: INVALID_PRODUCER_EPOCH, as Kafka answers it
+                # (every version; its clients treat it as fatal for TxnOffsetCommit).
                 code = err.code.value
-                if err.code == _E.invalid_producer_epoch:
-                    code = _E.producer_fenced.value
                 for e, _v in accepted:
                     results[(e.topic, e.partition)] = code
                 return results

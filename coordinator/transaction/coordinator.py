@@ -49,6 +49,7 @@ EPOCH_FILE = "transaction-coordinator-epoch"
 _COMPLETE_STATES = ("CompleteCommit", "CompleteAbort")
 _PREPARE_STATES = ("PrepareCommit", "PrepareAbort")
 COMPLETION_WAIT_S = 1.0  # longest an AddPartitionsToTxn waits for the previous commit
+MARKER_RETRY_BACKOFF_S = 0.1  # between a failed marker write and its retry
 _E = ErrorCode
 
 
@@ -103,13 +104,22 @@ class TransactionCoordinator:
             self._apply(self.state.recover(now_ms()))
 
     def _bump_epoch(self) -> int:
-        """Each incarnation writes markers with a larger coordinator epoch."""
+        """Each incarnation writes markers with a larger coordinator epoch: one more
+        than the last one, and than any a partition recorded (partitions refuse a
+        marker older than a producer's last one, so a lost epoch file must not make
+        this incarnation look stale)."""
         path = os.path.join(self.logs.data_dir, EPOCH_FILE)
         try:
             with open(path) as f:
                 epoch = int(f.read().strip() or 0) + 1
         except (FileNotFoundError, ValueError):
             epoch = 0
+        recorded = max((entry.coordinator_epoch for plog in list(self.logs.logs.values())
+                        for entry in plog.producer_state.producers.values()), default=-1)
+        if recorded >= epoch:
+            log.warning("%s says coordinator epoch %d, but markers of epoch %d are in the "
+                        "logs: using %d", EPOCH_FILE, epoch, recorded, recorded + 1)
+            epoch = recorded + 1
         tmp = path + ".tmp"
         with open(tmp, "w") as f:
             f.write(f"{epoch}\n")
@@ -198,10 +208,14 @@ class TransactionCoordinator:
             plog = self._partition(request.transactional_id)
             last = append_records(plog, [(request.key, request.value)],
                                   flush=not lazy).last_offset
-        except KafkaError as e:
-            log.error("cannot persist transaction state of %r: %s", request.transactional_id, e)
+        except (KafkaError, OSError) as e:
+            # An OSError (ENOSPC, EIO from the write, a roll or a producer snapshot) is a
+            # storage error, as Kafka's KafkaStorageException: NOT_COORDINATOR for the client.
+            code = e.code if isinstance(e, KafkaError) else _E.kafka_storage_error
+            log.error("cannot persist transaction state of %r: %s: %r", request.transactional_id,
+                      code.name.upper(), e)
             self._spawn(self._report_persisted(None, -1, request,
-                                               coordinator_append_error(e.code.value)))
+                                               coordinator_append_error(code.value)))
             return None
         if lazy:
             return request.write_id
@@ -231,6 +245,23 @@ class TransactionCoordinator:
         self._apply(self.state.persisted(now_ms(), request.write_id, error))
 
     async def _write_markers(self, marker: MarkerRequest) -> None:
+        """Write one MarkerRequest and always report it to the state machine (an error
+        makes it ask for the markers again), unless the coordinator stopped meanwhile:
+        the next start recovers the transaction from its Prepare* record."""
+        try:
+            error = await self._write_marker_batches(marker)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("markers of %r (producer %d) failed; retrying",
+                          marker.transactional_id, marker.producer_id)
+            error = _E.kafka_storage_error.value
+        if error != _E.none.value:
+            await asyncio.sleep(MARKER_RETRY_BACKOFF_S)  # before the retry the machine asks for
+        if not self._stopped:
+            self._apply(self.state.markers_written(now_ms(), marker.marker_id, error))
+
+    async def _write_marker_batches(self, marker: MarkerRequest) -> int:
         await self.faults.hit("before_markers")
         partitions = list(marker.partitions)
         # All partitions at once (one fsync round); split only to stop after the first.
@@ -246,14 +277,12 @@ class TransactionCoordinator:
                 if code not in (_E.none, _E.unknown_topic_or_partition):
                     # Retried by the state machine (a deleted topic counts as done).
                     log.error("marker for %s of producer %d failed: %s", tp,
-                              marker.producer_id, code.name)
+                              marker.producer_id, code.name.upper())
                     error = code.value
             if i == 0:
                 await self.faults.hit("after_first_marker")
         await self.faults.hit("before_complete")
-        if error != _E.none.value:
-            await asyncio.sleep(0.1)  # back off before the retry the state machine asks for
-        self._apply(self.state.markers_written(now_ms(), marker.marker_id, error))
+        return error
 
     def _reschedule(self) -> None:
         self._timer.set(self.state.next_wake_ms())

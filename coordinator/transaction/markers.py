@@ -22,12 +22,12 @@ from ..internal_topic import OFFSETS_TOPIC
 log = logging.getLogger(__name__)
 
 
-
 async def write_markers(logs: LogManager, groups, producer_id: int, producer_epoch: int,
                         commit: bool, partitions: Iterable[tuple[str, int]],
                         coordinator_epoch: int = 0) -> dict[tuple[str, int], ErrorCode]:
     """Append one marker per partition, wait until every one is fsynced; per-partition
-    error codes (NONE, UNKNOWN_TOPIC_OR_PARTITION, INVALID_PRODUCER_EPOCH, ...)."""
+    error codes (NONE, UNKNOWN_TOPIC_OR_PARTITION, INVALID_PRODUCER_EPOCH,
+    KAFKA_STORAGE_ERROR for any other exception of the write, ...)."""
     results: dict[tuple[str, int], ErrorCode] = {}
     waits = []
     completes_offsets = False
@@ -44,6 +44,16 @@ async def write_markers(logs: LogManager, groups, producer_id: int, producer_epo
                         "COMMIT" if commit else "ABORT", producer_id, producer_epoch,
                         plog.name, e)
             results[(topic, partition)] = e.code
+            continue
+        except Exception as e:
+            # A disk error (ENOSPC, EIO) in the write, a segment roll or a producer
+            # snapshot: a storage error of this partition, which the caller retries as
+            # Kafka's coordinator retries KAFKA_STORAGE_ERROR. A failed write does not
+            # move the log end, so the retry writes at the same place.
+            log.error("%s marker for producer %d epoch %d could not be written to %s: %r",
+                      "COMMIT" if commit else "ABORT", producer_id, producer_epoch,
+                      plog.name, e)
+            results[(topic, partition)] = ErrorCode.kafka_storage_error
             continue
         results[(topic, partition)] = ErrorCode.none
         if topic == OFFSETS_TOPIC:

@@ -46,9 +46,10 @@ How the async shell drives it
   harmless (a partition without an open transaction for the producer ignores
   it); a partition that no longer exists counts as written (Kafka skips
   partitions whose topic was deleted). Markers carry ``coordinator_epoch``: the
-  shell should construct each incarnation with a larger one so partitions can
-  reject markers of a stale coordinator. A failed CompleteCommit/CompleteAbort
-  write is retried the same way (a new PersistRequest in that call's Effects).
+  shell should construct each incarnation with a larger one: a partition refuses
+  a marker older than the producer's last one there
+  (TRANSACTION_COORDINATOR_FENCED). A failed CompleteCommit/CompleteAbort write
+  is retried the same way (a new PersistRequest in that call's Effects).
 * **Timers.** ``Effects.wake_at_ms`` (= :meth:`next_wake_ms`) is the next
   absolute time :meth:`tick` must be called: transactions Ongoing for longer
   than their timeout are aborted with an epoch bump (Kafka's
@@ -183,7 +184,6 @@ _FENCED_SINCE = {
     "add_partitions": 2,
     "add_offsets": 2,
     "end_txn": 2,
-    "txn_offset_commit": 3,
 }
 
 
@@ -967,16 +967,20 @@ class TransactionCoordinatorState:
         """What the group coordinator asks before appending a TxnOffsetCommit: is the
         group's offsets partition part of this producer's ongoing transaction?
 
-        NONE, or the error for the whole request: PRODUCER_FENCED (INVALID_PRODUCER_EPOCH
-        before v3), INVALID_PRODUCER_ID_MAPPING, CONCURRENT_TRANSACTIONS, and
-        INVALID_TXN_STATE when AddOffsetsToTxn was not done (TRANSACTION_ABORTABLE from
-        v5, KIP-890). Group membership and generation are the group coordinator's part.
+        NONE, or the error for the whole request: INVALID_PRODUCER_EPOCH for a fenced
+        producer (every version: Kafka's verification turns PRODUCER_FENCED into it, and
+        TxnOffsetCommit never got the KIP-588 code), INVALID_PRODUCER_ID_MAPPING,
+        CONCURRENT_TRANSACTIONS, and INVALID_TXN_STATE when AddOffsetsToTxn was not done
+        (TRANSACTION_ABORTABLE from v5, KIP-890). Group membership and generation are the
+        group coordinator's part.
         """
         tp = self._partition_for_group(group_id)
         error = self.verify_partitions(transactional_id, producer_id, producer_epoch, [tp])[tp]
         if error == _E.transaction_abortable.value and api_version < 5:
             error = _E.invalid_txn_state.value
-        return _client_error("txn_offset_commit", api_version, error)
+        if error == _E.producer_fenced.value:
+            error = _E.invalid_producer_epoch.value
+        return error
 
     # ==============================================================================
     # Admin: DescribeTransactions, ListTransactions (KIP-664)

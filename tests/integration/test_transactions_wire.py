@@ -9,7 +9,10 @@ DescribeProducers and the ``txbroker transactions`` command line.
 from __future__ import annotations
 
 import contextlib
+import errno
 import io
+import logging
+import os
 import subprocess
 import sys
 import time
@@ -19,6 +22,7 @@ import pytest
 
 from broker import transactions_cli
 from broker.cli import main as cli_main
+from coordinator.internal_topic import TXN_TOPIC, partition_log_for
 from protocol.errors import ErrorCode
 from protocol.records import decode_records, iter_batches
 
@@ -33,6 +37,7 @@ from .txn_util import (
     read_all,
     unique,
     wait_state,
+    write_txn_marker,
 )
 from .wire_util import (
     FETCH,
@@ -165,10 +170,12 @@ def test_concurrent_transactions_while_markers_are_delayed(txbroker):
     (before_markers=delay:3000) the transaction is still in PrepareCommit: another
     AddPartitionsToTxn or AddOffsetsToTxn waits up to a second for the completion and then
     gets CONCURRENT_TRANSACTIONS, InitProducerId and EndTxn get it at once, and
-    read_committed readers stay at the LSO. Afterwards everything proceeds."""
+    read_committed readers stay at the LSO; a transactional Produce to a partition outside
+    the transaction gets NOT_ENOUGH_REPLICAS (Kafka's substitute, which older clients
+    retry). Afterwards everything proceeds."""
     topic = unique("wire-concurrent")
-    txbroker.create_topic(topic, 2)
-    tp0, tp1 = (topic, 0), (topic, 1)
+    txbroker.create_topic(topic, 3)
+    tp0, tp1, tp2 = (topic, 0), (topic, 1), (topic, 2)
     client = connect(txbroker)
     txn = RawTxn(client, unique("wire-concurrent-tid"))
     assert txn.init().error_code == NONE
@@ -187,6 +194,10 @@ def test_concurrent_transactions_while_markers_are_delayed(txbroker):
     assert txn.end(commit=True) == concurrent
     assert txn.init(kip360=True, expect_ok=False).error_code == concurrent
     assert txn.init(expect_ok=False).error_code == concurrent  # a new producer instance
+    for version in (3, 9):
+        assert txn.produce(tp2, txn.batch(tp2, [b"w"], sequence=0), version=version) == \
+            (_E.not_enough_replicas.value, -1)
+    assert log_end_offset(txbroker, topic, 2) == 0
     assert list_offsets(client, tp0, read_committed=True) == 0
     assert list_offsets(client, tp0, read_committed=False) == 1
     assert committed_values(client, tp0) == []
@@ -198,6 +209,112 @@ def test_concurrent_transactions_while_markers_are_delayed(txbroker):
     epoch = txn.epoch
     assert txn.init(kip360=True).error_code == NONE and txn.epoch == epoch + 1
     assert txn.add_partitions([tp0]) == {tp0: NONE}
+    client.close()
+
+
+def test_produce_while_the_coordinator_loads_gets_not_enough_replicas(txbroker):
+    """The first transactional batch to a partition is verified with the transaction
+    coordinator (KIP-890 part 1). While __transaction_state is loading (after a
+    restart) the coordinator says COORDINATOR_LOAD_IN_PROGRESS, which clients do not
+    retry on Produce: the broker answers NOT_ENOUGH_REPLICAS, as Kafka does, and the
+    retried batch is accepted once the coordinator is loaded."""
+    topic = unique("wire-loading")
+    txbroker.create_topic(topic, 1)
+    tp = (topic, 0)
+    client = connect(txbroker)
+    txn = RawTxn(client, unique("wire-loading-tid"))
+    assert txn.init().error_code == NONE
+    assert txn.add_partitions([tp]) == {tp: NONE}
+    batch = txn.batch(tp, [b"v"])
+
+    def set_loaded(b, loaded):
+        b.transactions.state._loaded = loaded
+
+    txbroker.call(set_loaded, False)
+    try:
+        assert txn.produce(tp, batch) == (_E.not_enough_replicas.value, -1)
+        assert txn.produce(tp, batch, version=3) == (_E.not_enough_replicas.value, -1)
+    finally:
+        txbroker.call(set_loaded, True)
+    assert txn.produce(tp, batch) == (NONE, 0)
+    assert txn.end(commit=True) == NONE
+    wait_state(txbroker, txn.transactional_id, ["CompleteCommit"])
+    assert committed_values(client, tp) == [b"v"]
+    client.close()
+
+
+def _fail_appends(txbroker, topic: str, partition: int, times: int, *, control: bool):
+    """Make the next ``times`` appends of control batches (``control``) or of any batch
+    to a partition log raise OSError(ENOSPC), as a full disk would; a dict whose
+    "left" counts the failures still to come."""
+    state = {"left": times}
+
+    def install(b):
+        plog = b.logs.get_log(topic, partition)
+        original = plog.append
+
+        def append(batch, header, **kw):
+            if state["left"] > 0 and (header.is_control or not control):
+                state["left"] -= 1
+                raise OSError(errno.ENOSPC, "No space left on device")
+            return original(batch, header, **kw)
+
+        plog.append = append
+
+    txbroker.call(install)
+    return state
+
+
+def test_disk_error_writing_a_marker_is_retried_until_the_transaction_completes(
+        txbroker, caplog):
+    """An OSError from a marker write (ENOSPC) is a storage error of that partition:
+    logged, and the markers are written again after a back-off until they succeed;
+    the transaction then completes (it used to stay in PrepareCommit until a restart,
+    the producer getting CONCURRENT_TRANSACTIONS)."""
+    topic = unique("wire-enospc")
+    txbroker.create_topic(topic, 2)
+    tp0, tp1 = (topic, 0), (topic, 1)
+    client = connect(txbroker)
+    txn = RawTxn(client, unique("wire-enospc-tid"))
+    assert txn.init().error_code == NONE
+    assert txn.add_partitions([tp0, tp1]) == {tp0: NONE, tp1: NONE}
+    for tp in (tp0, tp1):
+        assert txn.produce(tp, txn.batch(tp, [b"v"])) == (NONE, 0)
+    failures = _fail_appends(txbroker, topic, 1, 3, control=True)
+    with caplog.at_level(logging.ERROR):
+        assert txn.end(commit=True) == NONE
+        wait_state(txbroker, txn.transactional_id, ["CompleteCommit"], timeout=10)
+    assert failures["left"] == 0
+    assert sum(f"{topic}-1" in r.getMessage() and "No space left" in r.getMessage()
+               for r in caplog.records if r.levelno == logging.ERROR) == 3
+    assert committed_values(client, tp0) == [b"v"]
+    assert committed_values(client, tp1) == [b"v"]
+    assert list_offsets(client, tp1, read_committed=True) == 2  # one marker, not four
+    assert txn.add_partitions([tp1]) == {tp1: NONE}
+    assert txn.end(commit=False) == NONE
+    client.close()
+
+
+def test_disk_error_persisting_transaction_state_answers_not_coordinator(txbroker):
+    """An OSError appending to __transaction_state is a storage error: the request gets
+    NOT_COORDINATOR (Kafka's answer for KAFKA_STORAGE_ERROR) and the transactional id
+    is not left with a pending transition, so the retry succeeds."""
+    topic = unique("wire-enospc-state")
+    txbroker.create_topic(topic, 1)
+    tp = (topic, 0)
+    client = connect(txbroker)
+    txn = RawTxn(client, unique("wire-enospc-state-tid"))
+    assert txn.init().error_code == NONE
+    state_partition = txbroker.call(lambda b: partition_log_for(
+        b.logs, TXN_TOPIC, txn.transactional_id).partition)
+    failures = _fail_appends(txbroker, TXN_TOPIC, state_partition, 1, control=False)
+    assert txn.add_partitions([tp]) == {tp: _E.not_coordinator.value}
+    assert failures["left"] == 0
+    assert txn.add_partitions([tp]) == {tp: NONE}
+    assert txn.produce(tp, txn.batch(tp, [b"v"])) == (NONE, 0)
+    assert txn.end(commit=True) == NONE
+    wait_state(txbroker, txn.transactional_id, ["CompleteCommit"])
+    assert committed_values(client, tp) == [b"v"]
     client.close()
 
 
@@ -226,6 +343,39 @@ def test_offset_fetch_require_stable_between_txn_offset_commit_and_end_txn(txbro
     want = {tps[0]: (NONE, 5), tps[1]: (NONE, 8)} if commit else {tp: (NONE, -1) for tp in tps}
     assert offset_fetch(client, group, tps) == want
     assert offset_fetch(client, group, tps, require_stable=False) == want
+    client.close()
+
+
+def test_txn_offset_commit_of_a_fenced_producer_is_invalid_producer_epoch(txbroker):
+    """Kafka answers a fenced producer's TxnOffsetCommit with INVALID_PRODUCER_EPOCH at
+    every version (never PRODUCER_FENCED, which librdkafka would take as abortable):
+    whether the transaction coordinator's check fences it, or, behind it, the
+    __consumer_offsets partition's producer state when the batch is appended."""
+    topic = unique("wire-fenced-offsets")
+    txbroker.create_topic(topic, 1)
+    tp = (topic, 0)
+    group = unique("wire-fenced-group")
+    client = connect(txbroker)
+    tid = unique("wire-fenced-offsets-tid")
+    txn = RawTxn(client, tid)
+    assert txn.init().error_code == NONE
+    assert txn.add_offsets(group) == NONE
+    assert txn.txn_offset_commit(group, {tp: 1}) == {tp: NONE}
+    # The offsets partition has seen a newer epoch of the producer (as after an abort
+    # with an epoch bump) while the coordinator still holds the old one.
+    offsets_tp = txbroker.call(lambda b: b.transactions.state._partition_for_group(group))
+    txbroker.call(lambda b: b.logs.get_log(*offsets_tp).append_marker(
+        txn.producer_id, txn.epoch + 1, commit=False))
+    bad_epoch = _E.invalid_producer_epoch.value
+    for version in (0, 2, 3):
+        assert txn.txn_offset_commit(group, {tp: 2}, version=version) == {tp: bad_epoch}
+    # A new instance fences this one at the coordinator.
+    zombie = RawTxn(client, tid)
+    zombie.producer_id, zombie.epoch = txn.producer_id, txn.epoch
+    assert RawTxn(client, tid).init().error_code == NONE
+    for version in (0, 2, 3):
+        assert zombie.txn_offset_commit(group, {tp: 3}, version=version) == {tp: bad_epoch}
+    assert offset_fetch(client, group, [tp], require_stable=False) == {tp: (NONE, -1)}
     client.close()
 
 
@@ -558,6 +708,84 @@ def test_find_hanging_options(txbroker):
                                   "Duration(min)"]
     out = cli(txbroker, "find-hanging", "--topic", unique("no-such-topic"), process=True)
     assert out.returncode == 1 and "UNKNOWN_TOPIC_OR_PARTITION" in out.stderr, out
+
+
+def test_coordinator_epoch_of_markers_in_describe_producers_and_abort(txbroker):
+    """Each partition records the coordinator epoch of a producer's last marker:
+    DescribeProducers reports it, a marker of an older coordinator epoch is refused
+    (TRANSACTION_COORDINATOR_FENCED), and ``abort --start-offset`` sends the recorded
+    epoch, as Kafka's tool does."""
+    txbroker.restart()  # the coordinator's epoch is 1 now: not a default
+    epoch = txbroker.call(lambda b: b.transactions.coordinator_epoch)
+    assert epoch >= 1
+    topic = unique("coord-epoch")
+    txbroker.create_topic(topic, 1)
+    tp = (topic, 0)
+    client = connect(txbroker)
+    tid = unique("coord-epoch-tid")
+    txn = RawTxn(client, tid)
+    assert txn.init().error_code == NONE
+    assert txn.add_partitions([tp]) == {tp: NONE}
+    assert txn.produce(tp, txn.batch(tp, [b"a"])) == (NONE, 0)
+    [producer] = describe_producers(client, tp).active_producers
+    assert producer.coordinator_epoch == -1  # no marker yet
+    assert txn.end(commit=True) == NONE
+    wait_state(txbroker, tid, ["CompleteCommit"])
+    [producer] = describe_producers(client, tp).active_producers
+    assert (producer.producer_id, producer.coordinator_epoch) == (txn.producer_id, epoch)
+
+    # The next transaction hangs (its coordinator forgot it, as after losing
+    # __transaction_state): an abort from an older coordinator epoch is refused.
+    assert txn.add_partitions([tp]) == {tp: NONE}
+    assert txn.produce(tp, txn.batch(tp, [b"b"])) == (NONE, 2)
+    txbroker.call(lambda b: b.transactions.state._txns.pop(tid))
+    assert write_txn_marker(client, tp, txn.producer_id, txn.epoch, commit=False,
+                            coordinator_epoch=epoch - 1) == \
+        _E.transaction_coordinator_fenced.value
+    assert list_offsets(client, tp, read_committed=True) == 2
+    out = cli(txbroker, "find-hanging", "--topic", topic, "--max-transaction-timeout", "0")
+    assert [(r[2], r[4], r[5]) for r in rows(out.stdout)] == [
+        (str(txn.producer_id), str(epoch), "2")]
+    out = cli(txbroker, "abort", "--topic", topic, "--partition", "0", "--start-offset", "2")
+    assert out.returncode == 0, out.stderr
+    assert list_offsets(client, tp, read_committed=True) == 4
+    assert committed_values(client, tp) == [b"a"]
+    client.close()
+
+
+def test_coordinator_epoch_stays_above_recorded_markers_without_its_file(txbroker):
+    """A lost transaction-coordinator-epoch file must not make the restarted coordinator
+    stale: its epoch starts above every marker epoch the partitions recorded, so its
+    markers are accepted and the next transaction completes."""
+    topic = unique("coord-epoch-lost")
+    txbroker.create_topic(topic, 1)
+    tp = (topic, 0)
+    client = connect(txbroker)
+    tid = unique("coord-epoch-lost-tid")
+    txn = RawTxn(client, tid)
+    assert txn.init().error_code == NONE
+    assert txn.add_partitions([tp]) == {tp: NONE}
+    assert txn.produce(tp, txn.batch(tp, [b"a"])) == (NONE, 0)
+    assert txn.end(commit=True) == NONE
+    wait_state(txbroker, tid, ["CompleteCommit"])
+    # An admin's marker of a later coordinator epoch (Admin.abortTransaction).
+    assert write_txn_marker(client, tp, txn.producer_id, txn.epoch, commit=False,
+                            coordinator_epoch=5) == NONE
+    client.close()
+    data_dir = txbroker.config.data_dir
+    txbroker.stop()
+    os.unlink(os.path.join(data_dir, "transaction-coordinator-epoch"))
+    txbroker.start()
+    assert txbroker.call(lambda b: b.transactions.coordinator_epoch) == 6
+    client = connect(txbroker)
+    txn.client = client
+    assert txn.init(kip360=True).error_code == NONE
+    assert txn.add_partitions([tp]) == {tp: NONE}
+    assert txn.produce(tp, txn.batch(tp, [b"b"])) == (NONE, 3)
+    assert txn.end(commit=True) == NONE
+    wait_state(txbroker, tid, ["CompleteCommit"])
+    assert committed_values(client, tp) == [b"a", b"b"]
+    client.close()
 
 
 def test_cli_cannot_reach_broker():

@@ -586,6 +586,18 @@ def describe_producers(client: RawClient, tp: TopicPartition):
     return p
 
 
+def write_txn_marker(client: RawClient, tp: TopicPartition, producer_id: int,
+                     producer_epoch: int, *, commit: bool, coordinator_epoch: int) -> int:
+    """WriteTxnMarkers v1 for one partition (what Admin.abortTransaction sends); its
+    error code."""
+    m = request_module(WRITE_TXN_MARKERS, 1)
+    r = client.request(WRITE_TXN_MARKERS, 1, build(m.WriteTxnMarkersRequest, markers=(build(
+        m.WritableTxnMarker, producer_id=producer_id, producer_epoch=producer_epoch,
+        transaction_result=commit, coordinator_epoch=coordinator_epoch,
+        topics=(build(m.WritableTxnMarkerTopic, name=tp[0], partition_indexes=(tp[1],)),)),)))
+    return int(r.markers[0].topics[0].partitions[0].error_code)
+
+
 def wait_state(txbroker, transactional_id: str, states: Iterable[str], timeout: float = 10):
     """Wait until the coordinator (in-process broker) holds the id in one of ``states``
     with nothing pending; its inspect() dict."""

@@ -794,6 +794,21 @@ def test_commit_validation_for_a_live_group():
     assert h.sm.validate_txn_offset_commit("g", 0, ra.member_id, None) == E.illegal_generation.value
 
 
+def test_txn_offset_commit_member_and_generation_checks_follow_kafka_4():
+    """Kafka 4's OffsetMetadataManager.validateTransactionalOffsetCommit: an unknown group
+    with a generation is ILLEGAL_GENERATION (no member check, nothing created);
+    ClassicGroup.validateOffsetCommit: once a member id or generation is given the
+    member is checked first, then the generation, even when it is -1."""
+    h = Harness()
+    assert h.sm.validate_txn_offset_commit("nogroup", 3, "m", None) == E.illegal_generation.value
+    assert h.sm.inspect("nogroup") is None
+    a, _b = h.stable_group(2)
+    assert h.sm.validate_txn_offset_commit("g", 7, "nobody", None) == E.unknown_member_id.value
+    assert h.sm.validate_txn_offset_commit("g", -1, a.member_id, None) == E.illegal_generation.value
+    assert h.sm.validate_txn_offset_commit("g", 0, a.member_id, None) == E.illegal_generation.value
+    assert h.sm.validate_txn_offset_commit("g", 1, a.member_id, None) == NONE
+
+
 def test_commit_counts_as_heartbeat():
     h = Harness()
     a, b = h.stable_group(2, session=10000)

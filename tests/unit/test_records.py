@@ -380,13 +380,17 @@ def test_single_record_batch_is_build_batch(key, value, ts, pid, epoch, transact
 @pytest.mark.parametrize("coordinator_epoch", [0, 7, 2**31 - 1])
 def test_read_control_type(commit, coordinator_epoch):
     from protocol.records import (
+        Compression,
         ControlType,
+        CorruptRecordError,
         Record,
         build_batch,
         build_control_batch,
         control_type_of,
+        coordinator_epoch_of,
         decode_records,
         read_control_type,
+        read_end_txn_marker,
     )
 
     kind = ControlType.COMMIT if commit else ControlType.ABORT
@@ -394,6 +398,19 @@ def test_read_control_type(commit, coordinator_epoch):
                                 coordinator_epoch=coordinator_epoch, timestamp=1_700_000_000_000)
     assert read_control_type(batch) == control_type_of(decode_records(batch)[0]) == kind
     assert read_control_type(b"\0" * 3 + batch, 3) == kind
+    assert read_end_txn_marker(batch) == (kind, coordinator_epoch)
+    assert read_end_txn_marker(b"\0" * 3 + batch, 3) == (kind, coordinator_epoch)
+    assert coordinator_epoch_of(decode_records(batch)[0]) == coordinator_epoch
     empty = bytearray(build_batch([Record(b"k", b"v")], control=True))
     struct.pack_into(">i", empty, 57, 0)  # records count 0
     assert read_control_type(empty) is None
+    assert read_end_txn_marker(empty) is None
+    # Compressed, and a value from a newer marker version (extra bytes after the epoch).
+    key = struct.pack(">hh", 0, int(kind))
+    newer = build_batch([Record(key, struct.pack(">hiq", 1, coordinator_epoch, 42))],
+                        control=True, compression=Compression.GZIP)
+    assert read_end_txn_marker(newer) == (kind, coordinator_epoch)
+    for value in (None, b"\0\0\0\0\0", struct.pack(">hi", -1, 3)):
+        bad = build_batch([Record(key, value)], control=True)
+        with pytest.raises(CorruptRecordError):
+            read_end_txn_marker(bad)

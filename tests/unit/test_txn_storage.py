@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
+import time
 
 import pytest
 
@@ -149,3 +151,135 @@ def test_compaction_removes_aborted_records_and_keeps_committed_values(tmp_path)
             pos += header.size
         offset = result.next_offset
     assert values[b"k"] == [b"committed"]
+
+
+def _coordinator_epoch(plog, pid):
+    return plog.producer_state.producers[pid].coordinator_epoch
+
+
+def test_marker_coordinator_epoch_is_recorded_and_an_older_one_refused(tmp_path):
+    """Kafka's ProducerAppendInfo.appendEndTxnMarker: a marker whose coordinator epoch is
+    older than the producer's last one here is TRANSACTION_COORDINATOR_FENCED (a zombie
+    coordinator); otherwise its epoch is recorded."""
+    plog = _open(tmp_path)
+    _append(plog, pid=4, epoch=0, seq=0, txn=True)
+    assert _coordinator_epoch(plog, 4) == -1  # no marker yet
+    plog.append_marker(4, 0, commit=True, coordinator_epoch=3)
+    assert _coordinator_epoch(plog, 4) == 3
+    _append(plog, pid=4, epoch=0, seq=1, txn=True)  # offset 2, the next transaction
+    end = plog.log_end_offset
+    with pytest.raises(KafkaError) as e:
+        plog.append_marker(4, 0, commit=False, coordinator_epoch=2)
+    assert e.value.code.name == "transaction_coordinator_fenced"
+    assert plog.log_end_offset == end and plog.ongoing_txns == {4: 2}
+    assert _coordinator_epoch(plog, 4) == 3
+    plog.append_marker(4, 0, commit=True, coordinator_epoch=3)  # the same coordinator: fine
+    plog.append_marker(4, 0, commit=True, coordinator_epoch=5)  # a newer one: recorded
+    assert _coordinator_epoch(plog, 4) == 5 and plog.ongoing_txns == {}
+    # A producer epoch bump keeps it (the coordinator, not the producer, is fenced).
+    plog.append_marker(4, 1, commit=False, coordinator_epoch=5)
+    with pytest.raises(KafkaError) as e:
+        plog.append_marker(4, 1, commit=False, coordinator_epoch=4)
+    assert e.value.code.name == "transaction_coordinator_fenced"
+    # A producer this partition has not seen: any epoch, recorded.
+    plog.append_marker(8, 0, commit=False, coordinator_epoch=0)
+    assert _coordinator_epoch(plog, 8) == 0
+
+
+@pytest.mark.parametrize("clean", [True, False], ids=["snapshot", "replay"])
+def test_marker_coordinator_epoch_survives_restart(tmp_path, clean):
+    plog = _open(tmp_path)
+    _append(plog, pid=4, epoch=0, seq=0, txn=True)
+    plog.append_marker(4, 0, commit=True, coordinator_epoch=6)
+    _append(plog, pid=5, epoch=0, seq=0, txn=True)  # open: replayed after the snapshot
+    if clean:
+        plog.close()
+    else:
+        for seg in plog.segments:  # crash: the data is on disk, no snapshot
+            os.fsync(seg.fd)
+    again = _open(tmp_path)
+    assert _coordinator_epoch(again, 4) == 6
+    assert _coordinator_epoch(again, 5) == -1
+    again.append_marker(5, 0, commit=True, coordinator_epoch=0)  # fine: none recorded
+    with pytest.raises(KafkaError) as e:
+        again.append_marker(4, 0, commit=False, coordinator_epoch=5)
+    assert e.value.code.name == "transaction_coordinator_fenced"
+
+
+def test_producer_snapshot_of_an_earlier_release_still_loads(tmp_path):
+    """Snapshots have carried a coordinator epoch field since version 1, always -1
+    before markers recorded it: such a snapshot loads, the epoch unknown (-1) until the
+    producer's next marker."""
+    import msgpack
+
+    from storage.producer_state import ProducerStateManager
+
+    old = msgpack.packb({"version": 1, "offset": 3, "producers": [
+        [4, 0, -1, -1, 1_700_000_000_000, [[0, 0, 0, 0, 1_700_000_000_000]]]]})
+    state, offset = ProducerStateManager.decode(old, "t-0")
+    assert offset == 3
+    entry = state.producers[4]
+    assert (entry.epoch, entry.coordinator_epoch, entry.last_seq) == (0, -1, 0)
+    again, _ = ProducerStateManager.decode(state.encode(3), "t-0")
+    assert again.producers[4].coordinator_epoch == -1
+
+
+# --- producer.id.expiration.ms --------------------------------------------------------------
+
+
+def _append_at(plog, ts, pid, seq, txn=False):
+    batch = bytearray(build_batch([Record(b"k", b"v", timestamp=ts)], producer_id=pid,
+                                  producer_epoch=0, base_sequence=seq, transactional=txn))
+    return plog.append(batch, read_header(batch), now=ts)
+
+
+def test_idle_producer_expires_after_producer_id_expiration_ms(tmp_path):
+    """Kafka's isProducerExpired: no open transaction here and the last batch's timestamp
+    at least producer.id.expiration.ms old (>=). An expired producer's retry is no longer
+    recognised as a duplicate."""
+    plog = _open(tmp_path)
+    state = plog.producer_state
+    t0, exp = 1_700_000_000_000, 60_000
+    _append_at(plog, t0, pid=3, seq=0)
+    _append_at(plog, t0 + 10, pid=3, seq=1)
+    assert state.expire(t0 + 10 + exp - 1, exp) == 0  # one ms too young: kept
+    assert 3 in state.producers
+    assert state.expire(t0 + 10 + exp, exp) == 1  # exactly the expiration: gone
+    assert 3 not in state.producers
+    # Its state starts afresh: a retry of an old batch is appended as new.
+    assert not _append_at(plog, t0 + 20, pid=3, seq=1).duplicate
+
+
+def test_producer_with_an_open_transaction_never_expires(tmp_path):
+    plog = _open(tmp_path)
+    state = plog.producer_state
+    t0, exp = 1_700_000_000_000, 60_000
+    _append_at(plog, t0, pid=5, seq=0, txn=True)
+    _append_at(plog, t0, pid=6, seq=0)  # idle idempotent producer beside it
+    assert state.expire(t0 + 100 * exp, exp) == 1
+    assert set(state.producers) == {5} and plog.ongoing_txns == {5: 0}
+    plog.append_marker(5, 0, commit=True)  # the transaction ends (stamped now)
+    last = state.producers[5].last_timestamp
+    assert state.expire(last + exp - 1, exp) == 0
+    assert state.expire(last + exp, exp) == 1 and state.producers == {}
+
+
+def test_log_manager_retention_check_expires_producers(tmp_path):
+    from storage.manager import LogManager
+
+    async def run():
+        logs = LogManager(str(tmp_path / "data"), producer_id_expiration_ms=1000)
+        logs.open()
+        await logs.start()
+        try:
+            logs.create_topic("t", 1, {})
+            plog = logs.get_log("t", 0)
+            now = int(time.time() * 1000)
+            _append_at(plog, now - 5000, pid=7, seq=0)  # idle for 5 s
+            _append_at(plog, now, pid=8, seq=0)
+            logs.run_retention()
+            assert set(plog.producer_state.producers) == {8}
+        finally:
+            await logs.close()
+
+    asyncio.run(run())
