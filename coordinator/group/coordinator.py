@@ -179,9 +179,9 @@ class GroupCoordinator:
         try:
             plog = self._partition(request.group_id)
             last = append_records(plog, [(request.key, request.value)]).last_offset
-        except KafkaError as e:
-            log.error("cannot persist group %s: %s", request.group_id, e)
-            error = _map_storage_error(e.code)
+        except (KafkaError, OSError) as e:
+            log.error("cannot persist group %s: %r", request.group_id, e)
+            error = _map_storage_error(_append_error_code(e))
         self._spawn(self._after_durable(plog, last, request.write_id, error))
 
     async def _after_durable(self, plog: PartitionLog | None, last: int, write_id: int,
@@ -282,8 +282,9 @@ class GroupCoordinator:
             try:
                 last = append_records(plog, records, timestamp=commit_ms).last_offset
                 await self.logs.flusher.wait_durable(plog, last + 1)
-            except KafkaError as err:
-                code = _map_storage_error(err.code)
+            except (KafkaError, OSError) as err:
+                log.error("cannot store offsets of group %s: %r", group_id, err)
+                code = _map_storage_error(_append_error_code(err))
                 for e, _v in accepted:
                     results[(e.topic, e.partition)] = code
                 return results
@@ -338,6 +339,12 @@ class GroupCoordinator:
                                       producer_id=producer_id,
                                       producer_epoch=producer_epoch).last_offset
                 await self.logs.flusher.wait_durable(plog, last + 1)
+            except OSError as err:
+                log.error("cannot store transactional offsets of group %s: %r", group_id, err)
+                code = _map_storage_error(_E.kafka_storage_error)
+                for e, _v in accepted:
+                    results[(e.topic, e.partition)] = code
+                return results
             except KafkaError as err:
                 # A fenced producer's batch: INVALID_PRODUCER_EPOCH, as Kafka answers it
                 # (every version; its clients treat it as fatal for TxnOffsetCommit).
@@ -396,7 +403,11 @@ class GroupCoordinator:
             plog = self.logs.get_log(OFFSETS_TOPIC, p)
             if plog is None:
                 continue
-            last = append_records(plog, records).last_offset
+            try:
+                last = append_records(plog, records).last_offset
+            except (KafkaError, OSError) as e:  # logged and skipped, as Kafka does
+                log.error("cannot write %d tombstone(s) to %s: %r", len(records), plog.name, e)
+                continue
             waits.append(self.logs.flusher.wait_durable(plog, last + 1))
         if waits:
             await asyncio.gather(*waits)
@@ -464,6 +475,12 @@ class GroupCoordinator:
             await self._write_tombstones(keys, groups)
             log.info("expired %d offset(s); removed %d empty group(s)", len(keys), len(groups))
         return len(keys)
+
+
+def _append_error_code(e: Exception) -> ErrorCode:
+    """An append's error as a Kafka code: an OSError (ENOSPC, EIO) is a storage error,
+    as Kafka's KafkaStorageException."""
+    return e.code if isinstance(e, KafkaError) else _E.kafka_storage_error
 
 
 def _map_storage_error(code: ErrorCode) -> int:

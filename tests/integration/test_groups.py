@@ -718,3 +718,40 @@ def test_clients_wait_while_the_coordinator_loads(txbroker, topic, client):
     assert not consumer.is_alive()
     assert "error" not in result, result["error"]
     assert result["got"] == [(p, o) for p in (0, 1) for o in range(start[p], 10)]
+
+
+def test_disk_error_storing_offsets_is_not_coordinator_and_the_retry_commits(
+        txbroker, topic, caplog):
+    """An OSError (ENOSPC) appending a group's offsets to __consumer_offsets is a
+    storage error: logged, answered NOT_COORDINATOR (Kafka's answer for
+    KAFKA_STORAGE_ERROR), which kafka-python retries after finding the coordinator
+    again; the offsets are then committed once."""
+    import logging
+
+    from kafka import KafkaConsumer, OffsetAndMetadata, TopicPartition
+
+    from .txn_util import fail_appends
+
+    txbroker.create_topic(topic, 1)
+    group = unique_group(topic)
+    tp0 = TopicPartition(topic, 0)
+    consumer = KafkaConsumer(bootstrap_servers=txbroker.bootstrap, group_id=group,
+                             enable_auto_commit=False, retry_backoff_ms=50)
+    try:
+        consumer.assign([tp0])
+        assert consumer.committed(tp0) is None  # the coordinator is found and loaded
+        n = txbroker.call(lambda b: b.logs.topics[OFFSETS_TOPIC].partitions)
+        failures = fail_appends(txbroker, OFFSETS_TOPIC, partition_for(group, n), 2,
+                                control=False)
+        with caplog.at_level(logging.ERROR):
+            consumer.commit({tp0: OffsetAndMetadata(5, "", -1)})
+        assert failures["left"] == 0
+        assert sum("No space left" in r.getMessage() and group in r.getMessage()
+                   for r in caplog.records if r.levelno == logging.ERROR) == 2
+        assert consumer.committed(tp0) == 5
+    finally:
+        consumer.close()
+    committed = [r for r in stored_records(txbroker, OFFSETS_TOPIC, partition_for(group, n))
+                 if isinstance(decode_key(r.key), OffsetKey)
+                 and decode_key(r.key).group_id == group]
+    assert len(committed) == 1

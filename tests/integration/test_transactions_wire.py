@@ -9,7 +9,6 @@ DescribeProducers and the ``txbroker transactions`` command line.
 from __future__ import annotations
 
 import contextlib
-import errno
 import io
 import logging
 import os
@@ -31,6 +30,7 @@ from .txn_util import (
     RawTxn,
     describe_producers,
     describe_transactions,
+    fail_appends,
     list_offsets,
     list_transactions,
     offset_fetch,
@@ -243,28 +243,6 @@ def test_produce_while_the_coordinator_loads_gets_not_enough_replicas(txbroker):
     client.close()
 
 
-def _fail_appends(txbroker, topic: str, partition: int, times: int, *, control: bool):
-    """Make the next ``times`` appends of control batches (``control``) or of any batch
-    to a partition log raise OSError(ENOSPC), as a full disk would; a dict whose
-    "left" counts the failures still to come."""
-    state = {"left": times}
-
-    def install(b):
-        plog = b.logs.get_log(topic, partition)
-        original = plog.append
-
-        def append(batch, header, **kw):
-            if state["left"] > 0 and (header.is_control or not control):
-                state["left"] -= 1
-                raise OSError(errno.ENOSPC, "No space left on device")
-            return original(batch, header, **kw)
-
-        plog.append = append
-
-    txbroker.call(install)
-    return state
-
-
 def test_disk_error_writing_a_marker_is_retried_until_the_transaction_completes(
         txbroker, caplog):
     """An OSError from a marker write (ENOSPC) is a storage error of that partition:
@@ -280,7 +258,7 @@ def test_disk_error_writing_a_marker_is_retried_until_the_transaction_completes(
     assert txn.add_partitions([tp0, tp1]) == {tp0: NONE, tp1: NONE}
     for tp in (tp0, tp1):
         assert txn.produce(tp, txn.batch(tp, [b"v"])) == (NONE, 0)
-    failures = _fail_appends(txbroker, topic, 1, 3, control=True)
+    failures = fail_appends(txbroker, topic, 1, 3, control=True)
     with caplog.at_level(logging.ERROR):
         assert txn.end(commit=True) == NONE
         wait_state(txbroker, txn.transactional_id, ["CompleteCommit"], timeout=10)
@@ -307,7 +285,7 @@ def test_disk_error_persisting_transaction_state_answers_not_coordinator(txbroke
     assert txn.init().error_code == NONE
     state_partition = txbroker.call(lambda b: partition_log_for(
         b.logs, TXN_TOPIC, txn.transactional_id).partition)
-    failures = _fail_appends(txbroker, TXN_TOPIC, state_partition, 1, control=False)
+    failures = fail_appends(txbroker, TXN_TOPIC, state_partition, 1, control=False)
     assert txn.add_partitions([tp]) == {tp: _E.not_coordinator.value}
     assert failures["left"] == 0
     assert txn.add_partitions([tp]) == {tp: NONE}

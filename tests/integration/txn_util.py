@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+import errno
 import threading
 import time
 import uuid
@@ -610,3 +611,25 @@ def wait_state(txbroker, transactional_id: str, states: Iterable[str], timeout: 
         if time.monotonic() > deadline:
             raise AssertionError(f"{transactional_id}: {info}, wanted one of {wanted}")
         time.sleep(0.05)
+
+
+def fail_appends(txbroker, topic: str, partition: int, times: int, *, control: bool):
+    """Make the next ``times`` appends of control batches (``control``) or of any batch
+    to a partition log raise OSError(ENOSPC), as a full disk would; a dict whose
+    "left" counts the failures still to come."""
+    state = {"left": times}
+
+    def install(b):
+        plog = b.logs.get_log(topic, partition)
+        original = plog.append
+
+        def append(batch, header, **kw):
+            if state["left"] > 0 and (header.is_control or not control):
+                state["left"] -= 1
+                raise OSError(errno.ENOSPC, "No space left on device")
+            return original(batch, header, **kw)
+
+        plog.append = append
+
+    txbroker.call(install)
+    return state
