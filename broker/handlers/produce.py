@@ -100,6 +100,15 @@ async def handle(ctx, request):
                     message = str(e)
                     log.warning("produce to %s-%d from %s rejected: %s: %s", topic.name,
                                 part.index, ctx.peer, error.name.upper(), e)
+                except OSError as e:
+                    # A full or failing disk (ENOSPC, EIO): nothing was appended (the log
+                    # moves on only after its write), and clients retry KAFKA_STORAGE_ERROR.
+                    # Kafka would take the log directory offline; one node keeps serving
+                    # and takes the batch once the disk has room again.
+                    error = ErrorCode.kafka_storage_error
+                    message = f"cannot write to {topic.name}-{part.index}: {e}"
+                    log.error("produce to %s-%d from %s failed: KAFKA_STORAGE_ERROR: %r",
+                              topic.name, part.index, ctx.peer, e)
             if error != ErrorCode.none:
                 errors += 1
             out.append((part.index, error, base_offset, append_time, start, message))

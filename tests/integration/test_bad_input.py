@@ -451,3 +451,23 @@ def test_metadata_for_unknown_topic_without_auto_create(txbroker):
     assert response.topics[0].error_code == ErrorCode.unknown_topic_or_partition
     assert txbroker.call(lambda b: "nope" in b.logs.topics) is False
     client.close()
+
+
+def test_disk_error_on_produce_is_kafka_storage_error_and_the_retry_succeeds(
+        txbroker, topic, caplog):
+    """An OSError (ENOSPC) appending a produced batch: KAFKA_STORAGE_ERROR for that
+    partition with an ERROR log line, nothing appended, the connection stays open, and
+    the same producer's retry (confluent-kafka retries the error) lands exactly once."""
+    from .clients import Msg, produce, stored_records
+    from .txn_util import fail_appends
+
+    failures = fail_appends(txbroker, topic, 0, 2, control=False)
+    with caplog.at_level(logging.ERROR):
+        offsets = produce("confluent", txbroker.bootstrap, topic,
+                          [Msg(None, b"after-a-full-disk", partition=0)],
+                          **{"enable.idempotence": True, "retry.backoff.ms": 20})
+    assert failures["left"] == 0
+    assert offsets == [(0, 0)]
+    assert [r.value for r in stored_records(txbroker, topic, 0)] == [b"after-a-full-disk"]
+    assert sum("KAFKA_STORAGE_ERROR" in r.getMessage() and f"{topic}-0" in r.getMessage()
+               for r in caplog.records if r.levelno == logging.ERROR) == 2
