@@ -117,9 +117,9 @@ BROKER_KEYS: dict[str, BrokerKey] = {
                   "how often expired transactional ids are removed"),
         BrokerKey("txbroker.fault.points", "", _str,
                   "fault injection for tests: point[=action],... with points "
-                  "after_prepare_durable, before_markers, after_first_marker, before_complete, "
-                  "drop_end_txn_response and actions crash, drop, delay:MS "
-                  "(docs/fault-injection.md)"),
+                  "before_end_txn, after_prepare_durable, before_markers, after_first_marker, "
+                  "before_complete, drop_end_txn_response and actions crash, power_loss, "
+                  "delay:MS, drop, expire (docs/fault-injection.md)"),
         BrokerKey("shutdown.timeout.ms", "30000", _int,
                   "how long a clean shutdown waits for in-flight requests"),
     ]

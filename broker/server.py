@@ -203,6 +203,7 @@ class Broker:
         self.started_at = 0.0
         self.request_counts: dict[str, int] = {}
         self.admin_http = None
+        self._teardown: asyncio.Future | None = None  # after a crash fault (in-process)
 
     def coordinator_status(self, key_type: int) -> ErrorCode:
         """FindCoordinator's answer for a key type: 0 group, 1 transaction. Like Kafka it
@@ -224,11 +225,18 @@ class Broker:
     def _version_of(request) -> int:
         return int(type(request).__version__)
 
-    def crash(self, point: str) -> None:
+    def crash(self, point: str, power_loss: bool = False) -> None:
         """A fault point's crash: a broker process dies at once (exit 137, like SIGKILL);
-        an in-process test broker drops its connections and files without flushing."""
-        log.error("fault injection: crashing at %s", point)
+        an in-process test broker drops its connections and files without flushing.
+        ``power_loss``: what was not fsynced is lost too (every partition log is cut
+        back to its flushed offset as of now) — a power failure rather than a kill."""
+        if self.crashed:
+            return
+        log.error("fault injection: crashing at %s%s", point,
+                  " (power loss)" if power_loss else "")
         if not self.in_process:
+            if power_loss:
+                self.logs.abandon(power_loss=True)
             os._exit(137)
         self.crashed = True
         self.stopping.set()
@@ -239,14 +247,17 @@ class Broker:
         for conn in list(self._connections):
             conn.writer.transport.abort()
             conn.stop_reading()
-        asyncio.ensure_future(self._crash_teardown())
+        # The power goes now: whatever is fsynced by the time of the teardown below
+        # was not when it went.
+        durable = self.logs.flushed_offsets() if power_loss else None
+        self._teardown = asyncio.ensure_future(self._crash_teardown(durable))
 
-    async def _crash_teardown(self) -> None:
+    async def _crash_teardown(self, durable: dict | None) -> None:
         await self.transactions.stop()
         await self.groups.stop()
         if self.admin_http is not None:
             await self.admin_http.stop()
-        self.logs.abandon()
+        self.logs.abandon(power_loss=durable is not None, durable=durable)
 
     @property
     def connection_count(self) -> int:
@@ -294,6 +305,8 @@ class Broker:
     async def stop(self) -> None:
         """Stop accepting, finish in-flight requests, flush and close the logs."""
         if self.crashed:
+            if self._teardown is not None:
+                await self._teardown  # the crash's teardown: files closed, lock released
             return
         log.info("shutting down")
         self.stopping.set()

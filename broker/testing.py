@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import threading
+import time
 from collections.abc import Mapping
 
 from .config import load_config
@@ -98,10 +99,50 @@ class BrokerThread:
     def crashed(self) -> bool:
         return self.broker is not None and self.broker.crashed
 
+    def expire_transactions(self, transactional_id: str | None = None, *, wait: bool = True,
+                            timeout: float = 10.0) -> list[str]:
+        """Expire every ongoing transaction (or the one of ``transactional_id``) now, as
+        its transaction.timeout.ms would: aborted with an epoch bump, so its producer is
+        fenced (its next request fails with PRODUCER_FENCED / INVALID_PRODUCER_EPOCH).
+        Later timeouts are not disturbed. With ``wait``, returns once the aborts are
+        complete (ABORT markers written: read_committed consumers move on). Returns the
+        transactional ids that were expired."""
+
+        async def expire(broker):
+            tids = broker.transactions.expire_transactions_now(transactional_id)
+            if wait and not await broker.transactions.wait_settled(tids, timeout):
+                raise TimeoutError(f"expired transactions of {tids} not aborted in {timeout}s")
+            return tids
+
+        return self.call(expire)
+
+    def wait_crashed(self, timeout: float = 10.0) -> None:
+        """Wait until a crash fault has fired and the crashed broker has let go of its
+        files (so they can be inspected as the crash left them); then ``restart()``."""
+        deadline = time.monotonic() + timeout
+        while not self.crashed:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"the broker did not crash within {timeout}s")
+            time.sleep(0.02)
+        self.call(lambda broker: broker.stop())  # after a crash: waits for its teardown
+
+    def crash(self, *, power_loss: bool = False) -> None:
+        """Crash the broker now, as a ``crash`` fault point would (or ``power_loss``: what
+        was not fsynced is lost too); then ``restart()``."""
+
+        async def crash(broker):
+            broker.crash("crash()", power_loss)
+            await broker.stop()  # waits for the crash's teardown
+
+        self.call(crash)
+
     def restart(self) -> BrokerThread:
         """Stop (or, after a crash fault, clean up) and start again on the same data
-        directory and port; clients reconnect as they would to a restarted Kafka broker."""
+        directory and port; clients reconnect as they would to a restarted Kafka broker.
+        Fault points that have not fired stay armed; those that fired do not come back."""
         port = self.port
+        if self.broker is not None:
+            self.config.set("txbroker.fault.points", self.broker.faults.config_text(), "restart")
         self.stop()
         self.config.set("listeners", f"PLAINTEXT://{self.config.listener[0]}:{port}", "restart")
         return self.start()

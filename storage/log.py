@@ -482,6 +482,51 @@ class PartitionLog:
                  len(deletable), self.log_start_offset)
         return len(deletable)
 
+    def simulate_power_loss(self, durable: int | None = None) -> int:
+        """Fault injection: cut the segment files back to what was fsynced, as a power
+        failure may leave them, and close the log. ``durable`` is the offset below
+        which everything was fsynced when the power went (default and at most
+        ``flushed_offset``, which only moves once an fsync round has finished: rolled
+        segments waiting in ``pending_sync`` are not counted until theirs is done).
+
+        The segment holding that offset is truncated to its first batch at or above
+        it (a batch boundary: the flushed offset is always one); later segments are
+        deleted with their index files (their creation may not be durable either).
+        The cut segment becomes the last one, whose indexes an unclean start rebuilds.
+        Not modeled: index files of the segments kept whole (written but maybe never
+        fsynced, yet rebuildable), directory entries (created, renamed or deleted
+        files), and the small metadata files next to the logs (producer snapshots,
+        .txnindex, checkpoints: each written to a temporary file, fsynced, renamed).
+        Returns the number of log bytes dropped."""
+        cut = self.flushed_offset if durable is None else min(durable, self.flushed_offset)
+        dropped = 0
+        kept: list[LogSegment] = []
+        for i, seg in enumerate(self.segments):
+            if seg.closed:
+                continue
+            if i > 0 and seg.base_offset >= cut:
+                dropped += seg.size
+                seg.delete()
+                continue
+            kept.append(seg)
+            if seg.next_offset <= cut:
+                continue  # entirely below the cut: fsynced
+            found = seg.position_of(cut)
+            position = seg.size if found is None else found[0]
+            if position < seg.size:
+                dropped += seg.size - position
+                os.ftruncate(seg.fd, position)
+                seg.size = position
+        self.segments = kept
+        self.pending_sync = []
+        self.closed = True
+        for seg in kept:
+            seg.close()
+        if dropped:
+            log.warning("%s: simulated power loss: %d unsynced byte(s) dropped from offset %d",
+                        self.name, dropped, cut)
+        return dropped
+
     def close(self) -> None:
         if self.closed:
             return

@@ -212,15 +212,26 @@ class LogManager:
             self._lock_fd = -1
         log.info("closed data directory %s", self.data_dir)
 
-    def abandon(self) -> None:
+    def flushed_offsets(self) -> dict[tuple[str, int], int]:
+        """Per partition, the offset below which everything is fsynced."""
+        return {key: plog.flushed_offset for key, plog in self.logs.items()}
+
+    def abandon(self, *, power_loss: bool = False,
+                durable: Mapping[tuple[str, int], int] | None = None) -> None:
         """Fault injection's in-process crash: stop background work and close every file
         without flushing, checkpointing or leaving a clean-shutdown marker (what SIGKILL
-        leaves behind: unflushed writes remain in the page cache)."""
+        leaves behind: unflushed writes remain in the page cache).
+
+        ``power_loss``: a power failure instead; every partition log is first cut back
+        to what was fsynced (``PartitionLog.simulate_power_loss``), at the offsets of
+        ``durable`` (from ``flushed_offsets()`` when the power went; default: now)."""
         for task in self._tasks:
             task.cancel()
         self._tasks.clear()
-        self.flusher.abandon()
-        for plog in self.logs.values():
+        self.flusher.abandon()  # no fsync round finishes after this
+        for key, plog in self.logs.items():
+            if power_loss and not plog.closed:
+                plog.simulate_power_loss(None if durable is None else durable.get(key))
             plog.closed = True
             for seg in plog.segments:
                 seg.close()
@@ -228,7 +239,8 @@ class LogManager:
             fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
             os.close(self._lock_fd)
             self._lock_fd = -1
-        log.error("data directory %s abandoned (simulated crash)", self.data_dir)
+        log.error("data directory %s abandoned (simulated %s)", self.data_dir,
+                  "power loss" if power_loss else "crash")
 
     # --- configuration -----------------------------------------------------------------
 

@@ -290,11 +290,33 @@ class TransactionCoordinator:
     def _tick(self, now: int | None = None) -> None:
         self._apply(self.state.tick(now_ms() if now is None else now))
 
-    def expire_transactions_now(self) -> None:
-        """Fault injection: act as if every ongoing transaction had timed out (it is
-        aborted with an epoch bump, fencing its producer)."""
-        self._tick(now_ms() + self.config.txn.transaction_max_timeout_ms
-                   + self.config.txn.abort_timed_out_check_interval_ms + 1)
+    def expire_transactions_now(self, transactional_id: str | None = None) -> list[str]:
+        """Fault injection: abort every ongoing transaction (or the one of
+        ``transactional_id``) now, as its timeout would: the producer is fenced at once
+        (epoch bump), the ABORT markers follow. Real timeouts are not disturbed.
+        Returns the transactional ids acted on; see :meth:`wait_settled`."""
+        effects = self.state.expire_now(now_ms(), transactional_id)
+        self._apply(effects)
+        if effects.expired:
+            log.warning("fault injection: expired the transaction(s) of %s now",
+                        ", ".join(effects.expired))
+        return effects.expired
+
+    async def wait_settled(self, transactional_ids, timeout: float = 10.0) -> bool:
+        """Wait (bounded) until none of the ids has an ongoing or completing transaction
+        or a write in flight: e.g. the aborts of expire_transactions_now() are done
+        (markers written). True if they settled in time."""
+        open_states = ("Ongoing", "PrepareCommit", "PrepareAbort")
+        deadline = time.monotonic() + timeout
+        while True:
+            busy = [tid for tid in transactional_ids
+                    if (info := self.state.inspect(tid)) is not None
+                    and (info["state"] in open_states or info["pending_state"] is not None)]
+            if not busy:
+                return True
+            if time.monotonic() > deadline or self._stopped:
+                return False
+            await asyncio.sleep(0.01)
 
     async def _call(self, start) -> object:
         token = next(self._tokens)
@@ -375,6 +397,9 @@ class TransactionCoordinator:
 
     async def end_txn(self, transactional_id: str, producer_id: int, producer_epoch: int,
                       commit: bool, api_version: int) -> EndTxnResult:
+        if "before_end_txn" in self.faults.armed:
+            await self.faults.hit("before_end_txn",
+                                  expire=lambda: self.expire_transactions_now(transactional_id))
         result = await self._call(lambda t: self.state.end_txn(
             t, now_ms(), transactional_id, producer_id, producer_epoch, commit,
             api_version=api_version))

@@ -4,6 +4,7 @@ Arm them from config (``txbroker.fault.points``) or at run time
 (``broker.faults.arm(point, action)``). Each point fires once and disarms.
 
 Points (where in EndTxn's commit protocol):
+  before_end_txn          EndTxn arrived; nothing done yet (its transaction is still Ongoing)
   after_prepare_durable   PrepareCommit/PrepareAbort is fsynced; nothing else done
   drop_end_txn_response   the EndTxn answer is not sent (the connection closes)
   after_first_marker      the first partition's COMMIT/ABORT marker is fsynced
@@ -12,9 +13,15 @@ Points (where in EndTxn's commit protocol):
 
 Actions:
   crash       stop the broker at once, like SIGKILL (a broker process exits with 137;
-              an in-process test broker drops everything without flushing)
+              an in-process test broker drops everything without flushing); what was
+              written but not fsynced stays, as in the page cache after SIGKILL
+  power_loss  crash as after a power failure: first every partition log is cut back to
+              what was fsynced (PartitionLog.simulate_power_loss), then as ``crash``
   delay:MS    wait MS milliseconds at the point, then go on
   drop        (drop_end_txn_response only) close the connection instead of answering
+  expire      (before_end_txn only) expire the EndTxn's transaction now, as its timeout
+              would (aborted, the producer fenced by an epoch bump); EndTxn then goes on
+              and the producer gets PRODUCER_FENCED (INVALID_PRODUCER_EPOCH before v2)
 """
 
 from __future__ import annotations
@@ -26,16 +33,21 @@ from collections.abc import Callable
 log = logging.getLogger(__name__)
 
 POINTS = {
+    "before_end_txn",
     "after_prepare_durable",
     "drop_end_txn_response",
     "after_first_marker",
     "before_complete",
     "before_markers",
 }
+# Points where a transaction is still open, so "expire" means something.
+EXPIRE_POINTS = {"before_end_txn"}
+ACTIONS = ("crash", "power_loss", "drop", "expire", "delay:MS")
 
 
 class FaultInjector:
-    def __init__(self, crash: Callable[[str], None]) -> None:
+    def __init__(self, crash: Callable[[str, bool], None]) -> None:
+        """``crash(point, power_loss)`` stops the broker (power_loss: unsynced data lost)."""
         self._crash = crash
         self.armed: dict[str, str] = {}
         self.fired: list[str] = []
@@ -43,8 +55,16 @@ class FaultInjector:
     def arm(self, point: str, action: str = "crash") -> None:
         if point not in POINTS:
             raise ValueError(f"unknown fault point {point!r}; known: {', '.join(sorted(POINTS))}")
-        if action not in ("crash", "drop") and not action.startswith("delay:"):
-            raise ValueError(f"unknown fault action {action!r} (crash, drop, delay:MS)")
+        if action.startswith("delay:"):
+            try:
+                int(action.split(":", 1)[1])
+            except ValueError:
+                raise ValueError(f"bad fault action {action!r}: delay:MS needs an integer") from None
+        elif action not in ACTIONS:
+            raise ValueError(f"unknown fault action {action!r} ({', '.join(ACTIONS)})")
+        if action == "expire" and point not in EXPIRE_POINTS:
+            raise ValueError(f"fault action expire needs a point with an open transaction "
+                             f"({', '.join(sorted(EXPIRE_POINTS))}), not {point!r}")
         self.armed[point] = action
         log.warning("fault point %s armed: %s", point, action)
 
@@ -55,14 +75,19 @@ class FaultInjector:
             self.arm(point.strip(), action.strip() or ("drop" if point.strip() ==
                                                       "drop_end_txn_response" else "crash"))
 
+    def config_text(self) -> str:
+        """The armed points in ``txbroker.fault.points`` form (what has not fired yet)."""
+        return ",".join(f"{point}={action}" for point, action in self.armed.items())
+
     def disarm(self, point: str | None = None) -> None:
         if point is None:
             self.armed.clear()
         else:
             self.armed.pop(point, None)
 
-    async def hit(self, point: str) -> bool:
-        """Run the armed action of ``point``; True when the caller must drop its answer."""
+    async def hit(self, point: str, *, expire: Callable[[], object] | None = None) -> bool:
+        """Run the armed action of ``point``; True when the caller must drop its answer.
+        ``expire`` is what the ``expire`` action does at this point."""
         action = self.armed.pop(point, None)
         if action is None:
             return False
@@ -73,7 +98,11 @@ class FaultInjector:
             return False
         if action == "drop":
             return True
-        self._crash(point)
+        if action == "expire":
+            if expire is not None:
+                expire()
+            return False
+        self._crash(point, action == "power_loss")
         # A crash never returns to the protocol: park until the broker is torn down.
         await asyncio.Event().wait()
         return False

@@ -59,6 +59,9 @@ How the async shell drives it
   (``abort_timed_out_check_interval_ms``, ``remove_expired_check_interval_ms``);
   a check runs at the first tick at which something is due. Only tick fires
   timers.
+* **Expire now** (fault injection, for testing applications): :meth:`expire_now`
+  aborts ongoing transactions at once, exactly as their timeout would (epoch
+  bump, PrepareAbort, markers, CompleteAbort), without touching the timers.
 
 What belongs where (the coordinator does not see these)
 --------------------------------------------------------
@@ -285,6 +288,8 @@ class Effects:
     persist: list[PersistRequest] = field(default_factory=list)
     markers: list[MarkerRequest] = field(default_factory=list)
     wake_at_ms: int | None = None
+    # expire_now(): the transactional ids acted on (aborted now, or once their write in flight is done)
+    expired: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -371,6 +376,8 @@ class _Txn:
     failed_epoch_fence: bool = False
     complete: _Transit | None = None  # the Complete* transit awaiting the markers
     marker_id: int | None = None  # the markers in flight
+    # expire_now() found a write in flight: abort once it is done, if still Ongoing then.
+    expire_requested: bool = False
 
     def to_transit(self) -> _Transit:
         return _Transit(
@@ -399,6 +406,7 @@ class _Fx:
         self.responses: dict[Token, Result] = {}
         self.persist: list[PersistRequest] = []
         self.markers: list[MarkerRequest] = []
+        self.expired: list[str] = []
 
     def respond(self, token: Token, result: Result) -> None:
         assert token not in self.responses, f"token {token!r} answered twice"
@@ -796,6 +804,7 @@ class TransactionCoordinatorState:
             if w.kind == "prepare":
                 # PrepareCommit/PrepareAbort is durable: the outcome is decided. Answer,
                 # then write the markers; Complete* follows once they are durable.
+                txn.expire_requested = False  # decided: nothing left to expire
                 if w.token is not None:
                     # InitProducerId that fenced an ongoing transaction: retry later.
                     result = _E.concurrent_transactions.value if w.fence else NONE
@@ -806,6 +815,11 @@ class TransactionCoordinatorState:
             else:  # "add"
                 fx.respond(w.token, self._result(w.api, w.api_version, NONE, w.partitions))
             self._arm(txn)
+        if txn.expire_requested and txn.pending is None and self._txns.get(txn.transactional_id) is txn:
+            # expire_now() came while this write was in flight.
+            txn.expire_requested = False
+            if txn.state is _S.ONGOING:
+                self._fence_and_abort(fx, txn, now_ms, None, 0)
         return self._finish(fx)
 
     def markers_written(self, now_ms: int, marker_id: int, error: int = NONE) -> Effects:
@@ -867,6 +881,36 @@ class TransactionCoordinatorState:
         for txn in self._due("expire", now_ms, self.config.remove_expired_check_interval_ms):
             transit = self._prepare(txn, _S.DEAD, partitions=frozenset())
             self._write(fx, _Write("dead", txn, transit))
+        return self._finish(fx)
+
+    def expire_now(self, now_ms: int, transactional_id: str | None = None) -> Effects:
+        """Fault injection: abort every ongoing transaction (or only the one of
+        ``transactional_id``) now, exactly as its timeout would: the epoch is bumped at
+        once (the producer is fenced), then PrepareAbort (stamped ``now_ms``), ABORT
+        markers, CompleteAbort. The timers are left alone, so later timeouts and
+        expirations fire when they are due.
+
+        A transaction whose state write is in flight (AddPartitionsToTxn, including the
+        first one of a transaction, or EndTxn) is aborted once that write is done, if
+        it is Ongoing then: an EndTxn whose PrepareCommit/PrepareAbort lands has decided
+        the outcome first. ``Effects.expired`` lists the ids acted on (aborted now, or
+        marked to be); ids without an ongoing transaction (or unknown) are left alone."""
+        fx = _Fx()
+        if not self._loaded:
+            return self._finish(fx)
+        if transactional_id is None:
+            targets = [self._txns[tid] for tid in sorted(self._txns)]
+        else:
+            txn = self._txns.get(transactional_id)
+            targets = [] if txn is None else [txn]
+        for txn in targets:
+            if _S.ONGOING not in (txn.state, txn.pending):
+                continue
+            fx.expired.append(txn.transactional_id)
+            if txn.pending is None:
+                self._fence_and_abort(fx, txn, now_ms, None, 0)
+            else:
+                txn.expire_requested = True
         return self._finish(fx)
 
     def next_wake_ms(self) -> int | None:
@@ -1080,6 +1124,7 @@ class TransactionCoordinatorState:
             "last_update_ms": txn.last_update_ms,
             "failed_epoch_fence": txn.failed_epoch_fence,
             "markers_in_flight": txn.marker_id is not None,
+            "expire_requested": txn.expire_requested,
         }
 
     def held_tokens(self) -> set[Token]:
@@ -1178,4 +1223,4 @@ class TransactionCoordinatorState:
         return InitProducerIdResult(error)
 
     def _finish(self, fx: _Fx) -> Effects:
-        return Effects(fx.responses, fx.persist, fx.markers, self.next_wake_ms())
+        return Effects(fx.responses, fx.persist, fx.markers, self.next_wake_ms(), fx.expired)

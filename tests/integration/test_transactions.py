@@ -335,6 +335,68 @@ def test_vanished_producer_is_aborted_after_its_timeout(txbroker, tmp_path, how)
             abandoned.close()
 
 
+EXPIRE_CASES = [
+    # (how, client, broker config)
+    ("fixture", "confluent", TXN_CONFIG),
+    ("config", "kafka-python", {**TXN_CONFIG, "txbroker.fault.points": "before_end_txn=expire"}),
+]
+
+
+@pytest.mark.parametrize(("how", "client", "txbroker_config"), EXPIRE_CASES,
+                         ids=[f"{how}-{client}" for how, client, _ in EXPIRE_CASES])
+def test_expire_transaction_now_fences_the_producer(txbroker, how, client):
+    """Fault injection "expire now" (``txbroker.expire_transactions()``, or the fault point
+    ``before_end_txn=expire`` from config): the open transaction is aborted at once, as its
+    timeout (60 s) would abort it, with an epoch bump: the producer's commit fails with its
+    client's fenced error, and read_committed readers held back by it move on. Real
+    timeouts are not disturbed: a later transaction with a 1 s timeout is aborted on time."""
+    topic = unique(f"expire-{how}")
+    txbroker.create_topic(topic, 2)
+    tps = [(topic, 0), (topic, 1)]
+    tid = unique(f"tid-expire-{how}")
+    with TxnProducer(client, txbroker.bootstrap, tid) as producer:
+        producer.init()
+        producer.begin()
+        for p in range(2):
+            producer.send(topic, b"doomed-%d" % p, partition=p)
+        producer.flush()
+        info = wait_state(txbroker, tid, ["Ongoing"])
+        assert info["timeout_ms"] == 60000
+        produce("kafka-python", txbroker.bootstrap, topic,
+                [Msg(None, b"after-%d" % p, partition=p) for p in range(2)])
+        with Reader("aiokafka", txbroker.bootstrap, tps) as reader:
+            assert _poll_all([reader], 0.5) == {"aiokafka": []}  # held back by the transaction
+            started = time.monotonic()
+            if how == "fixture":
+                assert txbroker.expire_transactions() == [tid]  # returns once aborted
+                assert txbroker.call(lambda b: b.transactions.state.inspect(tid))["state"] \
+                    == "CompleteAbort"
+            with pytest.raises(Exception) as excinfo:
+                producer.commit()
+            assert is_fenced(client, excinfo.value), repr(excinfo.value)
+            done = wait_state(txbroker, tid, ["CompleteAbort"])
+            assert time.monotonic() - started < 10
+            assert done["producer_epoch"] == info["producer_epoch"] + 1  # fenced
+            got = values_by_partition(reader.read_until(log_ends(txbroker, tps)))
+        assert got == {(topic, p): [b"after-%d" % p] for p in range(2)}
+    if how == "config":
+        assert txbroker.faults.fired == ["before_end_txn"]
+    for tp in tps:
+        assert control_types(txbroker, tp) == ["ABORT"]
+    # The next transaction's own timeout still fires when it is due.
+    with TxnProducer(client, txbroker.bootstrap, unique("tid-after-expire"),
+                     timeout_ms=1000) as short:
+        short.init()
+        short.begin()
+        short.send(topic, b"times-out", partition=0)
+        short.flush()
+        begun = wait_state(txbroker, short.transactional_id, ["Ongoing"])
+        started = time.monotonic()
+        ended = wait_state(txbroker, short.transactional_id, ["CompleteAbort"], timeout=8)
+        assert time.monotonic() - started < 5
+        assert ended["last_update_ms"] - begun["txn_start_ms"] > 1000  # not before its timeout
+
+
 # --- CONCURRENT_TRANSACTIONS, as clients see it ---------------------------------------------------
 
 

@@ -8,6 +8,11 @@ Every fault point lies after PrepareCommit/PrepareAbort is durable, so the decis
 survives the crash and recovery on start completes it: the expected outcome is the
 producer's decision. Broker processes (exit 137 at the point) for each point; the
 in-process fixture (``txbroker.faults.arm`` + ``txbroker.restart()``) once.
+
+A crash keeps what was written but not fsynced (the page cache survives a killed
+process), so it cannot catch a missing fsync; the ``power_loss`` action can: it drops
+everything not fsynced first. It runs at every point in-process (and once as a broker
+process), and a sanity test shows it drops acknowledged-but-unsynced records.
 """
 
 from __future__ import annotations
@@ -19,7 +24,8 @@ import time
 import pytest
 
 from coordinator.group.coordinator import OFFSETS_TOPIC
-from coordinator.internal_topic import partition_for
+from coordinator.internal_topic import TXN_TOPIC, partition_for
+from coordinator.transaction.records import decode_key, decode_value
 from protocol.records import ControlType, control_type_of, decode_records, iter_batches
 from tests.helpers import BrokerProcess, RawClient
 
@@ -28,6 +34,7 @@ from .txn_util import (
     TXN_CONFIG,
     TxnProducer,
     describe_transaction,
+    log_ends,
     offset_fetch,
     read_all,
     unique,
@@ -130,6 +137,8 @@ CASES = [
     ("before_complete", "crash", "kafka-python", True, None),
     ("drop_end_txn_response", "drop", "confluent", True, None),
     ("drop_end_txn_response", "crash", "kafka-python", True, None),
+    # A power failure: what was not fsynced is lost too.
+    ("after_first_marker", "power_loss", "kafka-python", True, None),
     ("after_first_marker", "crash", "confluent", False, None),
     # A new producer (another client) with the same transactional.id takes over right
     # after the restart: its InitProducerId must not undo the recovered commit.
@@ -171,7 +180,7 @@ def test_crash_in_end_txn_then_restart(tmp_path, point, action, client, commit, 
         before = len(broker.output)
         ending = Commit(producer, commit)
         ending.start()
-        if action == "crash":
+        if action in ("crash", "power_loss"):
             assert broker.proc.wait(20) == 137, broker.log_text()[-3000:]
             assert f"crashing at {point}" in "".join(broker.output[before:])
             marked = [markers_on_disk(broker.data_dir, tp) for tp in all_tps]
@@ -292,3 +301,158 @@ def test_in_process_crash_before_complete_then_restart(txbroker):
         wait_state(txbroker, tid, ["CompleteCommit"])
     finally:
         producer.close()
+
+
+def txn_states_on_disk(data_dir: str, tid: str) -> list[str]:
+    """The states of the id's __transaction_state records in its partition's files, in
+    log order (read straight from disk)."""
+    partition = partition_for(tid, int(TXN_CONFIG["transaction.state.log.num.partitions"]))
+    path = os.path.join(data_dir, f"{TXN_TOPIC}-{partition}")
+    out = []
+    for name in sorted(n for n in os.listdir(path) if n.endswith(".log")):
+        with open(os.path.join(path, name), "rb") as f:
+            data = f.read()
+        for pos, h in iter_batches(data):
+            if h.is_control:
+                continue
+            for rec in decode_records(data, pos):
+                if rec.key is not None and decode_key(rec.key) == tid:
+                    value = decode_value(rec.value)
+                    out.append(value.state if value is not None else "tombstone")
+    return out
+
+
+POWER_LOSS_CASES = [
+    # (where the power goes, producer client)
+    ("after_prepare_durable", "kafka-python"),
+    ("before_markers", "confluent"),
+    ("after_first_marker", "aiokafka"),
+    ("before_complete", "kafka-python"),
+    # CompleteCommit is acted on when appended, fsynced later: the power goes between.
+    ("after_complete", "confluent"),
+]
+
+
+@pytest.mark.parametrize(("point", "client"), POWER_LOSS_CASES,
+                         ids=[f"{p}-{c}" for p, c in POWER_LOSS_CASES])
+def test_in_process_power_loss_in_end_txn_then_restart(txbroker, monkeypatch, point, client):
+    """A power failure (``power_loss``: every partition log cut back to what was fsynced)
+    at each point of the commit protocol, then a restart: the transaction ends committed
+    in every partition (data and __consumer_offsets), no acks=all record is lost, and the
+    producer (or a new one with its transactional.id) carries on."""
+    # Keep an unsynced CompleteCommit unsynced (else the flusher fsyncs it within 1 s).
+    monkeypatch.setattr("storage.flusher.LAZY_FLUSH_MS", 60_000)
+    data_dir = txbroker.config.data_dir
+    topic, source = unique("power"), unique("power-in")
+    txbroker.create_topic(topic, 2)
+    txbroker.create_topic(source, 1)
+    tps = [(topic, 0), (topic, 1)]
+    tid, group = unique(f"power-{client}"), unique("power-group")
+    all_tps = sorted([*tps, (OFFSETS_TOPIC, partition_for(
+        group, int(TXN_CONFIG["offsets.topic.num.partitions"])))])
+    produce("kafka-python", txbroker.bootstrap, topic,
+            [Msg(None, b"acked-%d" % p, partition=p) for p in range(2)], acks="all")
+    producer = TxnProducer(client, txbroker.bootstrap, tid, **CLIENT_CONFIG.get(client, {}))
+    ending = None
+    try:
+        producer.init()
+        producer.begin()
+        for t, p in tps:
+            producer.send(t, b"v%d" % p, partition=p)
+        producer.send_offsets({(source, 0): 3}, group)
+        producer.flush()
+        if point == "after_complete":
+            producer.commit()
+            wait_state(txbroker, tid, ["CompleteCommit"])
+            txbroker.crash(power_loss=True)
+        else:
+            txbroker.faults.arm(point, "power_loss")
+            ending = Commit(producer, True)
+            ending.start()
+            txbroker.wait_crashed()
+            assert txbroker.faults.fired == [point]
+        # What the power failure left: the fsynced decision and markers, nothing else.
+        states = txn_states_on_disk(data_dir, tid)
+        assert states[-1] == "PrepareCommit", states  # CompleteCommit, if written, is lost
+        n = MARKED_AT_CRASH.get(point)
+        n = len(all_tps) if n is None else n
+        assert [markers_on_disk(data_dir, tp) for tp in all_tps] == \
+            [["COMMIT"]] * n + [[]] * (len(all_tps) - n)
+        txbroker.restart()
+        if ending is not None:
+            ending.join(45)
+            assert ending.finished.is_set(), f"{client} commit still blocked after restart"
+        wait_state(txbroker, tid, ["CompleteCommit"])
+        for tp in all_tps:  # recovery may write a marker twice
+            marked = markers_on_disk(data_dir, tp)
+            assert marked and set(marked) == {"COMMIT"}, (tp, marked)
+        ends = log_ends(txbroker, tps)
+        assert read_all("kafka-python" if client != "kafka-python" else "confluent",
+                        txbroker.bootstrap, ends) == {
+            (topic, p): [b"acked-%d" % p, b"v%d" % p] for p in range(2)}
+        client_conn = RawClient(txbroker.host, txbroker.port)
+        try:
+            assert offset_fetch(client_conn, group, [(source, 0)]) == {(source, 0): (0, 3)}
+        finally:
+            client_conn.close()
+        if ending is not None and ending.error is not None:
+            producer.close()  # its client gave up: a new producer with the id takes over
+            producer = TxnProducer(client, txbroker.bootstrap, tid,
+                                   **CLIENT_CONFIG.get(client, {}))
+            producer.init()
+        producer.begin()
+        producer.send(topic, b"after", partition=0)
+        producer.commit()
+        wait_state(txbroker, tid, ["CompleteCommit"])
+        assert read_all("aiokafka", txbroker.bootstrap, log_ends(txbroker, tps))[(topic, 0)] \
+            == [b"acked-0", b"v0", b"after"]
+    finally:
+        producer.close()
+
+
+def test_power_loss_drops_acknowledged_but_unsynced_records(txbroker):
+    """The power_loss mode has teeth: with a topic that acknowledges acks=all without an
+    fsync (flush.messages large), records acknowledged after its last fsync are gone after
+    a power failure, while a plain crash keeps them (page cache), and a topic that fsyncs
+    every append (the default) loses nothing either way."""
+    lazy, safe = unique("unsynced"), unique("synced")
+    txbroker.create_topic(lazy, 1, {"flush.messages": "1000000"})
+    txbroker.create_topic(safe, 1)
+
+    def offsets(topic):
+        return txbroker.call(lambda b: (lambda p: (p.flushed_offset, p.log_end_offset))(
+            b.logs.get_log(topic, 0)))
+
+    def send(tag: bytes, n: int) -> None:
+        for topic in (lazy, safe):
+            placed = produce("kafka-python", txbroker.bootstrap, topic,
+                             [Msg(None, b"%s-%d" % (tag, i)) for i in range(n)], acks="all")
+            assert len(placed) == n  # acknowledged
+
+    def values(topic):
+        end = txbroker.call(lambda b: b.logs.get_log(topic, 0).log_end_offset)
+        return read_all("confluent", txbroker.bootstrap, {(topic, 0): end},
+                        read_committed=False).get((topic, 0), [])
+
+    def send_fsynced(tag: bytes) -> None:
+        """One record, then wait until the lazy topic fsynced it: a partition's first append
+        after it is opened fsyncs everything (for its directory entry)."""
+        send(tag, 1)
+        deadline = time.monotonic() + 10
+        while offsets(lazy)[0] < offsets(lazy)[1] and time.monotonic() < deadline:
+            time.sleep(0.02)
+
+    send_fsynced(b"a")
+    send(b"kept", 3)
+    assert offsets(lazy) == (1, 4)  # acknowledged, not fsynced
+    txbroker.crash()  # a killed process: the page cache keeps them
+    txbroker.restart()
+    assert values(lazy) == [b"a-0", b"kept-0", b"kept-1", b"kept-2"]
+    send_fsynced(b"b")
+    send(b"lost", 3)
+    assert offsets(lazy) == (5, 8)
+    txbroker.crash(power_loss=True)
+    txbroker.restart()
+    assert values(lazy) == [b"a-0", b"kept-0", b"kept-1", b"kept-2", b"b-0"]  # lost-* gone
+    assert values(safe) == [b"a-0", b"kept-0", b"kept-1", b"kept-2", b"b-0",
+                            b"lost-0", b"lost-1", b"lost-2"]

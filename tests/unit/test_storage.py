@@ -669,6 +669,46 @@ def test_log_manager_unclean_restart_recovers_and_keeps_log_start(tmp_path):
     asyncio.run(logs.close())
 
 
+def test_log_manager_power_loss_keeps_only_fsynced_data(tmp_path):
+    """abandon(power_loss=True): partitions that fsync every append lose nothing that was
+    durable; a partition acknowledged without fsync (flush.messages large) loses what was
+    not fsynced, including whole segments rolled since; the cut can be an earlier moment."""
+    data_dir = str(tmp_path / "data")
+
+    async def run():
+        logs = LogManager(data_dir)
+        logs.open()
+        await logs.start()
+        logs.create_topic("safe", 1)
+        logs.create_topic("lazy", 1, {"flush.messages": "1000000", "segment.bytes": "300"})
+        logs.create_topic("early", 1)
+        safe, lazy, early = (logs.get_log(t, 0) for t in ("safe", "lazy", "early"))
+        for plog in (safe, lazy, early):
+            append(plog, make_batch(2, tag=0))
+        await logs.flusher.flush_now()
+        power_goes = logs.flushed_offsets()
+        assert power_goes[("lazy", 0)] == 2
+        for i in range(1, 9):
+            for plog in (safe, early):
+                append(plog, make_batch(2, tag=i))
+            await logs.flusher.wait_durable(safe, safe.log_end_offset)
+            await logs.flusher.wait_durable(early, early.log_end_offset)
+        # No flush round in between (a roll asks for one: it would fsync these too).
+        for i in range(1, 9):
+            append(lazy, make_batch(2, tag=i))
+        assert lazy.flushed_offset == 2 and len(lazy.segments) > 2
+        logs.abandon(power_loss=True, durable={("early", 0): power_goes[("early", 0)]})
+
+    asyncio.run(run())
+    logs = LogManager(data_dir)
+    logs.open()
+    ends = {t: logs.get_log(t, 0).log_end_offset for t in ("safe", "lazy", "early")}
+    assert ends == {"safe": 18, "lazy": 2, "early": 2}
+    assert len(logs.get_log("lazy", 0).segments) == 1
+    assert [b for b, _ in read_all(logs.get_log("safe", 0))] == list(range(0, 18, 2))
+    asyncio.run(logs.close())
+
+
 def test_log_manager_refuses_a_second_broker(tmp_path):
     data_dir = str(tmp_path / "data")
     first = LogManager(data_dir)
@@ -803,6 +843,23 @@ class PartitionLogMachine(RuleBasedStateMachine):
         self.model = survivors
         assert len(self.model) >= self.durable
         self.durable = len(self.model)
+        self.next_seq = {}
+        for b in self.model:
+            if b.pid >= 0:
+                self.next_seq[b.pid] = b.seq + b.count
+
+    @rule(trust=st.booleans())
+    def power_loss(self, trust):
+        """Everything not fsynced is lost (the flushed offset is where the cut goes), even
+        across rolled segments; the rest survives whole."""
+        durable_end = self.model[self.durable - 1].base + self.model[self.durable - 1].count \
+            if self.durable else 0
+        assert self.plog.flushed_offset == durable_end
+        dropped = self.plog.simulate_power_loss()
+        assert dropped == sum(len(b.data) for b in self.model[self.durable:])
+        self.plog = open_log(self.directory, self.config, clean=False,
+                             recovery_point=durable_end if trust else 0)
+        self.model = self.model[:self.durable]
         self.next_seq = {}
         for b in self.model:
             if b.pid >= 0:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import pytest
 from hypothesis import HealthCheck, event, settings
@@ -36,6 +36,7 @@ from coordinator.transaction.state import (
 )
 
 NONE = 0
+NO_EPOCH = -1
 FENCED = E.producer_fenced.value
 BAD_EPOCH = E.invalid_producer_epoch.value
 CONCURRENT = E.concurrent_transactions.value
@@ -746,6 +747,88 @@ def test_timer_heaps_stay_bounded() -> None:
     assert h.sm.next_wake_ms() == 299 + h.config.transactional_id_expiration_ms
 
 
+def test_expire_now_aborts_at_now_and_later_timeouts_still_fire() -> None:
+    """Fault injection's "expire now": the ongoing transaction is aborted at the real now,
+    exactly as a timeout would (epoch bump, zombie fenced); the timers are untouched, so a
+    later transaction's own timeout fires when it is due."""
+    h = Harness(abort_timed_out_check_interval_ms=100)
+    pid, e = h.ready("t1", timeout=60000)
+    h.ready("t2", timeout=1000)
+    h.now = 100
+    h.add(pid, e, [PA, PC], tid="t1")
+    h.settle()
+    h.now = 500
+    fx = h.absorb(h.sm.expire_now(h.now))
+    assert fx.expired == ["t1"]  # t2 has no transaction
+    [p] = fx.persist
+    assert p.record.state == "PrepareAbort" and p.record.producer_epoch == e + 1
+    assert (p.record.txn_start_ms, p.record.last_update_ms) == (100, 500)  # no future times
+    h.settle()
+    assert h.state("t1") == "CompleteAbort" and h.info("t1")["last_update_ms"] == 500
+    assert [(m.commit, m.producer_epoch, m.partitions) for m in h.all_markers] == [
+        (False, e + 1, (PA, PC))]
+    assert h.r(h.end(pid, e, tid="t1")).error == FENCED
+    # A transaction started afterwards times out on its own schedule.
+    p2, e2 = h.info("t2")["producer_id"], h.info("t2")["producer_epoch"]
+    h.now = 600
+    h.add(p2, e2, [PB], tid="t2")
+    h.settle()
+    assert h.sm.next_wake_ms() == 600 + 1000 + 1
+    assert h.tick(1600).persist == []
+    [p] = h.tick(1601).persist
+    assert (p.transactional_id, p.record.state, p.record.last_update_ms) == ("t2", "PrepareAbort", 1601)
+    h.settle()
+    assert h.state("t2") == "CompleteAbort"
+    # Nothing is ongoing: expiring again does nothing.
+    assert h.absorb(h.sm.expire_now(h.now)).expired == [] and not h.writes
+
+
+def test_expire_now_of_one_transactional_id() -> None:
+    h = Harness()
+    p1, e1 = h.ready("t1")
+    p2, e2 = h.ready("t2")
+    h.add(p1, e1, tid="t1")
+    h.add(p2, e2, tid="t2")
+    h.settle()
+    assert h.absorb(h.sm.expire_now(h.now, "t2")).expired == ["t2"]
+    assert h.absorb(h.sm.expire_now(h.now, "unknown")).expired == []
+    h.settle()
+    assert (h.state("t1"), h.state("t2")) == ("Ongoing", "CompleteAbort")
+    t = h.end(p1, e1, tid="t1")
+    h.settle()
+    assert h.r(t).error == NONE and h.state("t1") == "CompleteCommit"
+
+
+@pytest.mark.parametrize("in_flight", ["first add", "add", "add fails", "commit", "commit fails"])
+def test_expire_now_with_a_write_in_flight(in_flight: str) -> None:
+    """A transaction whose state write is in flight is aborted once the write is done, if
+    it is still Ongoing then; a PrepareCommit that lands has decided first."""
+    h = Harness()
+    pid, e = h.ready()
+    if in_flight != "first add":
+        h.add(pid, e, [PA])
+        h.settle()
+    if in_flight.startswith("commit"):
+        t = h.end(pid, e, commit=True)
+    else:
+        t = h.add(pid, e, [PB])
+    fx = h.absorb(h.sm.expire_now(h.now))
+    assert fx.expired == ["t"] and fx.persist == []  # the write in flight goes first
+    assert h.info()["expire_requested"]
+    h.persist_one(NOT_AVAILABLE if in_flight.endswith("fails") else NONE)
+    h.settle()
+    assert not h.info()["expire_requested"]
+    if in_flight == "commit":
+        assert h.r(t).error == NONE and h.state() == "CompleteCommit"
+        assert h.info()["producer_epoch"] == e
+        return
+    assert h.r(t).error == (NOT_AVAILABLE if in_flight.endswith("fails") else NONE)
+    assert h.state() == "CompleteAbort" and h.info()["producer_epoch"] == e + 1
+    expected = {"first add": (PB,), "add": (PA, PB), "add fails": (PA,), "commit fails": (PA,)}
+    assert [m.partitions for m in h.all_markers] == [expected[in_flight]]
+    assert h.r(h.end(pid, e)).error == FENCED
+
+
 # ==================================================================================
 # Recovery
 # ==================================================================================
@@ -924,6 +1007,11 @@ class TxnMachine(RuleBasedStateMachine):
         self.owner: dict[str, tuple | None] = dict.fromkeys(TIDS)
         self.marked: dict[str, bool] = dict.fromkeys(TIDS, False)  # the decision's markers are durable
         self.ended: dict[str, set] = {t: set() for t in TIDS}  # EndTxn (pid, epoch, commit) sent
+        # CompleteCommit/CompleteAbort records in the log but not fsynced yet (the shell acts on
+        # them at append time and asks for no fsync): per id, (index in the log, the record
+        # before it, the bookkeeping before it). The next durable record of the id makes it
+        # durable too (same partition, fsynced); a crash may lose it.
+        self.lazy: dict[str, tuple[int, TxnLogValue | None, tuple]] = {}
         self.recoveries = 0
         self.sm = self._fresh()
 
@@ -1030,8 +1118,10 @@ class TxnMachine(RuleBasedStateMachine):
 
     def make_durable(self, p: PersistRequest, acknowledged: bool) -> None:
         tid, r = p.transactional_id, p.record
+        previous = self.latest.get(tid)
         self.log.append((p.key, p.value))
         self.latest[tid] = r
+        self.lazy.pop(tid, None)  # fsynced now, and with it everything before it
         if r is None:  # tombstone: only idle ids expire
             assert self.decision[tid] is None and not self.owed[tid]
             self.owner[tid] = None
@@ -1044,6 +1134,8 @@ class TxnMachine(RuleBasedStateMachine):
         if r.state in ("PrepareCommit", "PrepareAbort"):
             assert self.decision[tid] is None, "a second decision before the first completed"
         elif r.state in ("CompleteCommit", "CompleteAbort"):
+            # Acted on before it is fsynced (the shell's _persist): a crash may lose it.
+            self.lazy[tid] = (len(self.log) - 1, previous, self._bookkeeping(tid))
             d = self.decision[tid]
             if d is not None:
                 assert d[2] == (r.state == "CompleteCommit")
@@ -1056,6 +1148,25 @@ class TxnMachine(RuleBasedStateMachine):
             self.owed[tid] = set()
             self.requested[tid] = set()
             self.owner[tid] = None
+
+    def _bookkeeping(self, tid: str) -> tuple:
+        return (self.decision[tid], self.marked[tid], set(self.ended[tid]), set(self.owed[tid]),
+                set(self.requested[tid]), self.owner[tid])
+
+    def lose_lazy(self, lost: list[bool]) -> None:
+        """A crash loses the chosen unsynced Complete* records: the log and the bookkeeping
+        go back to the durable PrepareCommit/PrepareAbort, which recovery completes again."""
+        chosen = [(index, tid, prev, saved) for k, (tid, (index, prev, saved))
+                  in enumerate(sorted(self.lazy.items())) if k < len(lost) and lost[k]]
+        for index, tid, prev, saved in sorted(chosen, reverse=True):
+            assert decode_key(self.log[index][0]) == tid
+            assert all(decode_key(key) != tid for key, _v in self.log[index + 1:])
+            del self.log[index]
+            self.latest[tid] = prev
+            (self.decision[tid], self.marked[tid], self.ended[tid], self.owed[tid],
+             self.requested[tid], self.owner[tid]) = saved
+            event("crash lost an unsynced completion")
+        self.lazy = {}  # what is left survived the crash: durable now
 
     # -- client requests (helpers; the rules below pick among them) ------------------
 
@@ -1137,10 +1248,20 @@ class TxnMachine(RuleBasedStateMachine):
         if outcome != "fail":
             # "ambiguous": the append failed from the coordinator's view, yet it is in the log.
             self.make_durable(p, acknowledged=outcome == "ok")
-        self.absorb(self.sm.persisted(self.now, wid, NONE if outcome == "ok" else error))
+        info = self.sm.inspect(p.transactional_id)
+        flagged = info is not None and info["expire_requested"]
+        fx = self.sm.persisted(self.now, wid, NONE if outcome == "ok" else error)
+        self.absorb(fx)
         if outcome == "ok":
-            # What the coordinator acts on is exactly what is durable.
-            assert self.sm.record_of(p.transactional_id) == p.record
+            # What the coordinator acts on is exactly what is durable...
+            got = self.sm.record_of(p.transactional_id)
+            if flagged and any(w.transactional_id == p.transactional_id for w in fx.persist):
+                # ...but expire_now() waited for this write: its fence (epoch) is in memory.
+                assert got == replace(p.record, producer_epoch=got.producer_epoch,
+                                      last_producer_epoch=NO_EPOCH)
+                event("expire now after a write in flight")
+            else:
+                assert got == p.record
             if p.record is None:
                 assert self.sm.state_of(p.transactional_id) is None
 
@@ -1183,9 +1304,12 @@ class TxnMachine(RuleBasedStateMachine):
                     # Timed out: its abort is scheduled within one check interval.
                     assert wake <= self.now + MACHINE_CONFIG.abort_timed_out_check_interval_ms
 
-    @rule(landed=st.lists(st.booleans(), max_size=6), admin=st.booleans())
-    def crash(self, landed: list[bool], admin: bool) -> None:
-        """The coordinator dies; each in-flight write may or may not have reached the log.
+    @rule(landed=st.lists(st.booleans(), max_size=6),
+          lost=st.lists(st.sampled_from([True, True, False]), max_size=2),
+          admin=st.booleans())
+    def crash(self, landed: list[bool], lost: list[bool], admin: bool) -> None:
+        """The coordinator dies; each in-flight write may or may not have reached the log,
+        and each CompleteCommit/CompleteAbort not fsynced yet may be lost (a power failure).
         (With ``admin``, only the admin views are checked instead.)"""
         if admin:
             self.check_admin_views()
@@ -1193,12 +1317,32 @@ class TxnMachine(RuleBasedStateMachine):
         for k, p in enumerate(self.writes.values()):
             if k < len(landed) and landed[k]:
                 self.make_durable(p, acknowledged=True)
+        self.lose_lazy(lost)
         self.dropped |= set(self.issued) - self.answered - self.dropped
         self.writes, self.markers = {}, {}
         self.coordinator_epoch += 1
         self.recoveries += 1
         event("crash with a decision open" if any(self.decision.values()) else "crash")
         self._fresh()
+
+    @rule(which=st.sampled_from([None, None, "t0", "t1", "unknown"]))
+    def expire_now(self, which: str | None) -> None:
+        """Fault injection: expire ongoing transactions now, as their timeouts would."""
+        before = {tid: self.sm.inspect(tid) for tid in self.sm.transactional_ids()}
+        fx = self.sm.expire_now(self.now, which)
+        wanted = [tid for tid, info in sorted(before.items()) if which in (None, tid)
+                  and "Ongoing" in (info["state"], info["pending_state"])]
+        assert fx.expired == wanted
+        now_aborted = [tid for tid in wanted if before[tid]["pending_state"] is None]
+        assert [p.transactional_id for p in fx.persist] == now_aborted
+        for p in fx.persist:
+            info = before[p.transactional_id]
+            assert p.record.state == "PrepareAbort" and p.record.last_update_ms == self.now
+            bump = 0 if info["failed_epoch_fence"] or info["producer_epoch"] >= 32767 else 1
+            assert p.record.producer_epoch == info["producer_epoch"] + bump
+        if wanted:
+            event("expire now")
+        self.absorb(fx)
 
     def check_admin_views(self) -> None:
         listed = {x.transactional_id: x for x in self.sm.list_transactions().transactions}
