@@ -126,6 +126,11 @@ class TransactionCoordinator:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
+        dfd = os.open(self.logs.data_dir, os.O_RDONLY)  # the rename survives a power loss
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
         return epoch
 
     async def stop(self) -> None:
