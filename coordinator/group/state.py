@@ -1169,6 +1169,11 @@ class GroupCoordinatorState:
                          transactional: bool) -> int:
         if g.state is _S.DEAD:
             return _E.coordinator_not_available.value
+        if generation_id < 0 and g.state is _S.EMPTY:
+            # No generation: an admin client or a consumer without group management,
+            # which may commit to an Empty group whatever member id it sends (Kafka's
+            # classic group does the same).
+            return NONE
         if generation_id >= 0 or member_id != "" or instance_id is not None:
             error = self._validate_member(g, member_id, instance_id)
             if error != NONE:

@@ -772,8 +772,11 @@ def test_simple_commit_creates_empty_group():
     assert h.sm.validate_offset_commit("other", 3, "m", None, 5) == E.illegal_generation.value
     assert h.sm.validate_offset_commit("other", 3, "m", None, 5, api_version=9) == E.group_id_not_found.value
     assert h.sm.inspect("other") is None
-    # a member id against an Empty group is unknown
-    assert h.sm.validate_offset_commit("simple", -1, "m", None, 5) == E.unknown_member_id.value
+    # Without a generation, an Empty group takes the commit whatever member id comes
+    # with it (Kafka's ClassicGroup.validateOffsetCommit); with one, the member is checked.
+    assert h.sm.validate_offset_commit("simple", -1, "m", None, 5) == NONE
+    assert h.sm.validate_txn_offset_commit("simple", -1, "m", None, 5) == NONE
+    assert h.sm.validate_offset_commit("simple", 0, "m", None, 5) == E.unknown_member_id.value
 
 
 def test_commit_validation_for_a_live_group():
@@ -1222,7 +1225,9 @@ class GroupMachine(RuleBasedStateMachine):
         c = self.clients[idx]
         error = self.sm.validate_offset_commit(GROUP, c.generation, c.member_id, c.instance_id, self.now)
         info = self._group()
-        if error == NONE and info is not None and c.member_id:
+        if error == NONE and info is not None and c.generation < 0:
+            assert info["state"] == "Empty"  # no generation: only an Empty group takes it
+        elif error == NONE and info is not None and c.member_id:
             assert info["state"] in ("Stable", "PreparingRebalance")
             assert info["generation_id"] == c.generation
 
