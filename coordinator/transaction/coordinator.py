@@ -279,7 +279,14 @@ class TransactionCoordinator:
                                           marker.producer_epoch, marker.commit, batch,
                                           marker.coordinator_epoch)
             for tp, code in results.items():
-                if code not in (_E.none, _E.unknown_topic_or_partition):
+                if code in (_E.invalid_producer_epoch, _E.transaction_coordinator_fenced):
+                    # The partition has a marker of a newer producer or coordinator epoch
+                    # (an admin's abort): this transaction is over there. Kafka's marker
+                    # channel stops sending it too; retrying would never succeed.
+                    log.warning("marker for %s of producer %d (epoch %d) not written: %s; the "
+                                "partition has moved on", tp, marker.producer_id,
+                                marker.producer_epoch, code.name.upper())
+                elif code not in (_E.none, _E.unknown_topic_or_partition):
                     # Retried by the state machine (a deleted topic counts as done).
                     log.error("marker for %s of producer %d failed: %s", tp,
                               marker.producer_id, code.name.upper())

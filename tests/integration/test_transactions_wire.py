@@ -731,6 +731,36 @@ def test_coordinator_epoch_of_markers_in_describe_producers_and_abort(txbroker):
     client.close()
 
 
+def test_marker_refused_for_a_newer_epoch_does_not_stall_the_transaction(txbroker, caplog):
+    """An admin's ABORT marker of a later coordinator epoch ended the transaction in one
+    partition (``abort --force``); the coordinator's COMMIT there is then refused
+    (TRANSACTION_COORDINATOR_FENCED). That partition is over for this transaction: a
+    WARNING, no retry loop, and the transaction completes in the others."""
+    topic = unique("coord-epoch-moved-on")
+    txbroker.create_topic(topic, 2)
+    tp0, tp1 = (topic, 0), (topic, 1)
+    client = connect(txbroker)
+    tid = unique("coord-epoch-moved-on-tid")
+    txn = RawTxn(client, tid)
+    assert txn.init().error_code == NONE
+    assert txn.add_partitions([tp0, tp1]) == {tp0: NONE, tp1: NONE}
+    for tp in (tp0, tp1):
+        assert txn.produce(tp, txn.batch(tp, [b"v"])) == (NONE, 0)
+    epoch = txbroker.call(lambda b: b.transactions.coordinator_epoch)
+    assert write_txn_marker(client, tp1, txn.producer_id, txn.epoch, commit=False,
+                            coordinator_epoch=epoch + 5) == NONE
+    with caplog.at_level(logging.WARNING):
+        assert txn.end(commit=True) == NONE
+        wait_state(txbroker, tid, ["CompleteCommit"], timeout=5)
+    moved_on = [r for r in caplog.records if "has moved on" in r.getMessage()]
+    assert len(moved_on) == 1 and "TRANSACTION_COORDINATOR_FENCED" in moved_on[0].getMessage()
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR
+                and "marker for" in r.getMessage()]
+    assert committed_values(client, tp0) == [b"v"]
+    assert committed_values(client, tp1) == []  # the admin aborted it there
+    client.close()
+
+
 def test_coordinator_epoch_stays_above_recorded_markers_without_its_file(txbroker):
     """A lost transaction-coordinator-epoch file must not make the restarted coordinator
     stale: its epoch starts above every marker epoch the partitions recorded, so its
