@@ -74,18 +74,21 @@ def wait_txn_state(host: str, port: int, tid: str, states, timeout: float = 20) 
     raise AssertionError(f"{tid} never reached {states}: {last}")
 
 
-def markers_on_disk(data_dir: str, tp) -> list[str]:
-    """COMMIT/ABORT of the control batches in a partition's segment files, in order
-    (read straight from disk: the broker may be dead)."""
-    path = os.path.join(data_dir, f"{tp[0]}-{tp[1]}")
-    out = []
+def batches_on_disk(path: str):
+    """(segment bytes, position, header) of every batch in a partition directory's
+    segment files, in log order (read straight from disk: the broker may be dead)."""
     for name in sorted(n for n in os.listdir(path) if n.endswith(".log")):
         with open(os.path.join(path, name), "rb") as f:
             data = f.read()
         for pos, h in iter_batches(data):
-            if h.is_control:
-                out.append(ControlType(control_type_of(decode_records(data, pos)[0])).name)
-    return out
+            yield data, pos, h
+
+
+def markers_on_disk(data_dir: str, tp) -> list[str]:
+    """COMMIT/ABORT of the control batches in a partition's segment files, in order."""
+    return [ControlType(control_type_of(decode_records(data, pos)[0])).name
+            for data, pos, h in batches_on_disk(os.path.join(data_dir, f"{tp[0]}-{tp[1]}"))
+            if h.is_control]
 
 
 # What a crash at each point leaves on disk: how many partitions of the transaction
@@ -309,16 +312,13 @@ def txn_states_on_disk(data_dir: str, tid: str) -> list[str]:
     partition = partition_for(tid, int(TXN_CONFIG["transaction.state.log.num.partitions"]))
     path = os.path.join(data_dir, f"{TXN_TOPIC}-{partition}")
     out = []
-    for name in sorted(n for n in os.listdir(path) if n.endswith(".log")):
-        with open(os.path.join(path, name), "rb") as f:
-            data = f.read()
-        for pos, h in iter_batches(data):
-            if h.is_control:
-                continue
-            for rec in decode_records(data, pos):
-                if rec.key is not None and decode_key(rec.key) == tid:
-                    value = decode_value(rec.value)
-                    out.append(value.state if value is not None else "tombstone")
+    for data, pos, h in batches_on_disk(path):
+        if h.is_control:
+            continue
+        for rec in decode_records(data, pos):
+            if rec.key is not None and decode_key(rec.key) == tid:
+                value = decode_value(rec.value)
+                out.append(value.state if value is not None else "tombstone")
     return out
 
 
