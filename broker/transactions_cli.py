@@ -1,4 +1,5 @@
-"""``txbroker transactions list | describe ID | find-hanging | abort`` (KIP-664).
+"""``txbroker transactions list | describe ID | describe-producers | find-hanging | abort``
+(KIP-664).
 
 Talks to a broker over the Kafka protocol (ListTransactions, DescribeTransactions,
 DescribeProducers, WriteTxnMarkers), like Kafka's kafka-transactions.sh, with its
@@ -259,6 +260,17 @@ def cmd_find_hanging(conn: AdminConnection, args) -> int:
     return 0
 
 
+def cmd_describe_producers(conn: AdminConnection, args) -> int:
+    """The producers a partition tracks (DescribeProducers), with Kafka's columns."""
+    rows = [[p.producer_id, p.producer_epoch, p.coordinator_epoch, p.last_sequence,
+             p.last_timestamp,
+             p.current_txn_start_offset if p.current_txn_start_offset >= 0 else "None"]
+            for _partition, p in _producers(conn, args.topic, [args.partition])]
+    _table(rows, ["ProducerId", "ProducerEpoch", "LatestCoordinatorEpoch", "LastSequence",
+                  "LastTimestamp", "CurrentTransactionStartOffset"])
+    return 0
+
+
 def cmd_abort(conn: AdminConnection, args) -> int:
     """Abort a hanging transaction in one partition by writing an ABORT marker, unless
     the producer's coordinator still counts the partition in its transaction."""
@@ -312,6 +324,12 @@ def add_parser(sub) -> None:
     d = tsub.add_parser("describe", help="one transactional id in detail")
     d.add_argument("transactional_id", nargs="?", help="(or --transactional-id, as in Kafka)")
     d.add_argument("--transactional-id", dest="transactional_id_option", metavar="ID")
+    dp_ = tsub.add_parser("describe-producers",
+                          help="the producers a partition tracks, and their open transactions")
+    dp_.add_argument("--topic", required=True)
+    dp_.add_argument("--partition", type=int, required=True)
+    dp_.add_argument("--broker-id", type=int,
+                     help="accepted for Kafka's options; a single broker answers anyway")
     fh = tsub.add_parser("find-hanging", help="open transactions older than the maximum "
                          "transaction timeout that their coordinator does not count in a "
                          "transaction of their producer")
@@ -339,8 +357,9 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
-    commands = {"list": cmd_list, "describe": cmd_describe, "find-hanging": cmd_find_hanging,
-                "abort": cmd_abort}
+    commands = {"list": cmd_list, "describe": cmd_describe,
+                "describe-producers": cmd_describe_producers,
+                "find-hanging": cmd_find_hanging, "abort": cmd_abort}
     try:
         with AdminConnection(args.bootstrap_server) as conn:
             return commands[args.txn_command](conn, args)

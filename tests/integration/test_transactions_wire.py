@@ -731,6 +731,38 @@ def test_coordinator_epoch_of_markers_in_describe_producers_and_abort(txbroker):
     client.close()
 
 
+def test_cli_describe_producers(txbroker):
+    """``describe-producers`` prints Kafka's columns for a partition's producers: the
+    open transaction's first offset while it runs, None once its marker is written, and
+    the coordinator epoch of that marker."""
+    topic = unique("describe-producers")
+    txbroker.create_topic(topic, 1)
+    tp = (topic, 0)
+    client = connect(txbroker)
+    txn = RawTxn(client, unique("describe-producers-tid"))
+    assert txn.init().error_code == NONE
+    assert txn.add_partitions([tp]) == {tp: NONE}
+    assert txn.produce(tp, txn.batch(tp, [b"a", b"b"])) == (NONE, 0)
+    out = cli(txbroker, "describe-producers", "--topic", topic, "--partition", "0")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split("\n")[0].split() == [
+        "ProducerId", "ProducerEpoch", "LatestCoordinatorEpoch", "LastSequence",
+        "LastTimestamp", "CurrentTransactionStartOffset"]
+    [row] = rows(out.stdout)
+    assert (row[0], row[1], row[2], row[3], row[5]) == (
+        str(txn.producer_id), str(txn.epoch), "-1", "1", "0")
+    assert abs(int(row[4]) - time.time() * 1000) < 60_000
+    assert txn.end(commit=True) == NONE
+    wait_state(txbroker, txn.transactional_id, ["CompleteCommit"])
+    epoch = txbroker.call(lambda b: b.transactions.coordinator_epoch)
+    [row] = rows(cli(txbroker, "describe-producers", "--topic", topic, "--partition", "0").stdout)
+    assert (row[2], row[5]) == (str(epoch), "None")
+    out = cli(txbroker, "describe-producers", "--topic", unique("no-such"), "--partition", "0",
+              process=True)
+    assert out.returncode == 1 and "UNKNOWN_TOPIC_OR_PARTITION" in out.stderr, out
+    client.close()
+
+
 def test_marker_refused_for_a_newer_epoch_does_not_stall_the_transaction(txbroker, caplog):
     """An admin's ABORT marker of a later coordinator epoch ended the transaction in one
     partition (``abort --force``); the coordinator's COMMIT there is then refused
