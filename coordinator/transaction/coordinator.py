@@ -253,20 +253,23 @@ class TransactionCoordinator:
         """Write one MarkerRequest and always report it to the state machine (an error
         makes it ask for the markers again), unless the coordinator stopped meanwhile:
         the next start recovers the transaction from its Prepare* record."""
+        failed: set | None = set()
         try:
-            error = await self._write_marker_batches(marker)
+            error = await self._write_marker_batches(marker, failed)
         except asyncio.CancelledError:
             raise
         except Exception:
             log.exception("markers of %r (producer %d) failed; retrying",
                           marker.transactional_id, marker.producer_id)
-            error = _E.kafka_storage_error.value
+            error, failed = _E.kafka_storage_error.value, None  # not known which: all again
         if error != _E.none.value:
             await asyncio.sleep(MARKER_RETRY_BACKOFF_S)  # before the retry the machine asks for
         if not self._stopped:
-            self._apply(self.state.markers_written(now_ms(), marker.marker_id, error))
+            self._apply(self.state.markers_written(now_ms(), marker.marker_id, error,
+                                                   failed or None))
 
-    async def _write_marker_batches(self, marker: MarkerRequest) -> int:
+    async def _write_marker_batches(self, marker: MarkerRequest, failed: set) -> int:
+        """Write the markers; the partitions whose marker failed go into ``failed``."""
         await self.faults.hit("before_markers")
         partitions = list(marker.partitions)
         # All partitions at once (one fsync round); split only to stop after the first.
@@ -291,6 +294,7 @@ class TransactionCoordinator:
                     log.error("marker for %s of producer %d failed: %s", tp,
                               marker.producer_id, code.name.upper())
                     error = code.value
+                    failed.add(tp)
             if i == 0:
                 await self.faults.hit("after_first_marker")
         await self.faults.hit("before_complete")

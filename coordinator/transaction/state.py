@@ -376,6 +376,7 @@ class _Txn:
     failed_epoch_fence: bool = False
     complete: _Transit | None = None  # the Complete* transit awaiting the markers
     marker_id: int | None = None  # the markers in flight
+    marker_partitions: frozenset[TopicPartition] = frozenset()  # ... and their partitions
     # expire_now() found a write in flight: abort once it is done, if still Ongoing then.
     expire_requested: bool = False
 
@@ -822,8 +823,11 @@ class TransactionCoordinatorState:
                 self._fence_and_abort(fx, txn, now_ms, None, 0)
         return self._finish(fx)
 
-    def markers_written(self, now_ms: int, marker_id: int, error: int = NONE) -> Effects:
-        """Every marker of MarkerRequest ``marker_id`` is durable (or, on error, not all)."""
+    def markers_written(self, now_ms: int, marker_id: int, error: int = NONE,
+                        failed: Iterable[TopicPartition] | None = None) -> Effects:
+        """Every marker of MarkerRequest ``marker_id`` is durable (or, on error, not all:
+        ``failed`` names the partitions still without theirs, default all the request's;
+        only those are asked for again, as Kafka's marker channel retries per partition)."""
         fx = _Fx()
         txn = self._markers.pop(marker_id, None)
         if txn is None:
@@ -833,7 +837,9 @@ class TransactionCoordinatorState:
         txn.marker_id = None
         assert txn.complete is not None
         if error != NONE:
-            self._request_markers(fx, txn)
+            asked = txn.marker_partitions or txn.partitions
+            retry = asked if failed is None else asked & frozenset(failed)
+            self._request_markers(fx, txn, retry or asked)
         else:
             self._write(fx, _Write("complete", txn, txn.complete))
         return self._finish(fx)
@@ -852,9 +858,11 @@ class TransactionCoordinatorState:
         else:
             self._write(fx, _Write("complete", txn, complete))  # nothing to mark
 
-    def _request_markers(self, fx: _Fx, txn: _Txn) -> None:
+    def _request_markers(self, fx: _Fx, txn: _Txn,
+                         partitions: frozenset[TopicPartition] | None = None) -> None:
         marker_id = next(self._marker_ids)
         txn.marker_id = marker_id
+        txn.marker_partitions = txn.partitions if partitions is None else partitions
         self._markers[marker_id] = txn
         fx.markers.append(MarkerRequest(
             marker_id=marker_id,
@@ -862,7 +870,7 @@ class TransactionCoordinatorState:
             producer_id=txn.producer_id,
             producer_epoch=txn.producer_epoch,
             commit=txn.state is _S.PREPARE_COMMIT,
-            partitions=tuple(sorted(txn.partitions)),
+            partitions=tuple(sorted(txn.marker_partitions)),
             coordinator_epoch=self.coordinator_epoch,
         ))
 

@@ -617,6 +617,30 @@ def test_failed_markers_and_complete_writes_are_retried() -> None:
     assert h.state() == "CompleteCommit" and h.info()["pending_state"] is None
 
 
+def test_only_the_failed_partitions_markers_are_asked_for_again() -> None:
+    """A marker write that failed in some partitions is retried in those only (Kafka's
+    marker channel retries per partition); without a list, in all of them."""
+    h = Harness()
+    pid, e = h.ready()
+    h.add(pid, e, parts=(PA, PB))
+    h.settle()
+    h.end(pid, e)
+    h.flush()
+    [m1] = h.markers
+    assert set(m1.partitions) == {PA, PB}
+    h.markers.pop(0)
+    h.absorb(h.sm.markers_written(h.now, m1.marker_id, E.kafka_storage_error.value, [PB]))
+    [m2] = h.markers
+    assert m2.partitions == (PB,) and m2.commit
+    h.markers.pop(0)
+    h.absorb(h.sm.markers_written(h.now, m2.marker_id, E.kafka_storage_error.value))
+    [m3] = h.markers
+    assert m3.partitions == (PB,)  # the transaction's partitions still marked are not rewritten
+    h.markers_one()
+    h.flush()
+    assert h.state() == "CompleteCommit"
+
+
 def test_failed_fence_does_not_bump_twice() -> None:
     h = Harness()
     pid, e = h.ready()
