@@ -149,7 +149,7 @@ class ProducerStateManager:
             else:
                 entry.epoch = header.producer_epoch
                 entry.batches.clear()
-        entry.last_timestamp = max(entry.last_timestamp, header.max_timestamp)
+        entry.last_timestamp = header.max_timestamp  # the latest batch's, as Kafka keeps it
         if header.is_control:
             entry.current_txn_first_offset = -1
             if coordinator_epoch is not None:

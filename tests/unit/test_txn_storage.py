@@ -250,6 +250,16 @@ def test_idle_producer_expires_after_producer_id_expiration_ms(tmp_path):
     assert not _append_at(plog, t0 + 20, pid=3, seq=1).duplicate
 
 
+def test_last_timestamp_is_the_latest_batchs_even_if_older(tmp_path):
+    """As Kafka's producer state: the last batch's timestamp, not the largest seen (a
+    producer whose clock went back is judged by its latest write)."""
+    plog = _open(tmp_path)
+    t0 = 1_700_000_000_000
+    _append_at(plog, t0, pid=4, seq=0)
+    _append_at(plog, t0 - 5000, pid=4, seq=1)
+    assert plog.producer_state.producers[4].last_timestamp == t0 - 5000
+
+
 def test_producer_with_an_open_transaction_never_expires(tmp_path):
     plog = _open(tmp_path)
     state = plog.producer_state
