@@ -323,9 +323,16 @@ class PartitionLog:
                          create=True)
         new.recover()
         self.segments.append(new)
-        self.write_producer_snapshot()  # bounds the replay on the next start
+        # Before anything else can fail: the old segment's unflushed tail is fsynced
+        # only through pending_sync once it is no longer the active segment.
         self.pending_sync.append(old)
         self.directory_dirty = True  # the new file's directory entry must be fsynced too
+        try:
+            self.write_producer_snapshot()  # bounds the replay on the next start
+        except OSError as e:
+            # Only an optimisation: without it a restart replays from an older snapshot.
+            log.error("%s: cannot write the producer snapshot at offset %d: %r", self.name,
+                      new.base_offset, e)
         log.info("%s: rolled segment at offset %d (previous %d bytes)", self.name,
                  new.base_offset, old.size)
         if self.on_append is not None:

@@ -99,6 +99,27 @@ def logdir(tmp_path):
 # --- append, roll, read ------------------------------------------------------------------
 
 
+def test_roll_with_a_failing_producer_snapshot_still_fsyncs_the_old_segment(logdir, caplog,
+                                                                             monkeypatch):
+    """A full disk while rolling (the producer snapshot cannot be written): the append
+    still succeeds, the error is logged, and the old segment, with its unflushed tail,
+    is still queued for the flusher's fsync (it no longer is the active segment)."""
+    plog = open_log(logdir, replace(LAZY, segment_bytes=500))
+    append(plog, make_batch(3, size=120, tag=0))
+    old = plog.active_segment
+
+    def full(*_a, **_k):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(plog, "write_producer_snapshot", full)
+    with caplog.at_level(logging.ERROR):
+        append(plog, make_batch(3, size=120, tag=1))
+    assert plog.active_segment is not old
+    assert old in plog.pending_sync and plog.directory_dirty
+    assert any("producer snapshot" in r.getMessage() for r in caplog.records)
+    plog.close()
+
+
 def test_append_and_read_across_segment_rolls(logdir):
     config = replace(LAZY, segment_bytes=500, index_interval_bytes=100)
     plog = open_log(logdir, config)
