@@ -690,6 +690,19 @@ def test_find_hanging_options(txbroker):
     assert out.returncode == 1 and "UNKNOWN_TOPIC_OR_PARTITION" in out.stderr, out
 
 
+def _one_partition_txn(txbroker, topic_prefix: str, tid_prefix: str):
+    """A new one-partition topic, a raw-wire connection and a transaction (InitProducerId
+    done) to which that partition is added: (topic, tp, client, txn)."""
+    topic = unique(topic_prefix)
+    txbroker.create_topic(topic, 1)
+    tp = (topic, 0)
+    client = connect(txbroker)
+    txn = RawTxn(client, unique(tid_prefix))
+    assert txn.init().error_code == NONE
+    assert txn.add_partitions([tp]) == {tp: NONE}
+    return topic, tp, client, txn
+
+
 def test_coordinator_epoch_of_markers_in_describe_producers_and_abort(txbroker):
     """Each partition records the coordinator epoch of a producer's last marker:
     DescribeProducers reports it, a marker of an older coordinator epoch is refused
@@ -698,14 +711,8 @@ def test_coordinator_epoch_of_markers_in_describe_producers_and_abort(txbroker):
     txbroker.restart()  # the coordinator's epoch is 1 now: not a default
     epoch = txbroker.call(lambda b: b.transactions.coordinator_epoch)
     assert epoch >= 1
-    topic = unique("coord-epoch")
-    txbroker.create_topic(topic, 1)
-    tp = (topic, 0)
-    client = connect(txbroker)
-    tid = unique("coord-epoch-tid")
-    txn = RawTxn(client, tid)
-    assert txn.init().error_code == NONE
-    assert txn.add_partitions([tp]) == {tp: NONE}
+    topic, tp, client, txn = _one_partition_txn(txbroker, "coord-epoch", "coord-epoch-tid")
+    tid = txn.transactional_id
     assert txn.produce(tp, txn.batch(tp, [b"a"])) == (NONE, 0)
     [producer] = describe_producers(client, tp).active_producers
     assert producer.coordinator_epoch == -1  # no marker yet
@@ -737,13 +744,8 @@ def test_cli_describe_producers(txbroker):
     """``describe-producers`` prints Kafka's columns for a partition's producers: the
     open transaction's first offset while it runs, None once its marker is written, and
     the coordinator epoch of that marker."""
-    topic = unique("describe-producers")
-    txbroker.create_topic(topic, 1)
-    tp = (topic, 0)
-    client = connect(txbroker)
-    txn = RawTxn(client, unique("describe-producers-tid"))
-    assert txn.init().error_code == NONE
-    assert txn.add_partitions([tp]) == {tp: NONE}
+    topic, tp, client, txn = _one_partition_txn(txbroker, "describe-producers",
+                                                "describe-producers-tid")
     assert txn.produce(tp, txn.batch(tp, [b"a", b"b"])) == (NONE, 0)
     out = cli(txbroker, "describe-producers", "--topic", topic, "--partition", "0")
     assert out.returncode == 0, out.stderr
@@ -799,14 +801,8 @@ def test_coordinator_epoch_stays_above_recorded_markers_without_its_file(txbroke
     """A lost transaction-coordinator-epoch file must not make the restarted coordinator
     stale: its epoch starts above every marker epoch the partitions recorded, so its
     markers are accepted and the next transaction completes."""
-    topic = unique("coord-epoch-lost")
-    txbroker.create_topic(topic, 1)
-    tp = (topic, 0)
-    client = connect(txbroker)
-    tid = unique("coord-epoch-lost-tid")
-    txn = RawTxn(client, tid)
-    assert txn.init().error_code == NONE
-    assert txn.add_partitions([tp]) == {tp: NONE}
+    topic, tp, client, txn = _one_partition_txn(txbroker, "coord-epoch-lost", "coord-epoch-lost-tid")
+    tid = txn.transactional_id
     assert txn.produce(tp, txn.batch(tp, [b"a"])) == (NONE, 0)
     assert txn.end(commit=True) == NONE
     wait_state(txbroker, tid, ["CompleteCommit"])
