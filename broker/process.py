@@ -76,6 +76,15 @@ class BrokerProcess:
         self.requested_port = self.port
         return self
 
+    def wait(self, timeout: float = 30) -> int:
+        """Wait for the process to exit on its own (a crash fault, say) and for its
+        output to be read to the end; its exit code."""
+        assert self.proc is not None
+        rc = self.proc.wait(timeout)
+        if self._reader:
+            self._reader.join(5)  # the last lines may still be in the pipe
+        return rc
+
     def terminate(self, timeout: float = 30) -> int:
         """SIGTERM (a clean shutdown: in-flight requests answered, logs flushed); exit code."""
         assert self.proc is not None

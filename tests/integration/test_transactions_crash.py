@@ -184,7 +184,7 @@ def test_crash_in_end_txn_then_restart(tmp_path, point, action, client, commit, 
         ending = Commit(producer, commit)
         ending.start()
         if action in ("crash", "power_loss"):
-            assert broker.proc.wait(20) == 137, broker.log_text()[-3000:]
+            assert broker.wait(20) == 137, broker.log_text()[-3000:]
             assert f"crashing at {point}" in "".join(broker.output[before:])
             marked = [markers_on_disk(broker.data_dir, tp) for tp in all_tps]
             if point in MARKED_AT_CRASH:
