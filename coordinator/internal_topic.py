@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from protocol.errors import ErrorCode, KafkaError
 from protocol.records import (
     BatchHeader,
     Record,
@@ -19,6 +20,13 @@ from storage.manager import LogManager
 
 OFFSETS_TOPIC = "__consumer_offsets"
 TXN_TOPIC = "__transaction_state"
+
+
+def append_error_code(e: Exception) -> ErrorCode:
+    """A failed append's error as a Kafka code: an OSError (ENOSPC, EIO from the write, a
+    segment roll or a producer snapshot) is a storage error, as Kafka's
+    KafkaStorageException."""
+    return e.code if isinstance(e, KafkaError) else ErrorCode.kafka_storage_error
 
 
 def ensure_internal_topic(logs: LogManager, topic: str, partitions: int,

@@ -398,14 +398,19 @@ def build_single_record_batch(key: bytes | None, value: bytes | None, timestamp:
 
 
 def _first_control_record(batch, offset: int) -> tuple[bytes, bytes | None] | None:
-    """Key and value of the first record of a control batch (None if it has none),
-    without decoding every record of an uncompressed one."""
+    """Key (at least 4 bytes: version and type) and value of the first record of a
+    control batch (None if it has none), without decoding every record of an
+    uncompressed one."""
     header = read_header(batch, offset)
     if header.records_count <= 0:
         return None
     if header.compression != Compression.NONE:
         records = decode_records(batch, offset)
-        return (records[0].key or b"", records[0].value) if records else None
+        if not records:
+            return None
+        if records[0].key is None or len(records[0].key) < 4:
+            raise CorruptRecordError("control record key too short")
+        return records[0].key, records[0].value
     raw = memoryview(batch)[offset + HEADER_SIZE : offset + header.size]
     try:
         _length, pos = read_varint(raw, 0)
@@ -430,11 +435,7 @@ def read_control_type(batch, offset: int = 0) -> ControlType | None:
     """The type of the first control record of a control batch (None if it has no
     record), without decoding every record."""
     first = _first_control_record(batch, offset)
-    if first is None:
-        return None
-    if len(first[0]) < 4:
-        raise CorruptRecordError("control record key too short")
-    return ControlType(_I16.unpack_from(first[0], 2)[0])
+    return None if first is None else ControlType(_I16.unpack_from(first[0], 2)[0])
 
 
 def read_end_txn_marker(batch, offset: int = 0) -> tuple[ControlType, int] | None:
@@ -444,8 +445,6 @@ def read_end_txn_marker(batch, offset: int = 0) -> tuple[ControlType, int] | Non
     if first is None:
         return None
     key, value = first
-    if len(key) < 4:
-        raise CorruptRecordError("control record key too short")
     return ControlType(_I16.unpack_from(key, 2)[0]), _coordinator_epoch(value)
 
 

@@ -28,6 +28,7 @@ from storage.manager import LogManager
 
 from ..internal_topic import (
     OFFSETS_TOPIC,
+    append_error_code,
     append_records,
     ensure_internal_topic,
     iter_topic_batches,
@@ -181,7 +182,7 @@ class GroupCoordinator:
             last = append_records(plog, [(request.key, request.value)]).last_offset
         except (KafkaError, OSError) as e:
             log.error("cannot persist group %s: %r", request.group_id, e)
-            error = _map_storage_error(_append_error_code(e))
+            error = _map_storage_error(append_error_code(e))
         self._spawn(self._after_durable(plog, last, request.write_id, error))
 
     async def _after_durable(self, plog: PartitionLog | None, last: int, write_id: int,
@@ -284,7 +285,7 @@ class GroupCoordinator:
                 await self.logs.flusher.wait_durable(plog, last + 1)
             except (KafkaError, OSError) as err:
                 log.error("cannot store offsets of group %s: %r", group_id, err)
-                code = _map_storage_error(_append_error_code(err))
+                code = _map_storage_error(append_error_code(err))
                 for e, _v in accepted:
                     results[(e.topic, e.partition)] = code
                 return results
@@ -475,12 +476,6 @@ class GroupCoordinator:
             await self._write_tombstones(keys, groups)
             log.info("expired %d offset(s); removed %d empty group(s)", len(keys), len(groups))
         return len(keys)
-
-
-def _append_error_code(e: Exception) -> ErrorCode:
-    """An append's error as a Kafka code: an OSError (ENOSPC, EIO) is a storage error,
-    as Kafka's KafkaStorageException."""
-    return e.code if isinstance(e, KafkaError) else _E.kafka_storage_error
 
 
 def _map_storage_error(code: ErrorCode) -> int:

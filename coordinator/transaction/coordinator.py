@@ -21,6 +21,7 @@ from storage.manager import LogManager
 from ..internal_topic import (
     OFFSETS_TOPIC,
     TXN_TOPIC,
+    append_error_code,
     append_records,
     ensure_internal_topic,
     iter_topic_batches,
@@ -213,10 +214,8 @@ class TransactionCoordinator:
             plog = self._partition(request.transactional_id)
             last = append_records(plog, [(request.key, request.value)],
                                   flush=not lazy).last_offset
-        except (KafkaError, OSError) as e:
-            # An OSError (ENOSPC, EIO from the write, a roll or a producer snapshot) is a
-            # storage error, as Kafka's KafkaStorageException: NOT_COORDINATOR for the client.
-            code = e.code if isinstance(e, KafkaError) else _E.kafka_storage_error
+        except (KafkaError, OSError) as e:  # a storage error is NOT_COORDINATOR for the client
+            code = append_error_code(e)
             log.error("cannot persist transaction state of %r: %s: %r", request.transactional_id,
                       code.name.upper(), e)
             self._spawn(self._report_persisted(None, -1, request,
