@@ -175,10 +175,28 @@ class TransactionCoordinator:
                 except ValueError as e:
                     log.warning("%s: skipping unreadable record at offset %d: %s",
                                 plog.name, rec.offset, e)
-        self._apply(self.state.recover(now_ms()))
+        effects = self.state.recover(now_ms(), self._open_transactions())
+        if effects.expired:
+            log.warning("aborting the transaction(s) of %s (epoch bump): their partitions hold "
+                        "data of a transaction whose AddPartitionsToTxn record was not fsynced "
+                        "before a crash; none of that data was acknowledged",
+                        ", ".join(effects.expired))
+        for pid, (topic, partition) in self.state.unresolved_orphans:
+            log.error("%s-%d has an open transaction of producer %d that the coordinator "
+                      "cannot end; see `txbroker transactions find-hanging`", topic, partition,
+                      pid)
+        self._apply(effects)
         log.info("transaction coordinator (epoch %d) loaded %d record(s) from %s in %.2fs: "
                  "%d transactional id(s)", self.coordinator_epoch, count, TXN_TOPIC,
                  time.monotonic() - started, len(self.state.transactional_ids()))
+
+    def _open_transactions(self) -> dict[int, list[tuple[str, int]]]:
+        """Producer id -> partitions holding its open transaction (for recover())."""
+        out: dict[int, list[tuple[str, int]]] = {}
+        for tp, plog in self.logs.logs.items():
+            for pid in plog.ongoing_txns:
+                out.setdefault(pid, []).append(tp)
+        return out
 
     # --- effects ----------------------------------------------------------------------
 
@@ -202,14 +220,27 @@ class TransactionCoordinator:
 
     def _persist(self, request: PersistRequest) -> int | None:
         """Append now, in the order the state machine asked; acted on once durable.
-        CompleteCommit/CompleteAbort is the exception: it is acted on at once (the
-        write id is returned to report as persisted) and asks for no fsync of its
-        own. Nothing outside this process depends on it: the markers it follows are
-        durable already, and the next record of the same transactional id (same
-        partition, fsynced before it is acted on) makes it durable too. If the broker
-        crashes before that, recovery finds the PrepareCommit/PrepareAbort and
-        writes the markers again, which the partitions accept."""
-        lazy = request.record is not None and request.record.state in _COMPLETE_STATES
+
+        Two kinds of record are acted on at once (the write id is returned to report
+        as persisted) and ask for no fsync of their own. The next record of the same
+        transactional id (same partition, fsynced before it is acted on), or the
+        flusher within LAZY_FLUSH_MS, makes them durable.
+        - CompleteCommit/CompleteAbort: nothing outside this process depends on it.
+          The markers it follows are durable already. If the broker crashes before
+          it is, recovery finds the PrepareCommit/PrepareAbort and writes the markers
+          again, which the partitions accept.
+        - AddPartitionsToTxn's Ongoing: the transaction cannot commit before it is
+          durable, because its PrepareCommit comes after it in the same log. If it is
+          lost while some of the transaction's data reached the disk (a power
+          failure), recovery finds that data open in a partition the coordinator does
+          not know of, and aborts the transaction with an epoch bump, as a timeout
+          would (TransactionCoordinatorState.recover). Acknowledged produce records
+          of an uncommitted transaction may always end up aborted, so the client is
+          told nothing a crash can make untrue. This takes one fsync wait, and one
+          fsync, off every transaction.
+        """
+        lazy = request.record is not None and (request.record.state in _COMPLETE_STATES
+                                               or request.adds_data_partitions)
         try:
             plog = self._partition(request.transactional_id)
             last = append_records(plog, [(request.key, request.value)],

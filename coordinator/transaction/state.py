@@ -91,7 +91,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
-from collections.abc import Callable, Hashable, Iterable
+from collections.abc import Callable, Hashable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from enum import Enum
 from typing import Any
@@ -267,6 +267,12 @@ class PersistRequest:
     key: bytes
     value: bytes | None  # None: a tombstone (expired transactional id)
     record: TxnLogValue | None  # ``value`` decoded, for logging and tests
+    # AddPartitionsToTxn's Ongoing record. The shell may act on it (report persisted())
+    # once it is appended, before it is fsynced: the transaction's PrepareCommit comes
+    # after it in the same log, so it cannot commit without it. If the record is lost
+    # while data of the transaction reached the partitions, recovery must be told
+    # (recover()'s open_transactions) and aborts the transaction.
+    adds_data_partitions: bool = False
 
 
 @dataclass(frozen=True)
@@ -439,6 +445,8 @@ class TransactionCoordinatorState:
         self._partition_for_group = partition_for_group
         self._txns: dict[str, _Txn] = {}
         self._loaded = False
+        # (producer id, partition) open transactions recover() could not abort.
+        self.unresolved_orphans: list[tuple[int, TopicPartition]] = []
         self._writes: dict[int, _Write] = {}
         self._write_ids = itertools.count(1)
         self._markers: dict[int, _Txn] = {}
@@ -479,19 +487,58 @@ class TransactionCoordinatorState:
             last_update_ms=rec.last_update_ms,
         )
 
-    def recover(self, now_ms: int) -> Effects:
+    def recover(self, now_ms: int,
+                open_transactions: Mapping[int, Iterable[TopicPartition]] | None = None) -> Effects:
         """End the load: start serving, and finish every PrepareCommit/PrepareAbort
         (request its markers again, then Complete*), like Kafka after loading a
-        partition of ``__transaction_state``."""
+        partition of ``__transaction_state``.
+
+        ``open_transactions``: producer id -> the partitions holding an open
+        transaction of that producer (data with no COMMIT/ABORT marker after it),
+        as the partition logs recovered them. A partition the producer's
+        transaction here does not include is an orphan: the AddPartitionsToTxn
+        record that added it was acted on before it was fsynced and then lost (a
+        power failure), while some of the data reached the disk. No record of it was
+        acknowledged (a transactional produce waits for that record to be durable),
+        so the transaction is aborted as a timeout would abort it: epoch bump
+        (the producer is fenced), PrepareAbort, ABORT markers into every partition,
+        orphans included. Orphans that cannot be resolved that way (producer id
+        unknown here, or its transaction already decided) are listed in
+        :attr:`unresolved_orphans` for the shell to report; they are what
+        ``find-hanging`` shows.
+        """
         if self._loaded:
             raise RuntimeError("recover() called twice")
         self._loaded = True
         fx = _Fx()
+        if open_transactions:
+            self._abort_orphans(fx, now_ms, open_transactions)
         for txn in self._txns.values():
-            if txn.state in _PREPARE:
+            if txn.state in _PREPARE and txn.pending is None:
                 self._send_markers(fx, txn, self._prepare_complete(txn, now_ms))
             self._arm(txn)
         return self._finish(fx)
+
+    def _abort_orphans(self, fx: _Fx, now: int,
+                       open_transactions: Mapping[int, Iterable[TopicPartition]]) -> None:
+        by_pid = {txn.producer_id: txn for txn in self._txns.values()}
+        for pid in sorted(open_transactions):
+            parts = frozenset((str(t), int(p)) for t, p in open_transactions[pid])
+            txn = by_pid.get(pid)
+            covered = frozenset() if txn is None or txn.state in _IDLE else txn.partitions
+            orphans = parts - covered
+            if not orphans:
+                continue
+            if txn is None or txn.state not in (_S.ONGOING, *_IDLE):
+                self.unresolved_orphans.extend((pid, tp) for tp in sorted(orphans))
+                continue
+            # Rebuild the lost Ongoing record in memory (never written), then abort it.
+            transit = self._prepare(txn, _S.ONGOING, partitions=txn.partitions | orphans,
+                                    start_ms=now if txn.state in _IDLE else txn.start_ms,
+                                    last_update_ms=now)
+            self._complete_transition(txn, transit)
+            self._fence_and_abort(fx, txn, now, None, 0)
+            fx.expired.append(txn.transactional_id)
 
     @property
     def loaded(self) -> bool:
@@ -1208,7 +1255,8 @@ class TransactionCoordinatorState:
             fx.persist.append(PersistRequest(write_id, tid, encode_key(tid), None, None))
             return
         record = w.transit.record()
-        fx.persist.append(PersistRequest(write_id, tid, encode_key(tid), encode_value(record), record))
+        fx.persist.append(PersistRequest(write_id, tid, encode_key(tid), encode_value(record), record,
+                                         adds_data_partitions=w.api == "add_partitions"))
 
     def _allocate(self) -> int | None:
         try:
