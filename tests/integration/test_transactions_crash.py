@@ -456,3 +456,58 @@ def test_power_loss_drops_acknowledged_but_unsynced_records(txbroker):
     assert values(lazy) == [b"a-0", b"kept-0", b"kept-1", b"kept-2", b"b-0"]  # lost-* gone
     assert values(safe) == [b"a-0", b"kept-0", b"kept-1", b"kept-2", b"b-0",
                             b"lost-0", b"lost-1", b"lost-2"]
+
+
+@pytest.mark.parametrize("client", ["kafka-python", "confluent", "aiokafka"])
+def test_power_loss_loses_unsynced_add_partitions_then_recovery_aborts(txbroker, monkeypatch,
+                                                                      client):
+    """AddPartitionsToTxn is answered once its Ongoing record is appended; the record is
+    fsynced with the transaction's next state record (or within a second). A power
+    failure before that keeps the acknowledged (fsynced) data but loses the record: the
+    partitions hold an open transaction the coordinator does not know of. Recovery must
+    abort it with an epoch bump, or read_committed readers would be stuck at it forever
+    (a hanging transaction). The producer's commit fails (fenced), and a new producer
+    with the transactional.id carries on."""
+    monkeypatch.setattr("storage.flusher.LAZY_FLUSH_MS", 60_000)  # keep the record unsynced
+    data_dir = txbroker.config.data_dir
+    topic = unique("orphan")
+    txbroker.create_topic(topic, 2)
+    tps = [(topic, 0), (topic, 1)]
+    tid = unique(f"orphan-{client}")
+    produce("kafka-python", txbroker.bootstrap, topic,
+            [Msg(None, b"acked-%d" % p, partition=p) for p in range(2)], acks="all")
+    producer = TxnProducer(client, txbroker.bootstrap, tid, **CLIENT_CONFIG.get(client, {}))
+    try:
+        producer.init()
+        epoch = wait_state(txbroker, tid, ["Empty"])["producer_epoch"]
+        producer.begin()
+        for t, p in tps:
+            producer.send(t, b"v%d" % p, partition=p)
+        producer.flush()  # the data is acknowledged, so fsynced
+        assert txn_states_on_disk(data_dir, tid)[-1] == "Ongoing"  # in the page cache
+        txbroker.faults.arm("before_end_txn", "power_loss")
+        ending = Commit(producer, True)
+        ending.start()
+        txbroker.wait_crashed()
+        # The power failure kept the data but lost the Ongoing record.
+        assert txn_states_on_disk(data_dir, tid)[-1] == "Empty"
+        assert [markers_on_disk(data_dir, tp) for tp in tps] == [[], []]
+        txbroker.restart()
+        info = wait_state(txbroker, tid, ["CompleteAbort"], timeout=20)
+        assert info["producer_epoch"] == epoch + 1  # fenced
+        assert [markers_on_disk(data_dir, tp) for tp in tps] == [["ABORT"], ["ABORT"]]
+        ending.join(60)
+        assert ending.finished.is_set(), f"{client} commit still blocked after restart"
+        assert ending.error is not None, "the commit of an aborted transaction succeeded"
+        producer.close()
+        # Readers move on; the id works again.
+        producer = TxnProducer(client, txbroker.bootstrap, tid, **CLIENT_CONFIG.get(client, {}))
+        producer.init()
+        producer.begin()
+        producer.send(topic, b"after", partition=0)
+        producer.commit()
+        got = read_all("confluent" if client != "confluent" else "kafka-python",
+                       txbroker.bootstrap, log_ends(txbroker, tps))
+        assert got == {(topic, 0): [b"acked-0", b"after"], (topic, 1): [b"acked-1"]}
+    finally:
+        producer.close()
