@@ -1,0 +1,129 @@
+"""recover(open_transactions=...): data open in partitions the coordinator lost track of.
+
+The shell acts on AddPartitionsToTxn's Ongoing record once it is appended, before its
+fsync (ff610ea). A power failure can lose it while the producer's data reached the
+partition: recovery is told which partitions hold an open transaction of which producer.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.unit.test_txn_state import FENCED, NONE, PA, PB, PC, Harness, entry, rec
+
+PID = 500  # rec()'s producer id
+NOW = 1000
+
+
+def recovered(records, open_transactions, epoch: int = 0) -> Harness:
+    """A harness loaded from ``records``, recovered at NOW with ``open_transactions``."""
+    h = Harness(records, recover=False, coordinator_epoch=epoch)
+    h.now = NOW
+    h.absorb(h.sm.recover(h.now, open_transactions))
+    return h
+
+
+def power_failure(h: Harness, lose_from: int, open_transactions) -> None:
+    """Harness.crash(), but the log loses its records from ``lose_from`` on (unsynced),
+    and recovery is told which partitions hold open data."""
+    del h.log[lose_from:]
+    h.writes, h.markers = [], []
+    h.coordinator_epoch += 1
+    h._build(False)
+    h.absorb(h.sm.recover(h.now, open_transactions))
+
+
+def test_idle_transaction_with_an_orphan_is_aborted_with_an_epoch_bump() -> None:
+    # CompleteCommit durable; the next transaction's Ongoing {PB} was lost, its data in PB was not.
+    h = recovered([entry("t", rec(state="CompleteCommit", producer_epoch=3, txn_start_ms=5,
+                                  last_update_ms=7))], {PID: [PB]})
+    assert h.last.expired == ["t"]
+    assert h.sm.unresolved_orphans == []
+    [p] = h.writes
+    assert (p.record.state, p.record.producer_id, p.record.producer_epoch) == ("PrepareAbort", PID, 4)
+    assert p.record.partitions == {PB}
+    assert (p.record.txn_start_ms, p.record.last_update_ms) == (NOW, NOW)  # the rebuilt Ongoing's
+    assert not h.markers  # the markers wait for PrepareAbort to be durable
+    # The old epoch is fenced at once, before anything is durable.
+    assert h.r(h.add(PID, 3, [PA])).error == FENCED
+    h.settle()
+    [m] = h.all_markers
+    assert (m.commit, m.partitions, m.producer_id, m.producer_epoch) == (False, (PB,), PID, 4)
+    assert h.state() == "CompleteAbort"
+    assert h.r(h.end(PID, 3, commit=True)).error == FENCED
+
+
+def test_ongoing_transaction_missing_a_partition_aborts_all_of_them() -> None:
+    # Ongoing {PA, PC} durable; a later Ongoing adding PB was lost, PB holds data.
+    h = recovered([entry("t", rec(state="Ongoing", producer_epoch=2, partitions=frozenset({PA, PC}),
+                                  txn_start_ms=5))], {PID: [PA, PB]})
+    assert h.last.expired == ["t"]
+    [p] = h.writes
+    assert (p.record.state, p.record.producer_epoch) == ("PrepareAbort", 3)
+    assert p.record.partitions == {PA, PB, PC}
+    assert p.record.txn_start_ms == 5  # the transaction's own start
+    h.settle()
+    [m] = h.all_markers
+    assert (m.commit, m.partitions, m.producer_epoch) == (False, (PA, PB, PC), 3)
+    assert h.state() == "CompleteAbort"
+    assert h.r(h.end(PID, 2, commit=True)).error == FENCED
+
+
+def test_open_data_the_coordinator_knows_of_changes_nothing() -> None:
+    ongoing = rec(state="Ongoing", partitions=frozenset({PA, PB}), txn_start_ms=5)
+    h = recovered([entry("t", ongoing)], {PID: [PA, PB], 9999: []})
+    assert (h.last.expired, h.writes, h.markers, h.sm.unresolved_orphans) == ([], [], [], [])
+    assert h.sm.record_of("t") == ongoing
+    t = h.end(PID, 0, commit=True)  # the producer goes on
+    h.settle()
+    assert h.r(t).error == NONE
+    assert [(m.commit, m.partitions) for m in h.all_markers] == [(True, (PA, PB))]
+    # A decided transaction covering its open data is finished as usual: markers, no abort.
+    h = recovered([entry("t", rec(state="PrepareCommit", partitions=frozenset({PA}), txn_start_ms=5))],
+                  {PID: [PA]})
+    assert (h.last.expired, h.sm.unresolved_orphans) == ([], [])
+    [m] = h.markers
+    assert (m.commit, m.partitions, m.producer_epoch) == (True, (PA,), 0)
+
+
+def test_orphans_that_cannot_be_aborted_are_reported() -> None:
+    records = [entry("t", rec(state="PrepareCommit", partitions=frozenset({PA}), txn_start_ms=5))]
+    h = recovered(records, {PID: [PA, PB], 777: [PC, PA]})
+    # Producer 777 is unknown; t's transaction is decided already (its commit goes on, PB
+    # is left alone).
+    assert h.sm.unresolved_orphans == [(PID, PB), (777, PA), (777, PC)]
+    assert h.last.expired == []
+    [m] = h.markers
+    assert (m.commit, m.partitions, m.producer_epoch) == (True, (PA,), 0)
+    assert not h.writes
+    h.settle()
+    assert h.state() == "CompleteCommit"
+
+
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
+    "KNOWN BUG: a lost unsynced CompleteCommit followed by a lost unsynced Ongoing of the "
+    "producer's next transaction leaves that transaction's data open (hanging) and the "
+    "producer unfenced: recover() finds PrepareCommit and reports the orphan as unresolved"))
+def test_lost_completion_and_next_add_leave_data_open() -> None:
+    h = Harness()
+    pid, e = h.ready()
+    h.add(pid, e, [PA])
+    h.settle()
+    h.end(pid, e, commit=True)
+    h.settle()  # PrepareCommit fsynced, COMMIT marker in PA, CompleteCommit appended (no fsync)
+    assert h.state() == "CompleteCommit"
+    unsynced = len(h.log) - 1
+    t = h.add(pid, e, [PB])  # the next transaction: its Ongoing is acted on once appended
+    h.flush()
+    assert h.r(t).error == NONE
+    # The producer's data reaches PB's disk; a power failure loses the unsynced tail of the
+    # transaction log: CompleteCommit and Ongoing {PB}.
+    power_failure(h, unsynced, {pid: [PB]})
+    # What should happen: PB gets an ABORT marker once the commit of PA is completed, and
+    # the producer is fenced (as when only the Ongoing is lost).
+    assert h.sm.unresolved_orphans == [], h.sm.unresolved_orphans
+    h.settle()
+    assert any(PB in m.partitions and not m.commit and m.producer_epoch > e for m in h.all_markers)
+    # Today: PB stays open forever, and the producer, still at epoch e, is told its
+    # transaction {PB} committed (CompleteCommit + EndTxn(commit) = "a retry").
+    assert h.r(h.end(pid, e, commit=True)).error == FENCED
