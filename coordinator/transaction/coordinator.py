@@ -181,6 +181,13 @@ class TransactionCoordinator:
                         "data of a transaction whose AddPartitionsToTxn record was not fsynced "
                         "before a crash; none of that data was acknowledged",
                         ", ".join(effects.expired))
+        deferred = [tid for tid in self.state.transactional_ids()
+                    if self.state.inspect(tid)["orphans"]]
+        if deferred:
+            log.warning("the transaction(s) of %s will be aborted (epoch bump) once their "
+                        "previous transaction is completed: its completion was lost in a crash "
+                        "with the next transaction's AddPartitionsToTxn record, whose data is "
+                        "open", ", ".join(deferred))
         for pid, (topic, partition) in self.state.unresolved_orphans:
             log.error("%s-%d has an open transaction of producer %d that the coordinator "
                       "cannot end; see `txbroker transactions find-hanging`", topic, partition,

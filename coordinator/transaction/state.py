@@ -385,6 +385,9 @@ class _Txn:
     marker_partitions: frozenset[TopicPartition] = frozenset()  # ... and their partitions
     # expire_now() found a write in flight: abort once it is done, if still Ongoing then.
     expire_requested: bool = False
+    # Partitions holding this producer's data of a later transaction whose records were
+    # lost with the unsynced completion of this one; aborted once this one completes.
+    orphans: frozenset = frozenset()
 
     def to_transit(self) -> _Transit:
         return _Transit(
@@ -498,13 +501,15 @@ class TransactionCoordinatorState:
         as the partition logs recovered them. A partition the producer's
         transaction here does not include is an orphan: the AddPartitionsToTxn
         record that added it was acted on before it was fsynced and then lost (a
-        power failure), while some of the data reached the disk. No record of it was
-        acknowledged (a transactional produce waits for that record to be durable),
-        so the transaction is aborted as a timeout would abort it: epoch bump
-        (the producer is fenced), PrepareAbort, ABORT markers into every partition,
-        orphans included. Orphans that cannot be resolved that way (producer id
-        unknown here, or its transaction already decided) are listed in
-        :attr:`unresolved_orphans` for the shell to report; they are what
+        power failure), while some of the data reached the disk. The transaction
+        cannot have committed (its PrepareCommit would follow that record), so it is
+        aborted as a timeout would abort it: epoch bump (the producer is fenced),
+        PrepareAbort, ABORT markers into every partition, orphans included. If the
+        durable record is a PrepareCommit/PrepareAbort, its unsynced completion was
+        lost with the next transaction's records: that transaction is aborted the
+        same way once recovery has completed the decided one (in the Effects of the
+        Complete* write's persisted()). Orphans of a producer id unknown here are
+        listed in :attr:`unresolved_orphans` for the shell to report; they are what
         ``find-hanging`` shows.
         """
         if self._loaded:
@@ -529,16 +534,25 @@ class TransactionCoordinatorState:
             orphans = parts - covered
             if not orphans:
                 continue
-            if txn is None or txn.state not in (_S.ONGOING, *_IDLE):
+            if txn is None:
                 self.unresolved_orphans.extend((pid, tp) for tp in sorted(orphans))
-                continue
-            # Rebuild the lost Ongoing record in memory (never written), then abort it.
-            transit = self._prepare(txn, _S.ONGOING, partitions=txn.partitions | orphans,
-                                    start_ms=now if txn.state in _IDLE else txn.start_ms,
-                                    last_update_ms=now)
-            self._complete_transition(txn, transit)
-            self._fence_and_abort(fx, txn, now, None, 0)
-            fx.expired.append(txn.transactional_id)
+            elif txn.state in _PREPARE:
+                # The completion of this decided transaction was lost too (it is not
+                # fsynced either), with the next transaction's records: that one is
+                # aborted once recovery has completed this one.
+                txn.orphans = orphans
+            else:
+                self._abort_lost_transaction(fx, txn, now, orphans)
+
+    def _abort_lost_transaction(self, fx: _Fx, txn: _Txn, now: int, orphans: frozenset) -> None:
+        """Rebuild the lost Ongoing record (in memory, never written) with the orphaned
+        partitions, then abort it as a timeout would: epoch bump, PrepareAbort."""
+        transit = self._prepare(txn, _S.ONGOING, partitions=txn.partitions | orphans,
+                                start_ms=now if txn.state in _IDLE else txn.start_ms,
+                                last_update_ms=now)
+        self._complete_transition(txn, transit)
+        self._fence_and_abort(fx, txn, now, None, 0)
+        fx.expired.append(txn.transactional_id)
 
     @property
     def loaded(self) -> bool:
@@ -827,6 +841,9 @@ class TransactionCoordinatorState:
                 self._complete_transition(txn, w.transit)
                 txn.complete = None
                 self._arm(txn)
+                if txn.orphans:
+                    orphans, txn.orphans = txn.orphans, frozenset()
+                    self._abort_lost_transaction(fx, txn, now_ms, orphans)
             else:
                 # Kafka retries this append until it succeeds (pending state kept).
                 self._write(fx, _Write("complete", txn, w.transit))
@@ -1180,6 +1197,7 @@ class TransactionCoordinatorState:
             "failed_epoch_fence": txn.failed_epoch_fence,
             "markers_in_flight": txn.marker_id is not None,
             "expire_requested": txn.expire_requested,
+            "orphans": sorted(txn.orphans),
         }
 
     def held_tokens(self) -> set[Token]:

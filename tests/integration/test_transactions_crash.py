@@ -511,3 +511,46 @@ def test_power_loss_loses_unsynced_add_partitions_then_recovery_aborts(txbroker,
         assert got == {(topic, 0): [b"acked-0", b"after"], (topic, 1): [b"acked-1"]}
     finally:
         producer.close()
+
+
+@pytest.mark.parametrize("client", ["confluent", "kafka-python"])
+def test_power_loss_loses_completion_and_next_add_partitions(txbroker, monkeypatch, client):
+    """Both records acted on before their fsync are lost together: a committed
+    transaction's CompleteCommit and the next transaction's Ongoing, while that next
+    transaction's data is on disk. Recovery completes the commit from its durable
+    PrepareCommit, then aborts the next transaction with an epoch bump: its producer
+    must not be told it committed, and no partition may be left open."""
+    monkeypatch.setattr("storage.flusher.LAZY_FLUSH_MS", 60_000)
+    data_dir = txbroker.config.data_dir
+    topic = unique("orphan2")
+    txbroker.create_topic(topic, 2)
+    tps = [(topic, 0), (topic, 1)]
+    tid = unique(f"orphan2-{client}")
+    producer = TxnProducer(client, txbroker.bootstrap, tid, **CLIENT_CONFIG.get(client, {}))
+    try:
+        producer.init()
+        epoch = wait_state(txbroker, tid, ["Empty"])["producer_epoch"]
+        producer.begin()
+        producer.send(topic, b"first", partition=0)
+        producer.commit()
+        wait_state(txbroker, tid, ["CompleteCommit"])
+        producer.begin()
+        producer.send(topic, b"second", partition=1)
+        producer.flush()  # acknowledged: fsynced
+        assert txn_states_on_disk(data_dir, tid)[-2:] == ["CompleteCommit", "Ongoing"]
+        txbroker.crash(power_loss=True)
+        assert txn_states_on_disk(data_dir, tid)[-1] == "PrepareCommit"
+        txbroker.restart()
+        info = wait_state(txbroker, tid, ["CompleteAbort"], timeout=20)
+        assert info["producer_epoch"] == epoch + 1
+        assert markers_on_disk(data_dir, (topic, 1)) == ["ABORT"]
+        assert set(markers_on_disk(data_dir, (topic, 0))) == {"COMMIT"}
+        ending = Commit(producer, True)  # the producer's commit of its aborted transaction
+        ending.start()
+        ending.join(60)
+        assert ending.finished.is_set(), f"{client} commit still blocked after restart"
+        assert ending.error is not None, "the commit of an aborted transaction succeeded"
+        got = read_all("aiokafka", txbroker.bootstrap, log_ends(txbroker, tps))
+        assert got == {(topic, 0): [b"first"]}
+    finally:
+        producer.close()

@@ -7,8 +7,6 @@ partition: recovery is told which partitions hold an open transaction of which p
 
 from __future__ import annotations
 
-import pytest
-
 from tests.unit.test_txn_state import FENCED, NONE, PA, PB, PC, Harness, entry, rec
 
 PID = 500  # rec()'s producer id
@@ -86,12 +84,11 @@ def test_open_data_the_coordinator_knows_of_changes_nothing() -> None:
     assert (m.commit, m.partitions, m.producer_epoch) == (True, (PA,), 0)
 
 
-def test_orphans_that_cannot_be_aborted_are_reported() -> None:
+def test_orphans_of_an_unknown_producer_are_reported() -> None:
     records = [entry("t", rec(state="PrepareCommit", partitions=frozenset({PA}), txn_start_ms=5))]
-    h = recovered(records, {PID: [PA, PB], 777: [PC, PA]})
-    # Producer 777 is unknown; t's transaction is decided already (its commit goes on, PB
-    # is left alone).
-    assert h.sm.unresolved_orphans == [(PID, PB), (777, PA), (777, PC)]
+    h = recovered(records, {PID: [PA], 777: [PC, PA]})
+    # Producer 777 is unknown here: nothing to abort it with (find-hanging shows it).
+    assert h.sm.unresolved_orphans == [(777, PA), (777, PC)]
     assert h.last.expired == []
     [m] = h.markers
     assert (m.commit, m.partitions, m.producer_epoch) == (True, (PA,), 0)
@@ -100,10 +97,22 @@ def test_orphans_that_cannot_be_aborted_are_reported() -> None:
     assert h.state() == "CompleteCommit"
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
-    "KNOWN BUG: a lost unsynced CompleteCommit followed by a lost unsynced Ongoing of the "
-    "producer's next transaction leaves that transaction's data open (hanging) and the "
-    "producer unfenced: recover() finds PrepareCommit and reports the orphan as unresolved"))
+def test_orphan_of_a_decided_transaction_is_aborted_after_it_completes() -> None:
+    records = [entry("t", rec(state="PrepareCommit", partitions=frozenset({PA}), txn_start_ms=5))]
+    h = recovered(records, {PID: [PA, PB]})
+    # PB holds data of the producer's next transaction, whose records were lost with this
+    # one's completion: the commit of {PA} goes on first, then {PB} is aborted.
+    assert (h.sm.unresolved_orphans, h.last.expired) == ([], [])
+    assert h.sm.inspect("t")["orphans"] == [PB]
+    [m] = h.markers
+    assert (m.commit, m.partitions, m.producer_epoch) == (True, (PA,), 0)
+    h.settle()
+    assert h.state() == "CompleteAbort"
+    assert [(m.commit, m.partitions, m.producer_epoch) for m in h.all_markers] == [
+        (True, (PA,), 0), (False, (PB,), 1)]
+    assert h.sm.inspect("t")["orphans"] == []
+
+
 def test_lost_completion_and_next_add_leave_data_open() -> None:
     h = Harness()
     pid, e = h.ready()
@@ -119,11 +128,11 @@ def test_lost_completion_and_next_add_leave_data_open() -> None:
     # The producer's data reaches PB's disk; a power failure loses the unsynced tail of the
     # transaction log: CompleteCommit and Ongoing {PB}.
     power_failure(h, unsynced, {pid: [PB]})
-    # What should happen: PB gets an ABORT marker once the commit of PA is completed, and
-    # the producer is fenced (as when only the Ongoing is lost).
+    # PB gets an ABORT marker once the commit of PA is completed, and the producer is
+    # fenced (as when only the Ongoing is lost).
     assert h.sm.unresolved_orphans == [], h.sm.unresolved_orphans
     h.settle()
     assert any(PB in m.partitions and not m.commit and m.producer_epoch > e for m in h.all_markers)
-    # Today: PB stays open forever, and the producer, still at epoch e, is told its
-    # transaction {PB} committed (CompleteCommit + EndTxn(commit) = "a retry").
+    # Without that, PB would stay open for ever, and the producer, still at epoch e, would be
+    # told its transaction {PB} committed (CompleteCommit + EndTxn(commit) = "a retry").
     assert h.r(h.end(pid, e, commit=True)).error == FENCED

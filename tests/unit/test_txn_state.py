@@ -983,13 +983,6 @@ ERRORS = [NOT_AVAILABLE, E.not_coordinator.value]
 OPEN_STATES = ("Ongoing", "PrepareCommit", "PrepareAbort")  # a record that covers partitions
 PREPARE_STATES = ("PrepareCommit", "PrepareAbort")
 COMPLETE_STATES = ("CompleteCommit", "CompleteAbort")
-# KNOWN BUG (test_txn_orphans.py::test_lost_completion_and_next_add_leave_data_open): a power
-# failure that loses an unsynced CompleteCommit/CompleteAbort *and* the unsynced Ongoing of the
-# same producer's next transaction leaves that transaction's data open in a partition while
-# recover() finds the previous PrepareCommit/PrepareAbort: the orphan lands in
-# unresolved_orphans (a hanging transaction) and the producer is not fenced. While True, the
-# model accepts exactly that case (counted as an event); False makes it fail on it.
-TOLERATE_LOST_COMPLETION_ORPHANS = True
 
 
 def machine_offsets_partition(group: str) -> tuple[str, int]:
@@ -1056,6 +1049,8 @@ class TxnMachine(RuleBasedStateMachine):
         # partitions of its Ongoing records). Data of a lost Ongoing stays open across crashes
         # until a durable record covers it (the orphan's abort).
         self.lost: dict[str, tuple[bool, frozenset]] = {}
+        # Per id: (owner, orphans) that recovery aborts once the decided transaction completes.
+        self.deferred: dict[str, tuple[tuple, frozenset]] = {}
         self.recoveries = 0
         self.sm = self._fresh()
 
@@ -1076,6 +1071,7 @@ class TxnMachine(RuleBasedStateMachine):
         opens = {owner[0]: sorted(parts) for owner, parts in open_data.values()}
         assert len(opens) == len(open_data)
         fx = sm.recover(self.now, opens)
+        self.deferred = {}
         # Every PrepareCommit/PrepareAbort in the log is finished: markers, or Complete* at once.
         for tid, r in self.latest.items():
             if r is not None and r.state in PREPARE_STATES:
@@ -1083,14 +1079,14 @@ class TxnMachine(RuleBasedStateMachine):
                     assert any(m.transactional_id == tid for m in fx.markers), tid
                 else:
                     assert any(p.transactional_id == tid for p in fx.persist), tid
-        unresolved = self.check_orphans(fx, open_data)
+        deferred = self.check_orphans(fx, open_data)
         # What the model owes after the crash: a marker in every partition of the durable
         # record, and in every partition holding data; a partition without data needs none.
         for tid in TIDS:
             r = self.latest.get(tid)
             durable = r.partitions if r is not None and r.state in OPEN_STATES else frozenset()
             held = open_data.get(tid, (None, frozenset()))[1]
-            held -= {tp for _pid, tp in unresolved.get(tid, ())}  # never marked: the known bug
+            held -= deferred.get(tid, frozenset())  # owed once the decided transaction completes
             self.owed[tid] = set(durable | held)
             if not self.owed[tid] and (r is None or r.state not in OPEN_STATES):
                 # Idle in the log, and no data open: the transaction (if any: its Ongoing
@@ -1106,9 +1102,10 @@ class TxnMachine(RuleBasedStateMachine):
                       ) -> dict[str, set]:
         """recover()'s answer to the open data: every open partition is covered by the
         recovered transaction of its producer, or that transaction is aborted (epoch bump,
-        PrepareAbort including it) like a timeout. Returns the known-bug unresolved orphans."""
+        PrepareAbort including it) like a timeout, or, if the durable record is decided, once
+        it has completed. Returns those deferred orphans per id."""
         expired: list[str] = []
-        unresolved: dict[str, set] = {}
+        deferred: dict[str, frozenset] = {}
         for tid, ((pid, epoch), parts) in sorted(open_data.items()):
             r = self.latest.get(tid)
             # The owner's producer id is in the durable log: its lost records (lazy Ongoing and
@@ -1131,11 +1128,13 @@ class TxnMachine(RuleBasedStateMachine):
             assert orphans <= lost_adds, (tid, orphans, lost_adds)
             if r.state in PREPARE_STATES:
                 # Only a lost Complete* (with the next transaction's Ongoing) leaves the durable
-                # record decided while data of a later transaction is open: the known bug.
-                assert TOLERATE_LOST_COMPLETION_ORPHANS, f"{tid}: orphans {orphans} unresolved"
+                # record decided while data of a later transaction is open: that transaction is
+                # aborted (epoch bump) once recovery has completed the decided one.
                 assert lost_completion, (tid, orphans)
-                unresolved[tid] = {(pid, tp) for tp in orphans}
-                event("KNOWN BUG: orphan after a lost completion left unresolved")
+                assert info["orphans"] == sorted(orphans), (info, orphans)
+                self.deferred[tid] = ((pid, epoch), orphans)
+                deferred[tid] = orphans
+                event("recovery deferred an orphan until its decided transaction completed")
                 continue
             expired.append(tid)
             writes = [p for p in fx.persist if p.transactional_id == tid]
@@ -1153,8 +1152,8 @@ class TxnMachine(RuleBasedStateMachine):
         # expired: an id with an owner is not idle), and a durable PrepareCommit/PrepareAbort
         # covers every partition of its own transaction (the Ongoing records before it are
         # durable with it): so the machine can abort every orphan, except in the known bug.
-        assert sorted(self.sm.unresolved_orphans) == sorted(x for u in unresolved.values() for x in u)
-        return unresolved
+        assert self.sm.unresolved_orphans == []
+        return deferred
 
     def issue(self, req: Request) -> int:
         token = next(self.tokens)
@@ -1288,6 +1287,14 @@ class TxnMachine(RuleBasedStateMachine):
             self.owed[tid] = set()
             self.requested[tid] = set()
             self.owner[tid] = None
+            if tid in self.deferred and acknowledged:
+                # A later transaction of the owner whose records were lost with this completion
+                # has data open: the machine aborts it now, with an epoch bump (its markers are
+                # checked like any other's).
+                (owner, orphans) = self.deferred.pop(tid)
+                self.owner[tid] = owner
+                self.owed[tid] = set(orphans)
+                self.requested[tid] = set(orphans)
 
     def _bookkeeping(self, tid: str) -> tuple:
         return (self.decision[tid], self.marked[tid], set(self.ended[tid]), set(self.owed[tid]),
@@ -1428,12 +1435,21 @@ class TxnMachine(RuleBasedStateMachine):
             self.make_durable(p, acknowledged=outcome == "ok")
         info = self.sm.inspect(p.transactional_id)
         flagged = info is not None and info["expire_requested"]
+        orphans = frozenset(info["orphans"]) if info is not None else frozenset()
         fx = self.sm.persisted(self.now, wid, NONE if outcome == "ok" else error)
         self.absorb(fx)
         if outcome == "ok":
             # What the coordinator acts on is exactly what is durable...
             got = self.sm.record_of(p.transactional_id)
-            if flagged and any(w.transactional_id == p.transactional_id for w in fx.persist):
+            if orphans and p.record is not None and p.record.state in COMPLETE_STATES:
+                # ...but a completion recovery finished aborts the next transaction, whose
+                # records were lost with it and whose data is open: epoch bump, PrepareAbort.
+                [w] = [w for w in fx.persist if w.transactional_id == p.transactional_id]
+                assert w.record.state == "PrepareAbort" and w.record.partitions == orphans, w
+                assert w.record.producer_epoch > p.record.producer_epoch, (w, p)
+                assert p.transactional_id in fx.expired
+                event("orphan aborted after recovery completed the decided transaction")
+            elif flagged and any(w.transactional_id == p.transactional_id for w in fx.persist):
                 # ...but expire_now() waited for this write: its fence (epoch) is in memory.
                 assert got == replace(p.record, producer_epoch=got.producer_epoch,
                                       last_producer_epoch=NO_EPOCH)
