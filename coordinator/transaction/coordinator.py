@@ -179,7 +179,7 @@ class TransactionCoordinator:
         if effects.expired:
             log.warning("aborting the transaction(s) of %s (epoch bump): their partitions hold "
                         "data of a transaction whose AddPartitionsToTxn record was not fsynced "
-                        "before a crash; none of that data was acknowledged",
+                        "before a crash; the transaction had not committed",
                         ", ".join(effects.expired))
         deferred = [tid for tid in self.state.transactional_ids()
                     if self.state.inspect(tid)["orphans"]]
