@@ -87,7 +87,11 @@ class TransactionCoordinator:
     def _new_state(self) -> TransactionCoordinatorState:
         return TransactionCoordinatorState(
             self.config.txn, self.producer_ids.next_id, self._offsets_partition,
-            coordinator_epoch=self.coordinator_epoch)
+            coordinator_epoch=self.coordinator_epoch, txn_first_offset=self._txn_first_offset)
+
+    def _txn_first_offset(self, producer_id: int, tp: tuple[str, int]) -> int | None:
+        plog = self.logs.get_log(*tp)
+        return None if plog is None else plog.ongoing_txns.get(producer_id)
 
     def _offsets_partition(self, group_id: str) -> tuple[str, int]:
         self.groups.ensure_offsets_topic()
@@ -197,12 +201,13 @@ class TransactionCoordinator:
                  "%d transactional id(s)", self.coordinator_epoch, count, TXN_TOPIC,
                  time.monotonic() - started, len(self.state.transactional_ids()))
 
-    def _open_transactions(self) -> dict[int, list[tuple[str, int]]]:
-        """Producer id -> partitions holding its open transaction (for recover())."""
-        out: dict[int, list[tuple[str, int]]] = {}
+    def _open_transactions(self) -> dict[int, dict[tuple[str, int], int]]:
+        """Producer id -> partitions holding its open transaction, each with the offset
+        of that transaction's first batch there (for recover())."""
+        out: dict[int, dict[tuple[str, int], int]] = {}
         for tp, plog in self.logs.logs.items():
-            for pid in plog.ongoing_txns:
-                out.setdefault(pid, []).append(tp)
+            for pid, first in plog.ongoing_txns.items():
+                out.setdefault(pid, {})[tp] = first
         return out
 
     # --- effects ----------------------------------------------------------------------

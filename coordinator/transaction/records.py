@@ -15,7 +15,8 @@ version (0 today):
   by comparing key bytes.
 * value: ``[0, producer_id, previous_producer_id, next_producer_id,
   producer_epoch, last_producer_epoch, timeout_ms, state_id,
-  [[topic, [partition, ...]], ...], txn_start_ms, last_update_ms]``.
+  [[topic, [partition, ...]], ...], txn_start_ms, last_update_ms
+  (, [[topic, [[partition, first_offset], ...]], ...])]``.
   A later version may only *append* fields, so an older reader decodes the
   prefix it knows and ignores the rest. ``state_id`` is Kafka's numeric id
   (Empty 0, Ongoing 1, PrepareCommit 2, PrepareAbort 3, CompleteCommit 4,
@@ -37,13 +38,24 @@ Fields as Kafka has them:
   InitProducerId gets the same answer across a coordinator restart too.
 * ``txn_start_ms`` is -1 until the first partition joins a transaction.
 
+Ours, not Kafka's:
+
+* ``txn_first_offsets`` (the 12th element, PrepareCommit/PrepareAbort records
+  only; absent in records written before it existed): for each partition of the
+  transaction that holds its data, the offset of its first batch there. After a
+  power failure that lost the unsynced CompleteCommit/CompleteAbort and the next
+  transaction's Ongoing record, recovery tells by it whether the data open in a
+  partition is this transaction's (its marker was lost: write it again) or the
+  next one's (the marker is there; writing it again would end the wrong
+  transaction).
+
 Decoders raise ``ValueError`` on anything that is not a well-formed record.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from coordinator.record_codec import as_int, as_str, pack, unpack_array
@@ -91,8 +103,8 @@ class TxnLogValue:
     partitions: frozenset[tuple[str, int]]
     txn_start_ms: int
     last_update_ms: int
-
-
+    # topic-partition -> first offset of the transaction's data there (Prepare* only).
+    txn_first_offsets: dict[tuple[str, int], int] | None = field(default=None, hash=False)
 
 
 def _int(v: Any, what: str, lo: int = _INT64_MIN, hi: int = _INT64_MAX) -> int:
@@ -144,6 +156,13 @@ def _validate(v: TxnLogValue) -> None:
         raise ValueError("an Empty transaction has no partitions")
     _int(v.txn_start_ms, "txn start timestamp", -1)
     _int(v.last_update_ms, "last update timestamp")
+    if v.txn_first_offsets is not None:
+        if v.state not in ("PrepareCommit", "PrepareAbort"):
+            raise ValueError(f"first offsets in a {v.state} record")
+        for tp, offset in v.txn_first_offsets.items():
+            if tp not in v.partitions:
+                raise ValueError(f"first offset of {tp!r}, not a partition of the transaction")
+            _int(offset, "first offset", 0)
 
 
 def _group_partitions(partitions: Iterable[tuple[str, int]]) -> list[list[Any]]:
@@ -158,21 +177,25 @@ def encode_value(value: TxnLogValue | None) -> bytes | None:
     if value is None:
         return None
     _validate(value)
-    return pack(
-        [
-            FORMAT_VERSION,
-            value.producer_id,
-            value.previous_producer_id,
-            value.next_producer_id,
-            value.producer_epoch,
-            value.last_producer_epoch,
-            value.timeout_ms,
-            PERSISTED_STATES[value.state],
-            _group_partitions(value.partitions),
-            value.txn_start_ms,
-            value.last_update_ms,
-        ]
-    )
+    fields = [
+        FORMAT_VERSION,
+        value.producer_id,
+        value.previous_producer_id,
+        value.next_producer_id,
+        value.producer_epoch,
+        value.last_producer_epoch,
+        value.timeout_ms,
+        PERSISTED_STATES[value.state],
+        _group_partitions(value.partitions),
+        value.txn_start_ms,
+        value.last_update_ms,
+    ]
+    if value.txn_first_offsets is not None:
+        by_topic: dict[str, list[list[int]]] = {}
+        for (topic, partition), offset in sorted(value.txn_first_offsets.items()):
+            by_topic.setdefault(topic, []).append([partition, offset])
+        fields.append([[topic, entries] for topic, entries in by_topic.items()])
+    return pack(fields)
 
 
 def _decode_partitions(raw: Any) -> frozenset[tuple[str, int]]:
@@ -189,6 +212,24 @@ def _decode_partitions(raw: Any) -> frozenset[tuple[str, int]]:
                 raise ValueError(f"partitions: duplicate {tp}")
             out.add(tp)
     return frozenset(out)
+
+
+def _decode_first_offsets(raw: Any) -> dict[tuple[str, int], int]:
+    if not isinstance(raw, list):
+        raise ValueError("first offsets: expected an array")
+    out: dict[tuple[str, int], int] = {}
+    for entry in raw:
+        if not isinstance(entry, list) or len(entry) != 2 or not isinstance(entry[1], list):
+            raise ValueError("first offsets: expected [topic, [[partition, offset], ...]]")
+        topic = as_str(entry[0], "topic")
+        for pair in entry[1]:
+            if not isinstance(pair, list) or len(pair) != 2:
+                raise ValueError("first offsets: expected [partition, offset]")
+            tp = (topic, _int(pair[0], "partition", 0, _INT32_MAX))
+            if tp in out:
+                raise ValueError(f"first offsets: duplicate {tp}")
+            out[tp] = _int(pair[1], "first offset", 0)
+    return out
 
 
 def decode_value(data: bytes | None) -> TxnLogValue | None:
@@ -212,6 +253,7 @@ def decode_value(data: bytes | None) -> TxnLogValue | None:
         partitions=_decode_partitions(arr[8]),
         txn_start_ms=_int(arr[9], "txn start timestamp"),
         last_update_ms=_int(arr[10], "last update timestamp"),
+        txn_first_offsets=_decode_first_offsets(arr[11]) if len(arr) > 11 else None,
     )
     _validate(value)
     return value

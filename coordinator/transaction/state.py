@@ -343,6 +343,8 @@ class _Transit:
     partitions: frozenset[TopicPartition]
     start_ms: int
     last_update_ms: int
+    # Prepare* only: partition -> offset of the transaction's first batch there.
+    first_offsets: dict[TopicPartition, int] | None = field(default=None, hash=False)
 
     def record(self) -> TxnLogValue:
         return TxnLogValue(
@@ -356,6 +358,7 @@ class _Transit:
             partitions=self.partitions,
             txn_start_ms=self.start_ms,
             last_update_ms=self.last_update_ms,
+            txn_first_offsets=self.first_offsets,
         )
 
 
@@ -388,12 +391,14 @@ class _Txn:
     # Partitions holding this producer's data of a later transaction whose records were
     # lost with the unsynced completion of this one; aborted once this one completes.
     orphans: frozenset = frozenset()
+    # Of the Prepare* record (see _Transit); None in other states and in old records.
+    first_offsets: dict[TopicPartition, int] | None = None
 
     def to_transit(self) -> _Transit:
         return _Transit(
             self.producer_id, self.prev_producer_id, self.next_producer_id, self.producer_epoch,
             self.last_producer_epoch, self.timeout_ms, self.state, self.partitions, self.start_ms,
-            self.last_update_ms,
+            self.last_update_ms, self.first_offsets,
         )
 
 
@@ -433,6 +438,7 @@ class TransactionCoordinatorState:
         partition_for_group: Callable[[str], TopicPartition],
         *,
         coordinator_epoch: int = 0,
+        txn_first_offset: Callable[[int, TopicPartition], int | None] | None = None,
     ) -> None:
         """``allocate_producer_id()`` returns a fresh producer id (never reused, also
         across restarts). Should it raise, the request is answered
@@ -441,11 +447,19 @@ class TransactionCoordinatorState:
 
         ``partition_for_group(group_id)`` is the group's ``__consumer_offsets``
         partition (AddOffsetsToTxn). ``coordinator_epoch`` goes into every marker.
+
+        ``txn_first_offset(producer_id, partition)`` is the offset of the first batch
+        of the producer's open transaction in that partition, or None (none open). It
+        is asked when a transaction is decided, for the PrepareCommit/PrepareAbort
+        record, so that recovery can tell this transaction's data from a later one's
+        (see :meth:`recover`). Without it, records carry no first offsets and recovery
+        trusts the partition list alone.
         """
         self.config = config
         self.coordinator_epoch = coordinator_epoch
         self._allocate_producer_id = allocate_producer_id
         self._partition_for_group = partition_for_group
+        self._txn_first_offset = txn_first_offset
         self._txns: dict[str, _Txn] = {}
         self._loaded = False
         # (producer id, partition) open transactions recover() could not abort.
@@ -488,18 +502,21 @@ class TransactionCoordinatorState:
             partitions=rec.partitions,
             start_ms=rec.txn_start_ms,
             last_update_ms=rec.last_update_ms,
+            first_offsets=rec.txn_first_offsets,
         )
 
     def recover(self, now_ms: int,
-                open_transactions: Mapping[int, Iterable[TopicPartition]] | None = None) -> Effects:
+                open_transactions: Mapping[int, Mapping[TopicPartition, int | None]
+                                           | Iterable[TopicPartition]] | None = None) -> Effects:
         """End the load: start serving, and finish every PrepareCommit/PrepareAbort
         (request its markers again, then Complete*), like Kafka after loading a
         partition of ``__transaction_state``.
 
         ``open_transactions``: producer id -> the partitions holding an open
         transaction of that producer (data with no COMMIT/ABORT marker after it),
-        as the partition logs recovered them. A partition the producer's
-        transaction here does not include is an orphan: the AddPartitionsToTxn
+        as the partition logs recovered them, each with the offset of that open
+        transaction's first batch (a plain list of partitions: offsets unknown). A
+        partition the producer's transaction here does not include is an orphan: the AddPartitionsToTxn
         record that added it was acted on before it was fsynced and then lost (a
         power failure), while some of the data reached the disk. The transaction
         cannot have committed (its PrepareCommit would follow that record), so it is
@@ -508,7 +525,11 @@ class TransactionCoordinatorState:
         durable record is a PrepareCommit/PrepareAbort, its unsynced completion was
         lost with the next transaction's records: that transaction is aborted the
         same way once recovery has completed the decided one (in the Effects of the
-        Complete* write's persisted()). Orphans of a producer id unknown here are
+        Complete* write's persisted()). That next transaction may have written to a
+        partition of the decided one too, after the decided one's durable marker:
+        there the open transaction's first offset differs from the one the Prepare*
+        record holds, so that partition is an orphan as well and gets no second
+        marker of the decided transaction (which would end the wrong one). Orphans of a producer id unknown here are
         listed in :attr:`unresolved_orphans` for the shell to report; they are what
         ``find-hanging`` shows.
         """
@@ -520,18 +541,23 @@ class TransactionCoordinatorState:
             self._abort_orphans(fx, now_ms, open_transactions)
         for txn in self._txns.values():
             if txn.state in _PREPARE and txn.pending is None:
-                self._send_markers(fx, txn, self._prepare_complete(txn, now_ms))
+                self._send_markers(fx, txn, self._prepare_complete(txn, now_ms),
+                                   txn.partitions - txn.orphans)
             self._arm(txn)
         return self._finish(fx)
 
     def _abort_orphans(self, fx: _Fx, now: int,
-                       open_transactions: Mapping[int, Iterable[TopicPartition]]) -> None:
+                       open_transactions: Mapping[int, Mapping[TopicPartition, int | None]
+                                                  | Iterable[TopicPartition]]) -> None:
         by_pid = {txn.producer_id: txn for txn in self._txns.values()}
         for pid in sorted(open_transactions):
-            parts = frozenset((str(t), int(p)) for t, p in open_transactions[pid])
+            entries = open_transactions[pid]
+            opened: dict[TopicPartition, int | None] = (
+                {(str(t), int(p)): o for (t, p), o in entries.items()} if isinstance(entries, Mapping)
+                else {(str(t), int(p)): None for t, p in entries})
             txn = by_pid.get(pid)
-            covered = frozenset() if txn is None or txn.state in _IDLE else txn.partitions
-            orphans = parts - covered
+            orphans = frozenset(tp for tp, first in opened.items()
+                                if not self._covers(txn, tp, first))
             if not orphans:
                 continue
             if txn is None:
@@ -543,6 +569,18 @@ class TransactionCoordinatorState:
                 txn.orphans = orphans
             else:
                 self._abort_lost_transaction(fx, txn, now, orphans)
+
+    @staticmethod
+    def _covers(txn: _Txn | None, tp: TopicPartition, first_offset: int | None) -> bool:
+        """Is the producer's open data in ``tp`` (from ``first_offset``) part of the
+        transaction the durable record describes?"""
+        if txn is None or txn.state in _IDLE or tp not in txn.partitions:
+            return False
+        if txn.state in _PREPARE and txn.first_offsets is not None and first_offset is not None:
+            # Decided: only its own data. Data from another offset on is a later
+            # transaction's, written after this one's (durable) marker there.
+            return txn.first_offsets.get(tp) == first_offset
+        return True
 
     def _abort_lost_transaction(self, fx: _Fx, txn: _Txn, now: int, orphans: frozenset) -> None:
         """Rebuild the lost Ongoing record (in memory, never written) with the orphaned
@@ -915,10 +953,12 @@ class TransactionCoordinatorState:
         return self._prepare(txn, target, next_producer_id=NO_PRODUCER_ID, partitions=frozenset(),
                              last_update_ms=now)
 
-    def _send_markers(self, fx: _Fx, txn: _Txn, complete: _Transit) -> None:
+    def _send_markers(self, fx: _Fx, txn: _Txn, complete: _Transit,
+                      partitions: frozenset[TopicPartition] | None = None) -> None:
         txn.complete = complete
-        if txn.partitions:
-            self._request_markers(fx, txn)
+        partitions = txn.partitions if partitions is None else partitions
+        if partitions:
+            self._request_markers(fx, txn, partitions)
         else:
             self._write(fx, _Write("complete", txn, complete))  # nothing to mark
 
@@ -1071,10 +1111,13 @@ class TransactionCoordinatorState:
                 error = _E.invalid_producer_id_mapping.value
             elif txn.producer_epoch != producer_epoch:
                 error = _E.producer_fenced.value
-            elif txn.state in _PREPARE:
+            elif txn.state in _PREPARE or txn.pending in _PREPARE:
+                # Decided, or being decided: its PrepareCommit/PrepareAbort records where
+                # its data starts in each partition, so no partition may join now.
                 error = _E.concurrent_transactions.value
             else:
-                # Pending transitions are not checked (Kafka: the log append validates again).
+                # Other pending transitions are not checked (Kafka: the log append
+                # validates again).
                 return {tp: NONE if tp in txn.partitions else _E.transaction_abortable.value for tp in parts}
         return {tp: error for tp in parts}
 
@@ -1219,6 +1262,10 @@ class TransactionCoordinatorState:
             raise IllegalTransitionError(
                 f"{txn.transactional_id}: transition to {target.value} while {txn.pending.value} is pending")
         check_transition(txn.state, target)
+        if target in _PREPARE:
+            changes.setdefault("first_offsets", self._first_offsets(txn))
+        else:
+            changes.setdefault("first_offsets", None)
         transit = replace(txn.to_transit(), state=target, prev_producer_id=txn.producer_id, **changes)
         if transit.producer_id < 0:
             raise IllegalTransitionError(f"{txn.transactional_id}: producer id {transit.producer_id}")
@@ -1258,6 +1305,7 @@ class TransactionCoordinatorState:
         txn.partitions = t.partitions
         txn.start_ms = t.start_ms
         txn.last_update_ms = t.last_update_ms
+        txn.first_offsets = t.first_offsets
         txn.state = target
         txn.pending = None
 
@@ -1275,6 +1323,16 @@ class TransactionCoordinatorState:
         record = w.transit.record()
         fx.persist.append(PersistRequest(write_id, tid, encode_key(tid), encode_value(record), record,
                                          adds_data_partitions=w.api == "add_partitions"))
+
+    def _first_offsets(self, txn: _Txn) -> dict[TopicPartition, int] | None:
+        if self._txn_first_offset is None:
+            return None
+        out = {}
+        for tp in sorted(txn.partitions):
+            first = self._txn_first_offset(txn.producer_id, tp)
+            if first is not None:
+                out[tp] = first
+        return out
 
     def _allocate(self) -> int | None:
         try:

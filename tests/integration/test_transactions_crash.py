@@ -513,13 +513,20 @@ def test_power_loss_loses_unsynced_add_partitions_then_recovery_aborts(txbroker,
         producer.close()
 
 
+@pytest.mark.parametrize("second_partition", [1, 0], ids=["new-partition", "same-partition"])
 @pytest.mark.parametrize("client", ["confluent", "kafka-python"])
-def test_power_loss_loses_completion_and_next_add_partitions(txbroker, monkeypatch, client):
+def test_power_loss_loses_completion_and_next_add_partitions(txbroker, monkeypatch, client,
+                                                             second_partition):
     """Both records acted on before their fsync are lost together: a committed
     transaction's CompleteCommit and the next transaction's Ongoing, while that next
     transaction's data is on disk. Recovery completes the commit from its durable
     PrepareCommit, then aborts the next transaction with an epoch bump: its producer
-    must not be told it committed, and no partition may be left open."""
+    must not be told it committed, and no partition may be left open.
+
+    same-partition: the next transaction's data sits in a partition of the committed
+    one, right after that one's durable COMMIT marker. Recovery must not write the
+    recovered COMMIT there again: it would commit the next transaction's data (the
+    PrepareCommit record's first offsets tell the two transactions apart)."""
     monkeypatch.setattr("storage.flusher.LAZY_FLUSH_MS", 60_000)
     data_dir = txbroker.config.data_dir
     topic = unique("orphan2")
@@ -535,7 +542,7 @@ def test_power_loss_loses_completion_and_next_add_partitions(txbroker, monkeypat
         producer.commit()
         wait_state(txbroker, tid, ["CompleteCommit"])
         producer.begin()
-        producer.send(topic, b"second", partition=1)
+        producer.send(topic, b"second", partition=second_partition)
         producer.flush()  # acknowledged: fsynced
         assert txn_states_on_disk(data_dir, tid)[-2:] == ["CompleteCommit", "Ongoing"]
         txbroker.crash(power_loss=True)
@@ -543,8 +550,12 @@ def test_power_loss_loses_completion_and_next_add_partitions(txbroker, monkeypat
         txbroker.restart()
         info = wait_state(txbroker, tid, ["CompleteAbort"], timeout=20)
         assert info["producer_epoch"] == epoch + 1
-        assert markers_on_disk(data_dir, (topic, 1)) == ["ABORT"]
-        assert set(markers_on_disk(data_dir, (topic, 0))) == {"COMMIT"}
+        if second_partition == 1:
+            assert markers_on_disk(data_dir, (topic, 1)) == ["ABORT"]
+            assert set(markers_on_disk(data_dir, (topic, 0))) == {"COMMIT"}
+        else:
+            assert markers_on_disk(data_dir, (topic, 0)) == ["COMMIT", "ABORT"]
+            assert markers_on_disk(data_dir, (topic, 1)) == []
         ending = Commit(producer, True)  # the producer's commit of its aborted transaction
         ending.start()
         ending.join(60)

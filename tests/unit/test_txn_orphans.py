@@ -7,7 +7,7 @@ partition: recovery is told which partitions hold an open transaction of which p
 
 from __future__ import annotations
 
-from tests.unit.test_txn_state import FENCED, NONE, PA, PB, PC, Harness, entry, rec
+from tests.unit.test_txn_state import CONCURRENT, FENCED, NONE, PA, PB, PC, Harness, entry, rec
 
 PID = 500  # rec()'s producer id
 NOW = 1000
@@ -136,3 +136,77 @@ def test_lost_completion_and_next_add_leave_data_open() -> None:
     # Without that, PB would stay open for ever, and the producer, still at epoch e, would be
     # told its transaction {PB} committed (CompleteCommit + EndTxn(commit) = "a retry").
     assert h.r(h.end(pid, e, commit=True)).error == FENCED
+
+
+def committed_then_next_in_same_partition() -> tuple[Harness, int, int, int]:
+    """A commit of {PA} (its data from offset 0, COMMIT marker at 1), CompleteCommit appended
+    but not fsynced, then the next transaction adds PA again (Ongoing appended, not fsynced)
+    and writes from offset 2. Returns (harness, pid, epoch, index of the first unsynced record)."""
+    h = Harness(open_data={})
+    pid, e = h.ready()
+    h.add(pid, e, [PA])
+    h.settle()
+    h.open_data[(pid, PA)] = 0
+    h.end(pid, e, commit=True)
+    h.flush()  # PrepareCommit durable: it records where the transaction's data starts
+    assert h.sm.record_of("t").txn_first_offsets == {PA: 0}
+    assert [(m.commit, m.partitions) for m in h.markers] == [(True, (PA,))]
+    del h.open_data[(pid, PA)]  # the COMMIT marker closed it
+    h.settle()
+    assert h.state() == "CompleteCommit"
+    unsynced = len(h.log) - 1
+    t = h.add(pid, e, [PA])  # the shell acts on this Ongoing once appended
+    h.settle()
+    assert h.r(t).error == NONE
+    h.open_data[(pid, PA)] = 2
+    return h, pid, e, unsynced
+
+
+def test_next_transaction_in_the_same_partition_is_not_committed_by_recovery() -> None:
+    h, pid, e, unsynced = committed_then_next_in_same_partition()
+    # Power failure: CompleteCommit and the next Ongoing lost, PA's data and marker kept.
+    power_failure(h, unsynced, {pid: {PA: 2}})
+    assert h.sm.record_of("t").state == "PrepareCommit"
+    # The data open in PA starts at 2, not at the decided transaction's 0: it is the next
+    # transaction's. The recovered commit must not mark PA again (that would commit it).
+    assert h.sm.inspect("t")["orphans"] == [PA]
+    assert h.markers == []
+    h.settle()
+    assert [(m.commit, m.partitions, m.producer_epoch) for m in h.all_markers] == [
+        (True, (PA,), e), (False, (PA,), e + 1)]
+    assert h.state() == "CompleteAbort"
+    assert h.r(h.end(pid, e, commit=True)).error == FENCED
+
+
+def test_decided_transaction_whose_marker_was_lost_is_marked_again() -> None:
+    h, pid, e, unsynced = committed_then_next_in_same_partition()
+    # This time the power failure also lost PA's marker and what came after it: the data
+    # open in PA is the decided transaction's own (first offset 0): mark it, abort nothing.
+    power_failure(h, unsynced, {pid: {PA: 0}})
+    assert h.sm.inspect("t")["orphans"] == []
+    assert [(m.commit, m.partitions, m.producer_epoch) for m in h.markers] == [(True, (PA,), e)]
+    h.settle()
+    assert (h.state(), h.info()["producer_epoch"], h.last.expired) == ("CompleteCommit", e, [])
+
+
+def test_records_without_first_offsets_trust_the_partition_list() -> None:
+    # Written before the first offsets existed: data open in a partition of the decided
+    # transaction is taken as its own (as before), whatever its offset.
+    records = [entry("t", rec(state="PrepareCommit", partitions=frozenset({PA}), txn_start_ms=5))]
+    h = recovered(records, {PID: {PA: 7}})
+    assert rec(state="PrepareCommit").txn_first_offsets is None
+    assert h.sm.inspect("t")["orphans"] == []
+    [m] = h.markers
+    assert (m.commit, m.partitions) == (True, (PA,))
+
+
+def test_no_partition_joins_a_transaction_being_decided() -> None:
+    # Its PrepareCommit records where its data starts: a first batch arriving in a new
+    # partition after EndTxn (no real client sends one) is refused, retriably.
+    h = Harness(open_data={})
+    pid, e = h.ready()
+    h.add(pid, e, [PA, PB])
+    h.settle()
+    h.end(pid, e, commit=True)
+    assert h.info()["pending_state"] == "PrepareCommit"
+    assert h.sm.verify_partitions("t", pid, e, [PB]) == {PB: CONCURRENT}

@@ -79,10 +79,42 @@ def test_value_bytes_deterministic() -> None:
 
 
 def test_later_versions_may_append_fields() -> None:
-    raw = msgpack.unpackb(encode_value(value()))
+    prepared = value(state="PrepareCommit", txn_first_offsets={("a", 0): 5})
+    raw = msgpack.unpackb(encode_value(prepared))
     raw[0] = 1
     raw.append("a future field")
-    assert decode_value(msgpack.packb(raw)) == value()
+    assert decode_value(msgpack.packb(raw)) == prepared
+
+
+def test_prepare_records_carry_first_offsets_grouped_by_topic() -> None:
+    v = value(state="PrepareAbort", txn_first_offsets={("b", 7): 0, ("a", 1): 12, ("a", 0): 3})
+    raw = msgpack.unpackb(encode_value(v))
+    assert raw[11] == [["a", [[0, 3], [1, 12]]], ["b", [[7, 0]]]]
+    assert decode_value(encode_value(v)) == v
+    # An empty map (nothing written yet) is kept apart from "not recorded" (old records).
+    empty = value(state="PrepareCommit", txn_first_offsets={})
+    assert decode_value(encode_value(empty)).txn_first_offsets == {}
+    assert decode_value(encode_value(value(state="PrepareCommit"))).txn_first_offsets is None
+    assert len(msgpack.unpackb(encode_value(value(state="PrepareCommit")))) == 11
+
+
+@pytest.mark.parametrize("kw", [
+    {"state": "Ongoing", "txn_first_offsets": {("a", 0): 1}},  # only Prepare* records
+    {"state": "PrepareCommit", "txn_first_offsets": {("c", 0): 1}},  # not a partition of it
+    {"state": "PrepareCommit", "txn_first_offsets": {("a", 0): -1}},
+])
+def test_encode_refuses_bad_first_offsets(kw) -> None:
+    with pytest.raises(ValueError):
+        encode_value(value(**kw))
+
+
+@pytest.mark.parametrize("bad", ["x", [["a", [0, 1]]], [["a", [[0]]]], [["a", [[0, 1], [0, 2]]]],
+                                 [["a", [[0, -5]]]], [[5, [[0, 1]]]]])
+def test_decode_refuses_malformed_first_offsets(bad) -> None:
+    raw = msgpack.unpackb(encode_value(value(state="PrepareCommit")))
+    raw.append(bad)
+    with pytest.raises(ValueError):
+        decode_value(msgpack.packb(raw))
 
 
 @pytest.mark.parametrize("kw", [

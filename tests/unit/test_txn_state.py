@@ -55,7 +55,12 @@ class Harness:
     """A tiny shell: owns the clock and the durable log, collects answers and requests."""
 
     def __init__(self, records: list[tuple[bytes, bytes | None]] | None = None, recover: bool = True,
-                 first_pid: int = 1000, coordinator_epoch: int = 0, **config: int) -> None:
+                 first_pid: int = 1000, coordinator_epoch: int = 0,
+                 open_data: dict[tuple[int, tuple[str, int]], int] | None = None,
+                 **config: int) -> None:
+        # (producer id, partition) -> first offset of its open transaction there, as the
+        # partition logs would answer txn_first_offset (None: the machine is not asked).
+        self.open_data = open_data
         self._pids = itertools.count(first_pid)
         self.config = TxnConfig(**config)
         self.log: list[tuple[bytes, bytes | None]] = list(records or [])
@@ -70,8 +75,10 @@ class Harness:
         self.sm = self._build(recover)
 
     def _build(self, recover: bool) -> TransactionCoordinatorState:
+        first = None if self.open_data is None else (lambda pid, tp: self.open_data.get((pid, tp)))
         sm = TransactionCoordinatorState(self.config, lambda: next(self._pids), offsets_partition,
-                                         coordinator_epoch=self.coordinator_epoch)
+                                         coordinator_epoch=self.coordinator_epoch,
+                                         txn_first_offset=first)
         for key, value in self.log:
             sm.replay(key, value)
         self.sm = sm
