@@ -7,9 +7,9 @@
 Starts txbroker (defaults, fresh data dir) as a process, runs N confluent-kafka
 transactional producers (one worker process each, bench.transactions' rate
 scenario) and reports, per scenario, the broker's CPU seconds (user + system, all
-threads, from psutil) per committed transaction, split into the event-loop thread
-and the others (fsync pool), plus the wall-clock rate and commit latencies, which
-other load on the machine does move. With ``--profile DIR`` the broker runs under
+threads and child processes, from psutil) per committed transaction, split into
+the event-loop thread and the rest (the fsync helper process), plus the
+wall-clock rate and commit latencies, which other load on the machine does move. With ``--profile DIR`` the broker runs under
 cProfile and writes ``DIR/broker-<scenario>.prof`` on exit (one broker per
 scenario then; profiling roughly doubles the CPU per transaction).
 """
@@ -90,7 +90,7 @@ class ProfiledTxBroker(MeteredTxBroker):
 
 
 def _thread_cpu(pid: int) -> tuple[float, float]:
-    """(main thread, other threads) CPU seconds of the process."""
+    """(main thread, other threads and child processes: the fsync helper) CPU seconds."""
     proc = psutil.Process(pid)
     main = other = 0.0
     for t in proc.threads():
@@ -99,6 +99,12 @@ def _thread_cpu(pid: int) -> tuple[float, float]:
             main += cpu
         else:
             other += cpu
+    for child in proc.children(recursive=True):
+        try:
+            times = child.cpu_times()
+        except psutil.NoSuchProcess:
+            continue
+        other += times.user + times.system
     return main, other
 
 

@@ -1,7 +1,8 @@
 """Group commit: fsync dirty partition logs off the event loop, one round at a time.
 
 Appends mark their log dirty. A round takes every dirty log, fsyncs its files
-in a small thread pool (one fsync per file per round, files in parallel) and
+in a helper process (one fsync per file per round, files in parallel; see
+storage/fsync_helper.py, and a thread pool if the helper cannot run) and
 then advances each log's flushed offset, which releases ``acks=all`` producers
 and, with ``flush.messages=1``, moves the high watermark. Appends that arrive
 during a round are picked up by the next one, so the fsync cost is shared by
@@ -14,8 +15,12 @@ import asyncio
 import logging
 import os
 import queue
+import socket
+import subprocess
+import sys
 import threading
 
+from . import fsync_helper
 from .log import PartitionLog, now_ms
 
 log = logging.getLogger(__name__)
@@ -92,6 +97,153 @@ class FsyncPool:
                 t.join()
 
 
+class ProcessFsyncPool:
+    """FsyncPool's interface, with the fsyncs done by the helper process
+    (storage/fsync_helper.py), so that no thread of the broker needs the GIL for
+    them. Each job's fds are sent to the helper and kept here until it answers;
+    the round's future is resolved by one message per round. If the helper cannot
+    be started, a send fails or the helper dies, the jobs not answered yet are
+    fsynced by a thread pool instead (and every later round too), so nothing is
+    reported durable that was not fsynced."""
+
+    def __init__(self, workers: int) -> None:
+        self._workers = workers
+        self._fallback: FsyncPool | None = None
+        self._rounds: dict[int, tuple[_Round, list[list[int]]]] = {}
+        self._next_id = 0
+        self._loop: asyncio.AbstractEventLoop | None = None
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        try:
+            self._proc: subprocess.Popen | None = subprocess.Popen(
+                [sys.executable, fsync_helper.__file__, str(theirs.fileno()), str(workers)],
+                pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL, start_new_session=True)
+        except OSError as e:
+            log.warning("fsync helper process not started (%s); fsyncing in threads", e)
+            ours.close()
+            self._sock: socket.socket | None = None
+            self._proc = None
+            self._fallback = FsyncPool(workers)
+        else:
+            self._sock = ours
+            ours.setblocking(False)
+        finally:
+            theirs.close()
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc is not None else None
+
+    def run(self, loop: asyncio.AbstractEventLoop, jobs: list[list[int]]) -> asyncio.Future:
+        if self._sock is None:
+            return self._threads().run(loop, jobs)
+        if self._loop is not loop:
+            if self._loop is not None:
+                self._loop.remove_reader(self._sock.fileno())
+            self._loop = loop
+            loop.add_reader(self._sock.fileno(), self._on_readable)
+        self._next_id += 1
+        round_id = self._next_id
+        rnd = _Round(loop, len(jobs))
+        self._rounds[round_id] = (rnd, jobs)
+        try:
+            for data, fds in fsync_helper.requests(round_id, jobs):
+                socket.send_fds(self._sock, [data], fds)
+        except (OSError, ValueError) as e:  # EPIPE: it died; EAGAIN: it stopped reading
+            self._broken(f"cannot send it a round: {e!r}")
+        return rnd.future
+
+    def _on_readable(self) -> None:
+        # One answer per call: the reader is level-triggered, so the next comes next.
+        assert self._sock is not None
+        try:
+            data = self._sock.recv(65536)
+        except BlockingIOError:
+            return
+        except ConnectionResetError:  # it died with jobs of ours unread
+            self._broken("it exited")
+            return
+        except OSError as e:
+            self._broken(f"cannot read its answer: {e!r}")
+            return
+        if not data:
+            self._broken("it exited")
+            return
+        round_id, size = fsync_helper.HEAD.unpack_from(data)
+        entry = self._rounds.pop(round_id, None)
+        if entry is None:
+            return
+        rnd, jobs = entry
+        for index in range(size):
+            (errno,) = fsync_helper.ERRNO.unpack_from(
+                data, fsync_helper.HEAD.size + index * fsync_helper.ERRNO.size)
+            if errno:
+                rnd.errors[index] = OSError(errno, os.strerror(errno))
+            _close(jobs[index])
+        _finish_round(rnd)
+
+    def _threads(self) -> FsyncPool:
+        if self._fallback is None:
+            self._fallback = FsyncPool(self._workers)
+        return self._fallback
+
+    def _broken(self, why: str) -> None:
+        """Stop using the helper; fsync what it did not answer for in threads."""
+        if self._sock is None:
+            return
+        log.error("fsync helper process: %s; fsyncing in threads from now on", why)
+        if self._loop is not None:
+            self._loop.remove_reader(self._sock.fileno())
+        self._sock.close()
+        self._sock = None
+        rounds, self._rounds = self._rounds, {}
+        for rnd, jobs in rounds.values():
+            # Its copies of the fds may or may not have been fsynced: do them all again.
+            redo = self._threads().run(rnd.loop, jobs)
+            redo.add_done_callback(lambda f, rnd=rnd: _adopt(rnd, f))
+        self._reap(wait=False)
+
+    def _reap(self, wait: bool) -> None:
+        if self._proc is None:
+            return
+        try:
+            self._proc.wait(timeout=5 if wait else 0.5)
+        except subprocess.TimeoutExpired:
+            self._proc.kill()
+            self._proc.wait()
+        self._proc = None
+
+    def shutdown(self, wait: bool) -> None:
+        if self._sock is not None:
+            if self._loop is not None and not self._loop.is_closed():
+                self._loop.remove_reader(self._sock.fileno())
+            self._sock.close()  # the helper exits once its started fsyncs are done
+            self._sock = None
+        for _rnd, jobs in self._rounds.values():
+            for fds in jobs:
+                _close(fds)
+        self._rounds = {}
+        if wait:
+            self._reap(wait=True)
+        if self._fallback is not None:
+            self._fallback.shutdown(wait)
+            self._fallback = None
+
+
+def _close(fds: list[int]) -> None:
+    for fd in fds:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+
+
+def _adopt(rnd: _Round, redone: asyncio.Future) -> None:
+    if redone.cancelled():
+        return
+    rnd.errors[:] = redone.result()
+    _finish_round(rnd)
+
+
 class Flusher:
     def __init__(self, workers: int = 4) -> None:
         self._dirty: dict[PartitionLog, None] = {}
@@ -109,7 +261,7 @@ class Flusher:
     def start(self, logs: list[PartitionLog]) -> None:
         self._wake = asyncio.Event()
         if self._pool is None:
-            self._pool = FsyncPool(self._workers)
+            self._pool = ProcessFsyncPool(self._workers)
         self._logs = logs
         self._task = asyncio.create_task(self._run(), name="flusher")
         self._ticker = asyncio.create_task(self._tick(), name="flush-ticker")
@@ -199,7 +351,7 @@ class Flusher:
         if not jobs:
             return
         if self._pool is None:
-            self._pool = FsyncPool(self._workers)
+            self._pool = ProcessFsyncPool(self._workers)
         try:
             results = await self._pool.run(asyncio.get_running_loop(), fd_jobs)
         finally:

@@ -240,3 +240,58 @@ def test_time_retention_end_to_end(tmp_path, topic):
         assert [r.offset for r in got] == list(range(start, 12))
     finally:
         proc.kill()
+
+
+def _fsync_helpers(pid: int) -> list[int]:
+    """Child processes of ``pid`` running storage/fsync_helper.py."""
+    out = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                stat = f.read()
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                cmdline = f.read()
+        except OSError:
+            continue
+        fields = stat.rsplit(")", 1)[1].split()
+        if int(fields[1]) == pid and fields[0] != "Z" and b"fsync_helper.py" in cmdline:
+            out.append(int(entry))
+    return out
+
+
+def test_fsync_helper_killed_broker_goes_on_and_no_helper_outlives_it(broker_process, topic):
+    """The broker's fsyncs run in a helper process. SIGKILL it: acks=all produce goes on
+    (the flusher fsyncs in threads, with an ERROR line), nothing acknowledged is lost,
+    and neither a SIGTERM nor a SIGKILL of the broker leaves a helper behind."""
+    _create_topic(broker_process.bootstrap, topic, 2)
+    [helper] = _fsync_helpers(broker_process.proc.pid)
+    first = [Msg(None, b"before-%d" % i) for i in range(50)]
+    assert len(produce("confluent", broker_process.bootstrap, topic, first, acks="all")) == 50
+    os.kill(helper, 9)
+    second = [Msg(None, b"after-%d" % i) for i in range(50)]
+    placed = produce("confluent", broker_process.bootstrap, topic, second, acks="all")
+    assert len(placed) == 50 and all(o >= 0 for _p, o in placed)
+    assert wait_until(lambda: "fsync helper process: it exited; fsyncing in threads"
+                      in broker_process.log_text(), timeout=10)
+    assert _fsync_helpers(broker_process.proc.pid) == []
+    broker_process.kill()  # acknowledged means fsynced, also without the helper
+    broker_process.start()
+    got = consume("confluent", broker_process.bootstrap, topic, [0, 1], 100)
+    assert sorted(_values(got)) == sorted(m.value for m in first + second)
+    # A new broker process has a helper again; it leaves with the broker.
+    pid = broker_process.proc.pid
+    assert len(_fsync_helpers(pid)) == 1
+    [helper] = _fsync_helpers(pid)
+    assert broker_process.terminate() == 0
+    assert "Traceback" not in broker_process.log_text()
+    assert wait_until(lambda: not os.path.exists(f"/proc/{helper}") or
+                      open(f"/proc/{helper}/stat").read().rsplit(")", 1)[1].split()[0] == "Z",
+                      timeout=10)
+    broker_process.start()
+    [helper] = _fsync_helpers(broker_process.proc.pid)
+    broker_process.kill()
+    assert wait_until(lambda: not os.path.exists(f"/proc/{helper}") or
+                      open(f"/proc/{helper}/stat").read().rsplit(")", 1)[1].split()[0] == "Z",
+                      timeout=10)
