@@ -80,7 +80,10 @@ Transactions (Kafka's CleanedTransactionMetadata; KIP-534 for the horizon):
   cleaning that sets its marker's horizon, always before the marker itself: a
   read_committed fetch is never told about an aborted transaction without the
   marker that ends it, and aborted records are never retained, so no fetch can
-  return them.
+  return them. An entry whose marker lies past the cleaned range stays, even if the
+  cleaning removed all its data, until its marker's segment is cleaned (as in Kafka):
+  harmless, but a replay of the whole log does not recreate it (its marker then ends
+  no open transaction).
 * Producer state rebuilt from the log stays right: a marker only goes with all
   of its transaction's data, so a replay never sees a transaction opened without
   the marker closing it, and the last data batch of each tracked producer is
