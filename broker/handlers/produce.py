@@ -91,10 +91,9 @@ async def handle(ctx, request):
                         log.info("duplicate batch from producer %d to %s-%d answered with its "
                                  "original offset %d", header.producer_id, topic.name,
                                  part.index, base_offset)
-                    if acks == -1 and plog.config.fsync_every_append:
-                        fut = broker.logs.flusher.durable(plog, result.last_offset + 1)
-                        if fut is not None:
-                            durable_waits.append(fut)
+                    if acks == -1 and (fut := broker.logs.flusher.acked(
+                            plog, result.last_offset + 1)) is not None:
+                        durable_waits.append(fut)
                 except KafkaError as e:
                     error = e.code
                     message = str(e)

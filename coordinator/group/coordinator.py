@@ -188,7 +188,7 @@ class GroupCoordinator:
     async def _after_durable(self, plog: PartitionLog | None, last: int, write_id: int,
                              error: int) -> None:
         if plog is not None and error == _E.none.value:
-            await self.logs.flusher.wait_durable(plog, last + 1)
+            await self.logs.flusher.wait_acked(plog, last + 1)
         self._apply(self.state.group_persisted(now_ms(), write_id, error))
 
     def _spawn(self, coro) -> None:
@@ -282,7 +282,7 @@ class GroupCoordinator:
             plog = self._partition(group_id)
             try:
                 last = append_records(plog, records, timestamp=commit_ms).last_offset
-                await self.logs.flusher.wait_durable(plog, last + 1)
+                await self.logs.flusher.wait_acked(plog, last + 1)
             except (KafkaError, OSError) as err:
                 log.error("cannot store offsets of group %s: %r", group_id, err)
                 code = _map_storage_error(append_error_code(err))
@@ -339,7 +339,7 @@ class GroupCoordinator:
                 last = append_records(plog, records, timestamp=commit_ms,
                                       producer_id=producer_id,
                                       producer_epoch=producer_epoch).last_offset
-                await self.logs.flusher.wait_durable(plog, last + 1)
+                await self.logs.flusher.wait_acked(plog, last + 1)
             except OSError as err:
                 log.error("cannot store transactional offsets of group %s: %r", group_id, err)
                 code = _map_storage_error(_E.kafka_storage_error)
@@ -409,7 +409,7 @@ class GroupCoordinator:
             except (KafkaError, OSError) as e:  # logged and skipped, as Kafka does
                 log.error("cannot write %d tombstone(s) to %s: %r", len(records), plog.name, e)
                 continue
-            waits.append(self.logs.flusher.wait_durable(plog, last + 1))
+            waits.append(self.logs.flusher.wait_acked(plog, last + 1))
         if waits:
             await asyncio.gather(*waits)
 

@@ -250,13 +250,18 @@ class TransactionCoordinator:
           of an uncommitted transaction may always end up aborted, so the client is
           told nothing a crash can make untrue. This takes one fsync wait, and one
           fsync, off every transaction.
+
+        With a flush policy that does not fsync every append (``flush.messages`` > 1
+        for ``__transaction_state``, e.g. Kafka's default), no record waits for an
+        fsync: as in Kafka, state is acted on once written (Flusher.acked).
         """
         lazy = request.record is not None and (request.record.state in _COMPLETE_STATES
                                                or request.adds_data_partitions)
         try:
             plog = self._partition(request.transactional_id)
             last = append_records(plog, [(request.key, request.value)],
-                                  flush=not lazy).last_offset
+                                  flush=not (lazy and plog.config.fsync_every_append)
+                                  ).last_offset
         except (KafkaError, OSError) as e:  # a storage error is NOT_COORDINATOR for the client
             code = append_error_code(e)
             log.error("cannot persist transaction state of %r: %s: %r", request.transactional_id,
@@ -270,7 +275,7 @@ class TransactionCoordinator:
         if "after_prepare_durable" in self.faults.armed and state in _PREPARE_STATES:
             self._spawn(self._report_persisted(plog, last, request, _E.none.value))
             return None
-        fut = self.logs.flusher.durable(plog, last + 1)
+        fut = self.logs.flusher.acked(plog, last + 1)
         if fut is None:
             return request.write_id
         # A callback, not a Task per record: this is on every transaction's path.

@@ -25,7 +25,8 @@ log = logging.getLogger(__name__)
 async def write_markers(logs: LogManager, groups, producer_id: int, producer_epoch: int,
                         commit: bool, partitions: Iterable[tuple[str, int]],
                         coordinator_epoch: int = 0) -> dict[tuple[str, int], ErrorCode]:
-    """Append one marker per partition, wait until every one is fsynced; per-partition
+    """Append one marker per partition, wait until every one is fsynced (by each
+    partition's flush policy, Flusher.acked); per-partition
     error codes (NONE, UNKNOWN_TOPIC_OR_PARTITION, INVALID_PRODUCER_EPOCH,
     KAFKA_STORAGE_ERROR for any other exception of the write, ...)."""
     results: dict[tuple[str, int], ErrorCode] = {}
@@ -58,7 +59,7 @@ async def write_markers(logs: LogManager, groups, producer_id: int, producer_epo
         results[(topic, partition)] = ErrorCode.none
         if topic == OFFSETS_TOPIC:
             completes_offsets = True
-        fut = logs.flusher.durable(plog, result.last_offset + 1)
+        fut = logs.flusher.acked(plog, result.last_offset + 1)
         if fut is not None:
             waits.append(fut)
     if waits:

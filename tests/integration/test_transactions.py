@@ -484,3 +484,57 @@ def test_interleaved_transactions_in_the_same_partitions(txbroker):
         assert read_all(consumer, txbroker.bootstrap, ends) == expected, consumer
     everything = {tp: [v for _o, v in entries] for tp, entries in log.items()}
     assert read_all("confluent", txbroker.bootstrap, ends, read_committed=False) == everything
+
+
+# --- 6. Kafka's flush policy -------------------------------------------------------------------
+
+LONG_MAX = str((1 << 63) - 1)
+
+
+@pytest.mark.parametrize("txbroker_config", [{**TXN_CONFIG,
+                                              "log.flush.interval.messages": LONG_MAX}])
+@pytest.mark.parametrize("producer", ["confluent", "kafka-python"])
+def test_kafka_flush_policy_transactions_wait_for_no_fsync(txbroker, producer):
+    """With Kafka's default flush policy (no fsync per append) the coordinators act on
+    their writes in the page cache, as Kafka does: a committed and an aborted
+    transaction with offsets (state records, markers, transactional offsets) complete
+    without a single fsync, and readers see exactly the committed records."""
+    topic = unique("nofsync")
+    group = unique("nofsync-group")
+    txbroker.create_topic(topic, 2)
+    tps = [(topic, 0), (topic, 1)]
+
+    def fsyncs() -> int:
+        return txbroker.call(lambda b: b.logs.flusher.fsyncs)
+
+    prod = TxnProducer(producer, txbroker.bootstrap, unique("tid-nofsync"))
+    try:
+        prod.init()
+        # A first transaction creates __consumer_offsets and opens every file involved
+        # (a new file's directory entry is fsynced once, whatever the policy).
+        prod.begin()
+        prod.send(topic, b"warm-up", partition=0)
+        prod.send(topic, b"warm-up", partition=1)
+        prod.send_offsets({(topic, 0): 1}, group)
+        prod.commit()
+        wait_state(txbroker, prod.transactional_id, ["CompleteCommit"])
+        before = fsyncs()
+        for n, commit in enumerate([True, False, True]):
+            prod.begin()
+            for tp in tps:
+                prod.send(topic, b"v%d" % n, partition=tp[1])
+            prod.send_offsets({(topic, 0): 10 + n}, group)
+            prod.commit() if commit else prod.abort()
+            wait_state(txbroker, prod.transactional_id,
+                       ["CompleteCommit" if commit else "CompleteAbort"])
+        assert fsyncs() == before, "a transaction waited for an fsync"
+    finally:
+        prod.close()
+    for tp in tps:
+        assert control_types(txbroker, tp) == ["COMMIT"] * 2 + ["ABORT", "COMMIT"]
+    ends = log_ends(txbroker, tps)
+    for consumer in CLIENTS:
+        assert read_all(consumer, txbroker.bootstrap, ends) == {
+            tp: [b"warm-up", b"v0", b"v2"] for tp in tps}
+    error, found = txbroker.call(lambda b: b.groups.fetch_offsets(group, None, False))
+    assert error == 0 and found[(topic, 0)][0] == 12
