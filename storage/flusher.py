@@ -22,6 +22,7 @@ import threading
 
 from . import fsync_helper
 from .log import PartitionLog, now_ms
+from .segment import LogSegment
 
 log = logging.getLogger(__name__)
 
@@ -348,7 +349,7 @@ class Flusher:
             return
         batch = list(self._dirty)
         self._dirty.clear()
-        jobs: list[tuple[PartitionLog, int, int]] = []
+        jobs: list[tuple[PartitionLog, int, int, tuple[list[LogSegment], bool]]] = []
         fd_jobs: list[list[int]] = []
         for plog in batch:
             if plog.closed:
@@ -359,9 +360,10 @@ class Flusher:
                 self._release(plog, target)  # nothing new since the last fsync
                 continue
             count = plog.unflushed_messages
+            taken = (list(plog.pending_sync), plog.directory_dirty)  # handed out again on error
             fds = plog.take_sync_fds()
             self.fsyncs += len(fds)
-            jobs.append((plog, target, count))
+            jobs.append((plog, target, count, taken))
             self._inflight[plog] = target
             fd_jobs.append(fds)
         if not jobs:
@@ -370,14 +372,20 @@ class Flusher:
             self._pool = ProcessFsyncPool(self._workers)
         try:
             results = await self._pool.run(asyncio.get_running_loop(), fd_jobs)
+        except BaseException:
+            for plog, _, _, taken in jobs:
+                plog.sync_failed(*taken)
+                self._mark(plog)
+            raise
         finally:
-            for plog, _, _ in jobs:
+            for plog, _, _, _ in jobs:
                 self._inflight.pop(plog, None)
         self.rounds += 1
         now = now_ms()
-        for (plog, target, count), result in zip(jobs, results, strict=True):
+        for (plog, target, count, taken), result in zip(jobs, results, strict=True):
             if result is not None:
                 log.error("fsync of %s failed: %s", plog.name, result)
+                plog.sync_failed(*taken)
                 self._mark(plog)
                 continue
             plog.unflushed_messages = max(0, plog.unflushed_messages - count)

@@ -355,6 +355,16 @@ class PartitionLog:
             fds.append(os.open(self.directory, os.O_RDONLY))
         return fds
 
+    def sync_failed(self, segments: list[LogSegment], directory: bool) -> None:
+        """The fsync of what :meth:`take_sync_fds` handed out (``segments`` were its
+        rolled segments, ``directory`` whether it included the directory) failed: hand
+        them out again next round (the active segment always is). Else a retry would
+        fsync only the active segment, and the flushed offset would pass a rolled
+        segment's tail that was never fsynced."""
+        again = [s for s in segments if not s.closed and s not in self.pending_sync]
+        self.pending_sync[:0] = again
+        self.directory_dirty = self.directory_dirty or directory
+
     # --- durability ---------------------------------------------------------------
 
     def mark_flushed(self, offset: int) -> None:

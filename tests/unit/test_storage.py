@@ -919,3 +919,59 @@ TestPartitionLogMachine.settings = settings(
     max_examples=40, stateful_step_count=30, deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
 )
+
+
+class _FailFirstRound:
+    """A flusher pool whose first round fails for every log (EIO), then fsyncs."""
+
+    def __init__(self) -> None:
+        self.rounds: list[list[int]] = []  # fds per job, per round
+
+    def run(self, loop, jobs):
+        failing = not self.rounds
+        self.rounds.append([len(fds) for fds in jobs])
+        results = []
+        for fds in jobs:
+            for fd in fds:
+                if not failing:
+                    os.fsync(fd)
+                os.close(fd)
+            results.append(OSError(5, "Input/output error") if failing else None)
+        fut = loop.create_future()
+        fut.set_result(results)
+        return fut
+
+    def shutdown(self, wait: bool) -> None:
+        pass
+
+
+def test_a_failed_fsync_round_is_retried_with_the_rolled_segments_and_directory(logdir,
+                                                                               caplog):
+    """After a roll, a round fsyncs the rolled segment (log + indexes), the active one
+    and the directory. If it fails, the retry must fsync all of them again, not only
+    the active segment, before the flushed offset passes the rolled segment."""
+    from storage.flusher import Flusher
+
+    async def main():
+        plog = open_log(logdir, replace(LogConfig(), segment_bytes=500))
+        plog.mark_flushed(0)
+        fl = Flusher()
+        pool = fl._pool = _FailFirstRound()
+        fl.start([plog])
+        fl.track(plog)
+        try:
+            append(plog, make_batch(3, size=120, tag=0))
+            append(plog, make_batch(3, size=120, tag=1))  # rolls the first segment
+            assert plog.pending_sync and plog.directory_dirty
+            await asyncio.wait_for(fl.wait_durable(plog, plog.log_end_offset), 5)
+            assert plog.flushed_offset == plog.log_end_offset == 6
+            assert len(pool.rounds) == 2 and pool.rounds[0] == pool.rounds[1]
+            assert pool.rounds[0][0] >= 5  # rolled log + 3 indexes, active log, directory
+            assert not plog.pending_sync and not plog.directory_dirty
+        finally:
+            await fl.stop()
+            plog.close()
+
+    with caplog.at_level(logging.ERROR, logger="storage.flusher"):
+        asyncio.run(main())
+    assert "fsync of" in caplog.text and "Input/output error" in caplog.text
