@@ -298,6 +298,13 @@ class Broker:
 
             self.admin_http = AdminHttpServer(self, self.config.get("admin.http.host"), admin_port)
             await self.admin_http.start()
+        flush_messages = self.config.get("log.flush.interval.messages")
+        if flush_messages > 1:
+            # Not the durable default: say what it gives up, once, before "ready".
+            log.warning("log.flush.interval.messages=%d (Kafka's flush policy): acks=all "
+                        "produce, transaction state, markers and committed offsets are acted "
+                        "on before they are fsynced; a power loss can take them back "
+                        "(topics with flush.messages=1 still fsync first)", flush_messages)
         adv_host, adv_port = self.advertised_host_port
         log.info("txbroker ready: listening on %s:%d (advertised %s:%d), data dir %s, node %d",
                  self.host, self.port, adv_host, adv_port, self.logs.data_dir, self.node_id)
