@@ -497,9 +497,9 @@ LONG_MAX = str((1 << 63) - 1)
 def test_kafka_flush_policy_transactions_wait_for_no_fsync(txbroker, producer, caplog):
     """With Kafka's default flush policy (no fsync per append; the broker says so in a
     WARNING line) the coordinators act on their writes in the page cache, as Kafka
-    does: a committed and an aborted
-    transaction with offsets (state records, markers, transactional offsets) complete
-    without a single fsync, and readers see exactly the committed records."""
+    does: committed and aborted transactions with offsets (state records, markers,
+    transactional offsets) complete without a single fsync, and readers see exactly
+    the committed records."""
     assert any("Kafka's flush policy" in r.getMessage() for r in caplog.get_records("setup"))
     topic = unique("nofsync")
     group = unique("nofsync-group")
