@@ -1041,6 +1041,8 @@ class TxnMachine(RuleBasedStateMachine):
         self.owner: dict[str, tuple | None] = dict.fromkeys(TIDS)
         self.marked: dict[str, bool] = dict.fromkeys(TIDS, False)  # the decision's markers are durable
         self.ended: dict[str, set] = {t: set() for t in TIDS}  # EndTxn (pid, epoch, commit) sent
+        # The owner asked to end its Ongoing transaction: it writes no more data into it.
+        self.ending: dict[str, tuple | None] = dict.fromkeys(TIDS)
         # Records in the log but not fsynced yet (the shell acts on them at append time and asks
         # for no fsync): CompleteCommit/CompleteAbort, and AddPartitionsToTxn's Ongoing when the
         # shell acts on it at append (eager_adds). Per id, oldest first: (index in the log, the
@@ -1058,43 +1060,64 @@ class TxnMachine(RuleBasedStateMachine):
         self.lost: dict[str, tuple[bool, frozenset]] = {}
         # Per id: (owner, orphans) that recovery aborts once the decided transaction completes.
         self.deferred: dict[str, tuple[tuple, frozenset]] = {}
+        # The partition logs, as far as transactions go: per partition its end offset and the
+        # offset below which it is fsynced (a marker is written durably, which makes what is
+        # before it durable too), and per (producer id, partition) where the producer's open
+        # transaction starts there, with the producer's epoch then. The producer's durable
+        # marker there closes it. What txn_first_offset and recover()'s open_transactions read.
+        self.log_end: dict[tuple, int] = {}
+        self.synced: dict[tuple, int] = {}
+        self.open_first: dict[tuple[int, tuple], tuple[int, int]] = {}
+        self.tid_of: dict[int, str] = {SEED_PID: "t1"}  # producer id -> its transactional id
         self.recoveries = 0
         self.sm = self._fresh()
 
     # -- plumbing --------------------------------------------------------------------
 
-    def _fresh(self, open_data: dict[str, tuple[tuple, frozenset]] | None = None
-               ) -> TransactionCoordinatorState:
-        """A new machine loaded from the durable log. ``open_data``: per transactional id, its
-        owner (producer id, epoch) and the partitions holding that producer's open transaction
-        (what the partition logs recovered), passed to recover() as ``open_transactions``."""
-        open_data = {tid: d for tid, d in (open_data or {}).items() if d[1]}
+    def _fresh(self) -> TransactionCoordinatorState:
+        """A new machine loaded from the durable log and recovered with the data the partition
+        logs hold open (``open_first``), as the shell's ``_open_transactions`` passes it."""
+        open_data: dict[str, tuple[tuple, dict]] = {}
+        for (pid, tp), (first, epoch) in sorted(self.open_first.items()):
+            tid = self.tid_of[pid]
+            owner, parts = open_data.setdefault(tid, ((pid, epoch), {}))
+            # One open transaction per id: a later one starts only after the previous one's
+            # markers, and a new producer id (or epoch) only after that one completed.
+            assert owner == (pid, epoch), (tid, owner, pid, epoch)
+            parts[tp] = first
         sm = TransactionCoordinatorState(MACHINE_CONFIG, lambda: next(self.pids), machine_offsets_partition,
-                                         coordinator_epoch=self.coordinator_epoch)
+                                         coordinator_epoch=self.coordinator_epoch,
+                                         txn_first_offset=self.first_offset)
         for key, value in self.log:
             sm.replay(key, value)
         self.sm = sm
-        # One owner per id, and producer ids are never shared between ids: no key collides.
-        opens = {owner[0]: sorted(parts) for owner, parts in open_data.values()}
-        assert len(opens) == len(open_data)
+        opens = {owner[0]: dict(parts) for owner, parts in open_data.values()}
         fx = sm.recover(self.now, opens)
         self.deferred = {}
-        # Every PrepareCommit/PrepareAbort in the log is finished: markers, or Complete* at once.
+        deferred = self.check_orphans(fx, open_data)
+        # Every PrepareCommit/PrepareAbort in the log is finished: markers where its own data may
+        # be (not where a later transaction's is open: see check_orphans), or Complete* at once.
         for tid, r in self.latest.items():
             if r is not None and r.state in PREPARE_STATES:
-                if r.partitions:
+                if r.partitions - deferred.get(tid, frozenset()):
                     assert any(m.transactional_id == tid for m in fx.markers), tid
                 else:
                     assert any(p.transactional_id == tid for p in fx.persist), tid
-        deferred = self.check_orphans(fx, open_data)
         # What the model owes after the crash: a marker in every partition of the durable
         # record, and in every partition holding data; a partition without data needs none.
+        # Deferred orphans are owed once the decided transaction completes (and the decided one
+        # owes no second marker where its own is durable and a later transaction's data open).
         for tid in TIDS:
             r = self.latest.get(tid)
             durable = r.partitions if r is not None and r.state in OPEN_STATES else frozenset()
-            held = open_data.get(tid, (None, frozenset()))[1]
-            held -= deferred.get(tid, frozenset())  # owed once the decided transaction completes
-            self.owed[tid] = set(durable | held)
+            owner, held = open_data.get(tid, (None, {}))
+            self.owed[tid] = set((durable | frozenset(held)) - deferred.get(tid, frozenset()))
+            if held:
+                # Data open means its producer was answered NONE for it (perhaps by a machine
+                # whose records were lost since, or before an ambiguous completion forgot it).
+                assert self.owner[tid] in (None, owner), (tid, self.owner[tid], owner)
+                self.owner[tid] = owner
+                self.requested[tid] |= set(held)
             if not self.owed[tid] and (r is None or r.state not in OPEN_STATES):
                 # Idle in the log, and no data open: the transaction (if any: its Ongoing
                 # records were lost) left no trace, and the next one starts from scratch.
@@ -1102,25 +1125,41 @@ class TxnMachine(RuleBasedStateMachine):
                 self.owner[tid] = None
                 self.requested[tid] = set()
                 self.ended[tid] = set()
+                self.ending[tid] = None
         self.absorb(fx)
         return sm
 
-    def check_orphans(self, fx: Effects, open_data: dict[str, tuple[tuple, frozenset]]
-                      ) -> dict[str, set]:
+    def first_offset(self, pid: int, tp: tuple) -> int | None:
+        """The coordinator's txn_first_offset: what the partition log answers."""
+        opened = self.open_first.get((pid, tp))
+        return None if opened is None else opened[0]
+
+    def check_orphans(self, fx: Effects, open_data: dict[str, tuple[tuple, dict]]
+                      ) -> dict[str, frozenset]:
         """recover()'s answer to the open data: every open partition is covered by the
         recovered transaction of its producer, or that transaction is aborted (epoch bump,
         PrepareAbort including it) like a timeout, or, if the durable record is decided, once
         it has completed. Returns those deferred orphans per id."""
         expired: list[str] = []
         deferred: dict[str, frozenset] = {}
-        for tid, ((pid, epoch), parts) in sorted(open_data.items()):
+        for tid, ((pid, epoch), opened) in sorted(open_data.items()):
             r = self.latest.get(tid)
             # The owner's producer id is in the durable log: its lost records (lazy Ongoing and
             # Complete*) never change the producer id. The epoch may be higher: a fence's durable
             # PrepareAbort, or an InitProducerId whose write failed ambiguously (in the log, but
             # not in memory, so the owner went on at the older epoch).
             assert r is not None and r.producer_id == pid and r.producer_epoch >= epoch, (r, pid)
+            parts = frozenset(opened)
             covered = r.partitions if r.state in OPEN_STATES else frozenset()
+            if r.state in PREPARE_STATES and parts & covered:
+                # Decided: the data open in its partitions is its own until its markers are
+                # durable (no later transaction starts before), a later transaction's after
+                # (its own was closed by its marker). The record's first offsets tell them apart.
+                for tp in parts & covered:
+                    own = opened[tp] == r.txn_first_offsets.get(tp)
+                    assert own != self.marked[tid], (tid, tp, opened[tp], r, self.marked[tid])
+                if self.marked[tid]:
+                    covered = frozenset()
             info = self.sm.inspect(tid)
             for tp in parts & covered:
                 assert info["state"] in OPEN_STATES and info["producer_id"] == pid, info
@@ -1130,7 +1169,8 @@ class TxnMachine(RuleBasedStateMachine):
                 event("recovery found open data it knows of")
                 continue
             # Partitions answered NONE are in the durable record, unless a crash lost the
-            # (unsynced) Ongoing that added them.
+            # (unsynced) Ongoing that added them; a decided transaction's partitions are
+            # orphans when that Ongoing added them again after its markers.
             lost_completion, lost_adds = self.lost.get(tid, (False, frozenset()))
             assert orphans <= lost_adds, (tid, orphans, lost_adds)
             if r.state in PREPARE_STATES:
@@ -1142,6 +1182,13 @@ class TxnMachine(RuleBasedStateMachine):
                 self.deferred[tid] = ((pid, epoch), orphans)
                 deferred[tid] = orphans
                 event("recovery deferred an orphan until its decided transaction completed")
+                inside = orphans & r.partitions
+                if inside:
+                    # The case of 00786fc: before it, recovery marked these again with the
+                    # decided outcome, which ended (committed) the later transaction's data.
+                    event("recovery deferred an orphan in a partition of the decided transaction")
+                    if any(tp in r.txn_first_offsets for tp in inside):
+                        event("... where the decided transaction's own data was (other offset)")
                 continue
             expired.append(tid)
             writes = [p for p in fx.persist if p.transactional_id == tid]
@@ -1150,6 +1197,7 @@ class TxnMachine(RuleBasedStateMachine):
             assert p.record is not None and p.record.state == "PrepareAbort", p
             assert p.record.producer_id == pid and p.record.producer_epoch > epoch, (p, epoch)
             assert p.record.partitions == covered | orphans, (p, covered, orphans)
+            assert p.record.txn_first_offsets == opened, (p, opened)
             assert info["pending_state"] == "PrepareAbort" and info["producer_epoch"] > epoch
             event("recovery aborted an orphan")
         assert sorted(fx.expired) == expired
@@ -1207,6 +1255,7 @@ class TxnMachine(RuleBasedStateMachine):
             info = self.sm.inspect(req.tid)
             assert (info["producer_id"], info["producer_epoch"], info["state"]) == (pid, epoch, "Empty")
             client.pid, client.epoch = pid, epoch
+            self.tid_of[pid] = req.tid
             return
         if result.error in (FENCED, BAD_EPOCH, MAPPING):
             client.pid = client.epoch = -1  # a real producer would have to start over
@@ -1231,13 +1280,26 @@ class TxnMachine(RuleBasedStateMachine):
     def on_marker_request(self, m: MarkerRequest) -> None:
         tid = m.transactional_id
         assert m.coordinator_epoch == self.coordinator_epoch
-        # Markers follow the durable decision, exactly.
+        # Markers follow the durable decision, exactly: into its partitions, but those where
+        # recovery found a later transaction's data open (deferred orphans).
         r = self.latest[tid]
         assert r is not None and r.state == ("PrepareCommit" if m.commit else "PrepareAbort"), (r, m)
-        assert (r.producer_id, r.producer_epoch, r.partitions) == (m.producer_id, m.producer_epoch,
-                                                                   frozenset(m.partitions))
+        skipped = self.deferred.get(tid, (None, frozenset()))[1]
+        assert (r.producer_id, r.producer_epoch, r.partitions - skipped) == (
+            m.producer_id, m.producer_epoch, frozenset(m.partitions)), (r, m, skipped)
+        for tp in m.partitions:
+            opened = self.open_first.get((m.producer_id, tp))
+            if opened is None:
+                continue  # a marker where nothing is open ends nothing
+            # A marker ends the producer's open transaction there: it must be the decided one,
+            # whose own data is still open only if its markers are not durable yet (else this
+            # is a later transaction's, and COMMIT would commit it: the bug 00786fc fixed).
+            assert not (self.decision[tid] is not None and self.marked[tid]), (
+                f"{tid}: marker of a decided transaction into {tp}, where a later one is open", m)
+            assert r.txn_first_offsets.get(tp) == opened[0], (tp, opened, r)
         d = (m.producer_id, m.producer_epoch, m.commit, frozenset(m.partitions))
         if self.decision[tid] is None:
+            assert not skipped
             # Every partition answered NONE gets a marker, and only requested ones do.
             assert self.owed[tid] <= d[3] <= self.requested[tid], (self.owed[tid], d, self.requested[tid])
             owner = self.owner[tid]
@@ -1251,7 +1313,8 @@ class TxnMachine(RuleBasedStateMachine):
                 assert m.producer_id == owner[0] and m.producer_epoch > owner[1], (m, owner)
             self.decision[tid] = d
         else:
-            assert self.decision[tid] == d, "one transaction, two outcomes"
+            decided = self.decision[tid]
+            assert decided[:3] == d[:3] and decided[3] - skipped == d[3], "one transaction, two outcomes"
 
     def make_durable(self, p: PersistRequest, acknowledged: bool) -> None:
         """``p`` is in the log: fsynced, or (CompleteCommit/CompleteAbort, and an Ongoing the
@@ -1274,12 +1337,18 @@ class TxnMachine(RuleBasedStateMachine):
             self.owner[tid] = None
             self.requested[tid] = set()
             self.ended[tid] = set()
+            self.ending[tid] = None
             return
         if acknowledged:
             assert r.producer_epoch >= self.acked_max.get(r.producer_id, -1), "epoch went backwards"
             self.acked_max[r.producer_id] = r.producer_epoch
         if r.state in ("PrepareCommit", "PrepareAbort"):
             assert self.decision[tid] is None, "a second decision before the first completed"
+            # It records where the transaction's data starts in each partition: all of the
+            # producer's open data (no first batch may come while the decision is pending).
+            mine = {tp: opened[0] for (pid, tp), opened in self.open_first.items()
+                    if pid == r.producer_id}
+            assert r.txn_first_offsets == mine and set(mine) <= r.partitions, (r, mine)
         elif r.state in COMPLETE_STATES:
             # Acted on before it is fsynced (the shell's _persist): a crash may lose it.
             d = self.decision[tid]
@@ -1291,6 +1360,7 @@ class TxnMachine(RuleBasedStateMachine):
             self.decision[tid] = None
             self.marked[tid] = False
             self.ended[tid] = set()
+            self.ending[tid] = None
             self.owed[tid] = set()
             self.requested[tid] = set()
             self.owner[tid] = None
@@ -1358,6 +1428,28 @@ class TxnMachine(RuleBasedStateMachine):
         self.absorb(self.sm.init_producer_id(token, self.now, cl.tid, timeout, pid, epoch,
                                              api_version=version))
 
+    def append_batch(self, tp: tuple) -> int:
+        offset = self.log_end.get(tp, 0)
+        self.log_end[tp] = offset + 1
+        return offset
+
+    def may_write(self, tid: str, producer: tuple, tp: tuple) -> bool:
+        """May this producer's (first) batch go to ``tp``? Only the owner's, into a partition
+        it was answered NONE for, before it asked to end the transaction (a producer flushes
+        before EndTxn), and if the coordinator verifies it (the produce path's KIP-890 check:
+        a fenced producer, or a decision in progress, is refused)."""
+        return (self.owner[tid] == producer and tp in self.owed[tid] and self.ending[tid] != producer
+                and self.sm.verify_partitions(tid, *producer, [tp]) == {tp: NONE})
+
+    def write_data(self, c: int, parts: list) -> None:
+        """Client ``c`` produces a batch into each of ``parts`` it may write to."""
+        cl = self.clients[c]
+        for tp in parts:
+            if cl.pid >= 0 and self.may_write(cl.tid, (cl.pid, cl.epoch), tp):
+                offset = self.append_batch(tp)
+                self.open_first.setdefault((cl.pid, tp), (offset, cl.epoch))
+                event("data written")
+
     def send_add(self, c: int, parts: list, modern: bool) -> None:
         cl = self.clients[c]
         self.requested[cl.tid] |= set(parts)
@@ -1375,6 +1467,10 @@ class TxnMachine(RuleBasedStateMachine):
     def send_end(self, c: int, commit: bool, modern: bool) -> None:
         cl = self.clients[c]
         self.ended[cl.tid].add((cl.pid, cl.epoch, commit))
+        info = self.sm.inspect(cl.tid)
+        if info is not None and (info["state"], info["producer_id"], info["producer_epoch"]) == (
+                "Ongoing", cl.pid, cl.epoch):
+            self.ending[cl.tid] = (cl.pid, cl.epoch)
         token = self.issue(Request("end", c, cl.tid, cl.pid, cl.epoch, commit=commit))
         self.absorb(self.sm.end_txn(token, self.now, cl.tid, cl.pid, cl.epoch, commit,
                                     api_version=3 if modern else 1))
@@ -1391,6 +1487,7 @@ class TxnMachine(RuleBasedStateMachine):
             self.send_init(c, 3000, kip360=False, modern=True)
         elif action == "add":
             self.send_add(c, parts, modern=True)
+            self.write_data(c, parts)  # if answered already (an Ongoing acted on at append)
         elif action == "offsets":
             self.send_offsets(c, GROUPS[len(parts) - 1])
         else:
@@ -1398,17 +1495,41 @@ class TxnMachine(RuleBasedStateMachine):
         if then_pump:
             self.pump_all([], [])
 
+    @rule(c=st.sampled_from([0, 1, 0, 1, 2, 3]), parts=st.lists(st.sampled_from(PARTS + [
+        machine_offsets_partition(g) for g in GROUPS]), min_size=1, max_size=3))
+    def produce(self, c: int, parts: list) -> None:
+        """A producer writes data (or TxnOffsetCommit) into partitions of its transaction."""
+        self.write_data(c, parts)
+
     @rule(c=st.sampled_from([0, 1, 0, 1, 2, 3]), commit=st.sampled_from([True, True, False]),
-          parts=st.lists(st.sampled_from(PARTS), min_size=1, max_size=2))
-    def next_transaction(self, c: int, commit: bool, parts: list) -> None:
-        """A producer ends its transaction and, once the shell has caught up (markers, then
-        the Complete* record, which is not fsynced), starts the next one at once."""
-        if self.clients[c].pid < 0:
+          parts=st.lists(st.sampled_from(PARTS), min_size=1, max_size=2), write=st.booleans(),
+          same=st.booleans(), power_failure=st.sampled_from([0, 0, 1, 9, 9]), data=st.data())
+    def next_transaction(self, c: int, commit: bool, parts: list, write: bool, same: bool,
+                         power_failure: int, data) -> None:
+        """A producer ends its transaction (begun here in ``parts`` if it has none open) and,
+        once the shell has caught up (markers, then the Complete* record, which is not
+        fsynced), starts the next one at once: in ``parts``, or (``same``) in the partitions
+        of the one it ended, as applications do. With ``write``, it writes data into both.
+        With ``power_failure``, the power fails right then, losing that many of the last unsynced
+        records: the next Ongoing, or also the completion (the case of 00786fc when the next
+        transaction's data reached a partition of both)."""
+        cl = self.clients[c]
+        if cl.pid < 0:
             return
+        if self.owner[cl.tid] != (cl.pid, cl.epoch):
+            self.send_add(c, parts, modern=True)
+            self.pump_all([], [])
+        if write:
+            self.write_data(c, sorted(self.owed[cl.tid]))
+        ended = sorted(tp for tp in self.owed[cl.tid] if tp in PARTS)
         self.send_end(c, commit, modern=True)
         for _ in range(2):
             self.pump_all([], [])
-        self.send_add(c, parts, modern=True)
+        self.send_add(c, (same and ended) or parts, modern=True)
+        if write:
+            self.write_data(c, (same and ended) or parts)
+        if power_failure:
+            self.power_off([], [power_failure] * len(TIDS), data)
 
     @rule(kind=st.sampled_from(["init", "init", "add", "offsets", "end", "restart", "verify"]),
           c=st.integers(0, N_CLIENTS - 1), timeout=st.sampled_from([1000, 3000, 0, 6000]),
@@ -1437,6 +1558,8 @@ class TxnMachine(RuleBasedStateMachine):
 
     def complete_write(self, wid: int, outcome: str, error: int) -> None:
         p = self.writes.pop(wid)
+        before = self.latest.get(p.transactional_id)
+        decided = before.partitions if before is not None else frozenset()
         if outcome != "fail":
             # "ambiguous": the append failed from the coordinator's view, yet it is in the log.
             self.make_durable(p, acknowledged=outcome == "ok")
@@ -1455,7 +1578,11 @@ class TxnMachine(RuleBasedStateMachine):
                 assert w.record.state == "PrepareAbort" and w.record.partitions == orphans, w
                 assert w.record.producer_epoch > p.record.producer_epoch, (w, p)
                 assert p.transactional_id in fx.expired
+                assert w.record.txn_first_offsets == {tp: self.first_offset(w.record.producer_id, tp)
+                                                      for tp in orphans}, (w, self.open_first)
                 event("orphan aborted after recovery completed the decided transaction")
+                if orphans & decided:
+                    event("orphan in a partition of the decided transaction aborted after it")
             elif flagged and any(w.transactional_id == p.transactional_id for w in fx.persist):
                 # ...but expire_now() waited for this write: its fence (epoch) is in memory.
                 assert got == replace(p.record, producer_epoch=got.producer_epoch,
@@ -1470,6 +1597,11 @@ class TxnMachine(RuleBasedStateMachine):
         m = self.markers.pop(mid)
         if ok:
             self.marked[m.transactional_id] = True
+            for tp in m.partitions:
+                # Written (and fsynced, with everything before it) after the data it ends.
+                self.open_first.pop((m.producer_id, tp), None)
+                self.append_batch(tp)
+                self.synced[tp] = self.log_end[tp]
         self.absorb(self.sm.markers_written(self.now, mid, NONE if ok else E.not_leader_or_follower.value))
 
     def pump_all(self, outcomes: list[str], marker_ok: list[bool]) -> None:
@@ -1512,18 +1644,23 @@ class TxnMachine(RuleBasedStateMachine):
         """The coordinator dies; each in-flight write may or may not have reached the log,
         and records not fsynced yet (Complete*, eager Ongoing) may be lost (a power failure).
         The partitions its producer was answered NONE for may hold data of its open
-        transaction, or not (drawn): recover() is told which. (With ``admin``, only the
-        admin views are checked instead.)"""
+        transaction, or not (drawn): data written may be lost unless fsynced, data not written
+        yet may have come just before the crash. recover() is told what is open, with first
+        offsets. (With ``admin``, only the admin views are checked instead.)"""
         if admin:
             self.check_admin_views()
             return
+        self.power_off(landed, lost, data)
+
+    def power_off(self, landed: list[bool], lost: list[int], data) -> None:
         for k, p in enumerate(self.writes.values()):
             if k < len(landed) and landed[k]:
                 self.make_durable(p, acknowledged=True)
         # The owner's data is open in some of the partitions it was answered NONE for, unless
         # the decision's markers are all durable. (Drawn before lose_lazy, which may bring back
         # the bookkeeping of the previous, completed, transaction of the same producer.)
-        open_data = {}
+        gone: set = set()  # (producer id, partition): open data the power failure loses
+        late: list = []  # (producer id, partition, epoch): first batches just before the crash
         for tid in TIDS:
             owner = self.owner[tid]
             if owner is None or not self.owed[tid] or (self.decision[tid] and self.marked[tid]):
@@ -1531,14 +1668,34 @@ class TxnMachine(RuleBasedStateMachine):
             owed = sorted(self.owed[tid])
             held = data.draw(st.lists(st.booleans(), min_size=len(owed), max_size=len(owed)),
                              label=f"data of {tid} open in {owed}")
-            open_data[tid] = (owner, frozenset(tp for tp, h in zip(owed, held, strict=True) if h))
+            for tp, h in zip(owed, held, strict=True):
+                opened = self.open_first.get((owner[0], tp))
+                if not h and opened is not None and opened[0] >= self.synced.get(tp, 0):
+                    gone.add((owner[0], tp))
+                elif h and opened is None and self.may_write(tid, owner, tp):
+                    late.append((owner[0], tp, owner[1]))
+        self.lose_data(gone)
+        for pid, tp, epoch in late:
+            self.open_first[(pid, tp)] = (self.append_batch(tp), epoch)
+        self.synced = dict(self.log_end)  # what survived was on disk
         self.lose_lazy(lost)
         self.dropped |= set(self.issued) - self.answered - self.dropped
         self.writes, self.markers = {}, {}
         self.coordinator_epoch += 1
         self.recoveries += 1
         event("crash with a decision open" if any(self.decision.values()) else "crash")
-        self._fresh(open_data)
+        self._fresh()
+
+    def lose_data(self, gone: set) -> None:
+        """A power failure cuts each partition's log where its first lost batch was (a log
+        loses a suffix): the open transactions starting from there on are gone too."""
+        for tp in {tp for _pid, tp in gone}:
+            cut = min(self.open_first[(pid, p)][0] for pid, p in gone if p == tp)
+            assert cut >= self.synced.get(tp, 0)
+            for key in [k for k, opened in self.open_first.items() if k[1] == tp and opened[0] >= cut]:
+                del self.open_first[key]
+            self.log_end[tp] = cut
+            event("crash lost unsynced data")
 
     @rule(which=st.sampled_from([None, None, "t0", "t1", "unknown"]))
     def expire_now(self, which: str | None) -> None:
@@ -1605,10 +1762,8 @@ class TxnMachine(RuleBasedStateMachine):
         for _ in range(20):
             if not self.writes and not self.markers:
                 break
-            for wid, p in list(self.writes.items()):
-                del self.writes[wid]
-                self.make_durable(p, acknowledged=True)
-                self.absorb(self.sm.persisted(self.now, wid, NONE))
+            for wid in list(self.writes):
+                self.complete_write(wid, "ok", NONE)  # with its checks (a deferred orphan's abort)
             for mid in list(self.markers):
                 self.complete_markers(mid, True)
         assert not self.writes and not self.markers
@@ -1616,6 +1771,12 @@ class TxnMachine(RuleBasedStateMachine):
         for tid in self.sm.transactional_ids():
             assert self.sm.state_of(tid) not in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT)
             assert self.sm.inspect(tid)["pending_state"] is None
+        # No hanging transaction: data still open belongs to its producer's ongoing one.
+        for (pid, tp), _opened in self.open_first.items():
+            info = self.sm.inspect(self.tid_of[pid])
+            assert info is not None and (info["state"], info["producer_id"]) == ("Ongoing", pid), (
+                pid, tp, info)
+            assert tp in info["partitions"], (pid, tp, info)
 
 
 # ~9 s here; a local run of 5000 examples x 100 steps passed (~4 min).
