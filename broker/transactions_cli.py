@@ -32,6 +32,7 @@ from protocol.primitives import (
 )
 
 from .admin_client import AdminConnection
+from .config import parse_properties
 
 OUT = sys.stdout
 
@@ -316,7 +317,13 @@ def cmd_abort(conn: AdminConnection, args) -> int:
 
 def add_parser(sub) -> None:
     p = sub.add_parser("transactions", help="inspect and abort transactions (KIP-664)")
-    p.add_argument("--bootstrap-server", default="127.0.0.1:9092", help="host:port")
+    p.add_argument("--bootstrap-server",
+                   help="host:port (default: bootstrap.servers of --command-config, else "
+                        "127.0.0.1:9092)")
+    p.add_argument("--command-config", metavar="FILE",
+                   help="client properties, as for kafka-transactions.sh: bootstrap.servers "
+                        "and request.timeout.ms are used, security.protocol must be "
+                        "PLAINTEXT, other keys are ignored (with a note)")
     tsub = p.add_subparsers(dest="txn_command", required=True)
     ls = tsub.add_parser("list", help="transactional ids the coordinator knows")
     ls.add_argument("--state", action="append", help="filter by state (repeatable)")
@@ -356,13 +363,57 @@ def add_parser(sub) -> None:
                          "in its transaction (breaks that transaction's atomicity)")
 
 
+_USED_CLIENT_KEYS = ("bootstrap.servers", "request.timeout.ms", "security.protocol")
+
+
+def _client_settings(args) -> tuple[list[str], float] | str:
+    """(bootstrap addresses, timeout in seconds) from the options and --command-config,
+    or an error message."""
+    props: dict[str, str] = {}
+    if args.command_config:
+        try:
+            with open(args.command_config) as f:
+                props = parse_properties(f.read())
+        except OSError as e:
+            return f"cannot read --command-config {args.command_config}: {e}"
+    protocol = props.get("security.protocol", "PLAINTEXT").upper()
+    if protocol != "PLAINTEXT":
+        return (f"security.protocol={protocol} in {args.command_config}: txbroker speaks "
+                "PLAINTEXT only")
+    try:
+        timeout = int(props.get("request.timeout.ms", "30000")) / 1000
+    except ValueError:
+        return f"request.timeout.ms in {args.command_config} is not a number"
+    ignored = sorted(set(props) - set(_USED_CLIENT_KEYS))
+    if ignored:
+        print(f"note: ignoring {', '.join(ignored)} from {args.command_config}",
+              file=sys.stderr)
+    servers = args.bootstrap_server or props.get("bootstrap.servers") or "127.0.0.1:9092"
+    return [s.strip() for s in servers.split(",") if s.strip()], timeout
+
+
 def run(args) -> int:
     commands = {"list": cmd_list, "describe": cmd_describe,
                 "describe-producers": cmd_describe_producers,
                 "find-hanging": cmd_find_hanging, "abort": cmd_abort}
+    settings = _client_settings(args)
+    if isinstance(settings, str):
+        print(f"error: {settings}", file=sys.stderr)
+        return 1
+    servers, timeout = settings
+    conn, failures = None, []
+    for server in servers:  # the first that answers, as a Kafka client bootstraps
+        try:
+            conn = AdminConnection(server, timeout)
+            break
+        except (OSError, ValueError) as e:
+            failures.append(f"{server}: {e}")
+    if conn is None:
+        print(f"error: cannot reach {'; '.join(failures)}", file=sys.stderr)
+        return 1
     try:
-        with AdminConnection(args.bootstrap_server) as conn:
+        with conn:
             return commands[args.txn_command](conn, args)
     except OSError as e:
-        print(f"error: cannot reach {args.bootstrap_server}: {e}", file=sys.stderr)
+        print(f"error: connection to {conn.address} failed: {e}", file=sys.stderr)
         return 1

@@ -832,3 +832,42 @@ def test_cli_cannot_reach_broker():
 
     out = cli(Nowhere, "list")
     assert out.returncode == 1 and "cannot reach" in out.stderr
+
+
+def _cli_argv(argv: list[str]) -> subprocess.CompletedProcess:
+    out, err = io.StringIO(), io.StringIO()
+    saved = transactions_cli.OUT
+    transactions_cli.OUT = out
+    try:
+        with contextlib.redirect_stderr(err):
+            code = cli_main(argv)
+    finally:
+        transactions_cli.OUT = saved
+    return subprocess.CompletedProcess(argv, code, out.getvalue(), err.getvalue())
+
+
+def test_cli_command_config(txbroker, tmp_path):
+    """kafka-transactions.sh's --command-config: bootstrap.servers (a list: the first
+    that answers) and request.timeout.ms are used, other keys are ignored with a note,
+    a security protocol other than PLAINTEXT is refused with a clear error."""
+    tid = unique("tid-cmdcfg")
+    client = connect(txbroker)
+    RawTxn(client, tid).init()
+    client.close()
+    props = tmp_path / "client.properties"
+    props.write_text("# as for Kafka's tools\n"
+                     f"bootstrap.servers=127.0.0.1:1,{txbroker.bootstrap}\n"
+                     "request.timeout.ms=5000\nclient.id=ops\n")
+    out = _cli_argv(["transactions", "--command-config", str(props), "list"])
+    assert out.returncode == 0, out.stderr
+    assert tid in [r[0] for r in rows(out.stdout)]
+    assert "ignoring client.id" in out.stderr
+    # --bootstrap-server wins over the file's bootstrap.servers.
+    out = cli(txbroker, "--command-config", str(props), "describe", tid)
+    assert out.returncode == 0 and tid in out.stdout
+    props.write_text(f"bootstrap.servers={txbroker.bootstrap}\nsecurity.protocol=SASL_SSL\n")
+    out = _cli_argv(["transactions", "--command-config", str(props), "list"])
+    assert out.returncode == 1
+    assert "security.protocol=SASL_SSL" in out.stderr and "PLAINTEXT only" in out.stderr
+    out = _cli_argv(["transactions", "--command-config", str(tmp_path / "missing"), "list"])
+    assert out.returncode == 1 and "cannot read --command-config" in out.stderr
