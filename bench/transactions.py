@@ -274,6 +274,7 @@ def cmd_cost(bootstrap: str, idempotent_topic: str, transactional_topic: str,
     value = _value(value_size)
     commits: list[float] = []
     totals = {False: [0, 0.0], True: [0, 0.0]}  # messages, seconds
+    slices_done: list[tuple[bool, int, float]] = []  # (transactional, messages, seconds)
 
     def run_slice(transactional: bool, seconds: float) -> tuple[int, float]:
         p = txn if transactional else idem
@@ -322,6 +323,7 @@ def cmd_cost(bootstrap: str, idempotent_topic: str, transactional_topic: str,
             n, secs = run_slice(transactional, slice_seconds)
             totals[transactional][0] += n
             totals[transactional][1] += secs
+            slices_done.append((transactional, n, round(secs, 4)))
     except KafkaException as e:
         raise PhaseError(str(e)) from e
     finally:
@@ -330,7 +332,7 @@ def cmd_cost(bootstrap: str, idempotent_topic: str, transactional_topic: str,
             p.flush(0)
     return {"idempotent_messages": totals[False][0], "idempotent_seconds": totals[False][1],
             "transactional_messages": totals[True][0], "transactional_seconds": totals[True][1],
-            "commit_ms": [round(x * 1000, 3) for x in commits]}
+            "commit_ms": [round(x * 1000, 3) for x in commits], "slices": slices_done}
 
 
 COMMANDS: dict[str, Callable[..., dict[str, Any]]] = {
@@ -587,6 +589,7 @@ class Run:
         lat = r["commit_ms"]
         return {"idempotent_mb_per_s": round(idem, 2), "transactional_mb_per_s": round(txn, 2),
                 "cost": round(1 - txn / idem, 4) if idem > 0 else None,
+                "cost_pair_median": _pair_cost_median(r["slices"]),
                 "idempotent_messages": r["idempotent_messages"],
                 "transactional_messages": r["transactional_messages"],
                 "idempotent_seconds": round(r["idempotent_seconds"], 3),
@@ -653,6 +656,18 @@ class Run:
         return out
 
 
+def _pair_cost_median(slices: list) -> float | None:
+    """The cost of each pair of adjacent slices (one idempotent, one transactional),
+    median over the pairs: one slice slowed by something else moves it less than the
+    totals (a run's ``cost``)."""
+    costs = []
+    for a, b in zip(slices[::2], slices[1::2], strict=False):
+        rates = {t: n / secs for t, n, secs in (a, b) if secs > 0}
+        if len(rates) == 2 and rates[False] > 0:
+            costs.append(1 - rates[True] / rates[False])
+    return round(statistics.median(costs), 4) if costs else None
+
+
 # --- aggregation ------------------------------------------------------------------------
 
 def _median(values: list[float | None], digits: int = 2) -> float | None:
@@ -665,7 +680,8 @@ RATE_KEYS = ("txn_per_s", "mb_per_s", "commit_p50_ms", "commit_p99_ms", "broker_
 CONSUME_KEYS = tuple(f"{k}_{m}" for k in ("rc", "ru") for m in (
     "mb_per_s", "records_per_s", "seconds", "first_record_s", "records", "aborted_seen")) + (
     "rc_over_ru", "broker_cpu_cores", "other_load_cores")
-COST_KEYS = ("idempotent_mb_per_s", "transactional_mb_per_s", "cost", "commits",
+COST_KEYS = ("idempotent_mb_per_s", "transactional_mb_per_s", "cost", "cost_pair_median",
+             "commits",
              "commit_p50_ms", "commit_p99_ms", "broker_cpu_cores", "other_load_cores")
 
 
@@ -682,7 +698,8 @@ def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
             else ("mb_per_s", "seconds", "committed", "aborted")
         phases[name] = {"runs": len(data), "ok_runs": len(ok),
                         "errors": [d["error"] for d in data if not d.get("ok")]}
-        phases[name] |= {k: _median([d.get(k) for d in ok], 4 if k in ("cost", "rc_over_ru")
+        phases[name] |= {k: _median([d.get(k) for d in ok], 4 if k in (
+                             "cost", "cost_pair_median", "rc_over_ru")
                                     else 2)
                          for k in keys}
         incorrect = [d["incorrect"] for d in ok if d.get("incorrect")]
@@ -843,17 +860,20 @@ def render_markdown(report: dict[str, Any]) -> str:
         f"{o['commit_interval_s'] * 1000:g} ms old)",
         "",
         "| broker | idempotent MB/s | transactional MB/s | cost | per-run costs "
-        "| commits per run | commit p50 / p99 ms | broker CPU | ok runs |",
-        "|---|---:|---:|---:|---|---:|---:|---:|---:|",
+        "| cost, median of slice pairs | commits per run | commit p50 / p99 ms | broker CPU "
+        "| ok runs |",
+        "|---|---:|---:|---:|---|---:|---:|---:|---:|---:|",
     ]
     for broker, data in results.items():
         s = data["summary"]
         c = s["phases"].get("cost", {})
         cost = "n/a" if s["cost"] is None else f"{100 * s['cost']:.1f}%"
+        pairs = c.get("cost_pair_median")
+        pairs = "n/a" if pairs is None else f"{100 * pairs:.1f}%"
         lines.append(
             f"| {broker} | {_fmt(c.get('idempotent_mb_per_s'))} "
             f"| {_fmt(c.get('transactional_mb_per_s'))} | {cost} "
-            f"| {', '.join(f'{100 * x:.1f}%' for x in s['cost_runs'])} "
+            f"| {', '.join(f'{100 * x:.1f}%' for x in s['cost_runs'])} | {pairs} "
             f"| {_fmt(c.get('commits'), 0)} "
             f"| {_fmt(c.get('commit_p50_ms'), 1)} / {_fmt(c.get('commit_p99_ms'), 1)} "
             f"| {_fmt(c.get('broker_cpu_cores'), 2)} "
