@@ -53,7 +53,13 @@ from typing import Any
 import psutil
 
 from . import clients, report
-from .brokers import KAFKA_FLUSH_BROKER, ManagedBroker, RssSampler, broker_factories
+from .brokers import (
+    KAFKA_FLUSH_BROKER,
+    KAFKA_FLUSH_POLICY,
+    ManagedBroker,
+    RssSampler,
+    broker_factories,
+)
 from .report import cmd_output as _cmd_output
 from .report import fmt as _fmt
 from .report import system_busy as _system_busy
@@ -273,7 +279,6 @@ def cmd_cost(bootstrap: str, idempotent_topic: str, transactional_topic: str,
     txn = Producer(base | {"transactional.id": transactional_id})
     value = _value(value_size)
     commits: list[float] = []
-    totals = {False: [0, 0.0], True: [0, 0.0]}  # messages, seconds
     slices_done: list[tuple[bool, int, float]] = []  # (transactional, messages, seconds)
 
     def run_slice(transactional: bool, seconds: float) -> tuple[int, float]:
@@ -320,16 +325,16 @@ def cmd_cost(bootstrap: str, idempotent_topic: str, transactional_topic: str,
         del commits[:]
         for k in range(2 * slices):
             transactional = (k % 2 == 0) == transactional_first
-            n, secs = run_slice(transactional, slice_seconds)
-            totals[transactional][0] += n
-            totals[transactional][1] += secs
-            slices_done.append((transactional, n, round(secs, 4)))
+            slices_done.append((transactional, *run_slice(transactional, slice_seconds)))
     except KafkaException as e:
         raise PhaseError(str(e)) from e
     finally:
         for p in (idem, txn):
             p.purge()
             p.flush(0)
+    totals = {mode: (sum(n for t, n, _s in slices_done if t == mode),
+                     sum(secs for t, _n, secs in slices_done if t == mode))
+              for mode in (False, True)}
     return {"idempotent_messages": totals[False][0], "idempotent_seconds": totals[False][1],
             "transactional_messages": totals[True][0], "transactional_seconds": totals[True][1],
             "commit_ms": [round(x * 1000, 3) for x in commits], "slices": slices_done}
@@ -681,8 +686,9 @@ CONSUME_KEYS = tuple(f"{k}_{m}" for k in ("rc", "ru") for m in (
     "mb_per_s", "records_per_s", "seconds", "first_record_s", "records", "aborted_seen")) + (
     "rc_over_ru", "broker_cpu_cores", "other_load_cores")
 COST_KEYS = ("idempotent_mb_per_s", "transactional_mb_per_s", "cost", "cost_pair_median",
-             "commits",
-             "commit_p50_ms", "commit_p99_ms", "broker_cpu_cores", "other_load_cores")
+             "commits", "commit_p50_ms", "commit_p99_ms", "broker_cpu_cores",
+             "other_load_cores")
+FOUR_DIGIT_KEYS = ("cost", "cost_pair_median", "rc_over_ru")
 
 
 def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -698,9 +704,7 @@ def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
             else ("mb_per_s", "seconds", "committed", "aborted")
         phases[name] = {"runs": len(data), "ok_runs": len(ok),
                         "errors": [d["error"] for d in data if not d.get("ok")]}
-        phases[name] |= {k: _median([d.get(k) for d in ok], 4 if k in (
-                             "cost", "cost_pair_median", "rc_over_ru")
-                                    else 2)
+        phases[name] |= {k: _median([d.get(k) for d in ok], 4 if k in FOUR_DIGIT_KEYS else 2)
                          for k in keys}
         incorrect = [d["incorrect"] for d in ok if d.get("incorrect")]
         if incorrect:
@@ -795,7 +799,8 @@ def render_markdown(report: dict[str, Any]) -> str:
         "transaction state), fresh temporary data dir"
         + (f", overrides {o['txbroker_overrides']}" if o["txbroker_overrides"] else "")
         + f"; {KAFKA_FLUSH_BROKER}: the same with Apache Kafka's default flush policy "
-        "(`log.flush.interval.messages=9223372036854775807`: no fsync waits, as in Kafka)"
+        f"({', '.join(f'`{k}={v}`' for k, v in KAFKA_FLUSH_POLICY.items())}: no fsync "
+        "waits, as in Kafka)"
         + "; Tansu: `--storage-engine memory://tansu/` (in memory, no fsync)",
         "",
         f"## Transactions/s ({o['rate_seconds']:g} s window per run, "

@@ -369,6 +369,11 @@ def cli(txbroker, *args: str, process: bool = False) -> subprocess.CompletedProc
     if process:
         return subprocess.run([sys.executable, "-m", "broker", *argv], cwd=ROOT,
                               capture_output=True, text=True, timeout=30)
+    return _cli_argv(argv)
+
+
+def _cli_argv(argv: list[str]) -> subprocess.CompletedProcess:
+    """``txbroker ARGV`` through the command line's entry point in this process."""
     out, err = io.StringIO(), io.StringIO()
     saved = transactions_cli.OUT
     transactions_cli.OUT = out
@@ -832,18 +837,6 @@ def test_cli_cannot_reach_broker():
 
     out = cli(Nowhere, "list")
     assert out.returncode == 1 and "cannot reach" in out.stderr
-
-
-def _cli_argv(argv: list[str]) -> subprocess.CompletedProcess:
-    out, err = io.StringIO(), io.StringIO()
-    saved = transactions_cli.OUT
-    transactions_cli.OUT = out
-    try:
-        with contextlib.redirect_stderr(err):
-            code = cli_main(argv)
-    finally:
-        transactions_cli.OUT = saved
-    return subprocess.CompletedProcess(argv, code, out.getvalue(), err.getvalue())
 
 
 def test_cli_command_config(txbroker, tmp_path):
