@@ -9,6 +9,7 @@ COPY storage ./storage
 COPY coordinator ./coordinator
 COPY broker ./broker
 COPY spark_jobs ./spark_jobs
+COPY txbroker ./txbroker
 
 FROM source AS spark
 # Spark needs a JVM; procps because Spark's launcher scripts call ps.
@@ -19,7 +20,7 @@ RUN apt-get update && apt-get install -y --no-install-recommends openjdk-17-jre-
     && chown spark /output /checkpoint
 USER spark
 ENV PYSPARK_PYTHON=python3 PYSPARK_DRIVER_PYTHON=python3
-ENTRYPOINT ["python", "-m", "spark_jobs.ingest"]
+ENTRYPOINT ["python", "-m", "txbroker.spark_jobs.ingest"]
 
 FROM source AS broker
 RUN pip install --no-cache-dir . && useradd --system --home /data txbroker \

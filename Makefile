@@ -35,7 +35,7 @@ test-fast: install
 	$(PY) -m pytest -q -x -p no:cacheprovider tests/unit
 
 demo: install
-	$(PY) -m spark_jobs.demo
+	$(PY) -m txbroker.spark_jobs.demo
 
 bench: install
 	$(PY) -m bench.throughput
@@ -48,4 +48,4 @@ clean:
 
 # Regenerate the key tables of docs/configuration.md from broker/config.py.
 docs-config: install
-	$(PY) -c "import pathlib, broker.config as c; p = pathlib.Path('docs/configuration.md'); t = p.read_text(); p.write_text(t[:t.index('## Broker keys')] + c.markdown_reference())"
+	$(PY) -c "import pathlib, txbroker.broker.config as c; p = pathlib.Path('docs/configuration.md'); t = p.read_text(); p.write_text(t[:t.index('## Broker keys')] + c.markdown_reference())"

@@ -9,12 +9,12 @@ data directory; one topic with ``--partitions`` partitions filled with
 ``--records`` committed records of ``--value-size`` bytes by confluent-kafka
 transactional producers (one transaction per 10,000 records), so every batch is
 transactional and every partition ends with COMMIT markers the reader must
-skip; one SparkSession (``spark_jobs.session.spark_session``, ``local[2]``)
+skip; one SparkSession (``txbroker.spark_jobs.session.spark_session``, ``local[2]``)
 whose start-up is reported separately.
 
 Timed, per run (fresh output and checkpoint directories each time):
 
-* **stream ingest**: ``spark_jobs.ingest.ingest`` with ``trigger(availableNow)``
+* **stream ingest**: ``txbroker.spark_jobs.ingest.ingest`` with ``trigger(availableNow)``
   — the ingestion job itself: the ``txbroker`` source read_committed into
   partitioned Parquet with a checkpoint. Target >= 300,000 rows/s.
 * **batch read**: ``spark.read.format("txbroker")`` over the whole topic written
@@ -94,7 +94,7 @@ def _timed(body: Any) -> tuple[float, Any]:
 
 
 def one_run(spark: Any, bootstrap: str, topic: str, opts: Options) -> dict[str, Any]:
-    from spark_jobs.ingest import ingest
+    from txbroker.spark_jobs.ingest import ingest
 
     work = Path(tempfile.mkdtemp(prefix="txbroker-ingest-bench-"))
     try:
@@ -175,7 +175,7 @@ def render_markdown(rep: dict[str, Any]) -> str:
 
 
 def run(opts: Options, command: str) -> dict[str, Any]:
-    from spark_jobs.session import spark_session
+    from txbroker.spark_jobs.session import spark_session
 
     machine = report.machine_info(pyspark=report.package_version("pyspark"),
                                   pyarrow=report.package_version("pyarrow"),

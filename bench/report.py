@@ -95,7 +95,7 @@ def machine_info(**extra: Any) -> dict[str, Any]:
     """The machine and code a run measured; call it before the runs (date, load at start)."""
     head = cmd_output(["git", "rev-parse", "--short", "HEAD"])
     dirty = bool(cmd_output(["git", "status", "--porcelain", "--", "protocol", "storage",
-                             "broker", "coordinator", "spark_jobs"]))
+                             "broker", "coordinator", "spark_jobs", "txbroker"]))
     return {
         "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "loadavg_start": [round(x, 2) for x in os.getloadavg()],

@@ -8,7 +8,7 @@ import socket
 import struct
 from typing import Any
 
-from protocol.messages import decode_response, encode_request
+from txbroker.protocol.messages import decode_response, encode_request
 
 
 class AdminConnection:

@@ -9,7 +9,7 @@ import resource
 import signal
 import sys
 
-from storage.log_config import ConfigError
+from txbroker.storage.log_config import ConfigError
 
 from .config import load_config
 from .server import Broker
@@ -45,7 +45,10 @@ def _parse_override(text: str) -> tuple[str, str]:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from txbroker import __version__
+
     parser = argparse.ArgumentParser(prog="txbroker", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"txbroker {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     s = sub.add_parser("serve", help="run the broker")
     s.add_argument("--host", help="listen address (default 127.0.0.1)")

@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-from storage.log_config import TOPIC_CONFIGS, ConfigError
+from txbroker.storage.log_config import TOPIC_CONFIGS, ConfigError
 
 
 def _bool(text: str) -> bool:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from protocol.messages import RequestHeader, response_class, response_module
+from txbroker.protocol.messages import RequestHeader, response_class, response_module
 
 if TYPE_CHECKING:
     from .server import Broker

@@ -1,4 +1,4 @@
-"""``python -m broker.demo``: start a broker, produce and consume with real clients, say
+"""``python -m txbroker.broker.demo``: start a broker, produce and consume with real clients, say
 what it proved. (``make demo`` runs the transactional pipeline + Spark demo,
 ``spark_jobs/demo.py``; this one is the quick broker-only check.)
 
@@ -19,7 +19,7 @@ import sys
 import tempfile
 import time
 
-from broker.process import BrokerProcess
+from txbroker.broker.process import BrokerProcess
 
 TOPIC = "demo-orders"
 PARTITIONS = 3

@@ -1,4 +1,4 @@
-"""The broker as a real OS process (``python -m broker serve``) on an ephemeral port.
+"""The broker as a real OS process (``python -m txbroker serve``) on an ephemeral port.
 
 Used by ``make demo`` (``spark_jobs/demo.py``, ``broker/demo.py``) and by the tests
 that need a broker they can SIGTERM or SIGKILL::
@@ -24,7 +24,7 @@ READY = re.compile(r"ready: listening on (\S+):(\d+)")
 
 
 class BrokerProcess:
-    """``python -m broker serve`` in a child process; restarts reuse the first port."""
+    """``python -m txbroker serve`` in a child process; restarts reuse the first port."""
 
     def __init__(self, data_dir: str, overrides: Mapping[str, str] | None = None,
                  port: int = 0) -> None:
@@ -46,7 +46,7 @@ class BrokerProcess:
         return self.proc is not None and self.proc.poll() is None
 
     def start(self, timeout: float = 30) -> BrokerProcess:
-        cmd = [sys.executable, "-m", "broker", "serve", "--host", "127.0.0.1",
+        cmd = [sys.executable, "-m", "txbroker", "serve", "--host", "127.0.0.1",
                "--port", str(self.requested_port), "--data-dir", self.data_dir]
         for k, v in self.overrides.items():
             cmd += ["--override", f"{k}={v}"]

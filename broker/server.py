@@ -18,14 +18,17 @@ import socket
 import struct
 import time
 
-from coordinator.group.coordinator import GroupCoordinator, GroupCoordinatorConfig
-from coordinator.group.state import GroupConfig
-from coordinator.producer_ids import ProducerIdManager
-from coordinator.transaction.coordinator import TransactionCoordinator, TxnCoordinatorConfig
-from coordinator.transaction.faults import FaultInjector
-from coordinator.transaction.state import TxnConfig
-from protocol.errors import ErrorCode
-from protocol.messages import (
+from txbroker.coordinator.group.coordinator import GroupCoordinator, GroupCoordinatorConfig
+from txbroker.coordinator.group.state import GroupConfig
+from txbroker.coordinator.producer_ids import ProducerIdManager
+from txbroker.coordinator.transaction.coordinator import (
+    TransactionCoordinator,
+    TxnCoordinatorConfig,
+)
+from txbroker.coordinator.transaction.faults import FaultInjector
+from txbroker.coordinator.transaction.state import TxnConfig
+from txbroker.protocol.errors import ErrorCode
+from txbroker.protocol.messages import (
     API_VERSIONS_KEY,
     api_name,
     decode_request,
@@ -33,8 +36,8 @@ from protocol.messages import (
     parse_correlation_id,
     parse_request_header,
 )
-from protocol.primitives import DecodeError
-from storage.manager import LogManager
+from txbroker.protocol.primitives import DecodeError
+from txbroker.storage.manager import LogManager
 
 from .config import BrokerConfig
 from .context import CloseConnection, RequestContext

@@ -21,8 +21,7 @@ from kio.schema.errors import ErrorCode
 from kio.schema.list_transactions.v1 import request as lt
 from kio.schema.metadata.v12 import request as md
 from kio.schema.write_txn_markers.v1 import request as wm
-
-from protocol.primitives import (
+from txbroker.protocol.primitives import (
     read_compact_nullable_string,
     read_int16,
     read_int32,

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from protocol.errors import ErrorCode, KafkaError
-from protocol.records import (
+from txbroker.protocol.errors import ErrorCode, KafkaError
+from txbroker.protocol.records import (
     BatchHeader,
     Record,
     build_batch,
@@ -15,8 +15,8 @@ from protocol.records import (
     decode_records,
     read_header,
 )
-from storage.log import AppendResult, PartitionLog, now_ms
-from storage.manager import LogManager
+from txbroker.storage.log import AppendResult, PartitionLog, now_ms
+from txbroker.storage.manager import LogManager
 
 OFFSETS_TOPIC = "__consumer_offsets"
 TXN_TOPIC = "__transaction_state"

@@ -28,9 +28,8 @@ from collections.abc import Iterable
 import crc32c
 import pyarrow as pa
 import pyarrow.compute as pc
-
-from protocol.compression import Compression, decompress
-from protocol.errors import CorruptRecordError
+from txbroker.protocol.compression import Compression, decompress
+from txbroker.protocol.errors import CorruptRecordError
 
 from .wire import TxBrokerSourceError
 

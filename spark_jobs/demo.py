@@ -11,7 +11,7 @@
    transactional.id fences the zombie and finishes;
 3. counts the payments log with a read_uncommitted and a read_committed consumer
    (the aborted records are there, and hidden);
-4. ingests both output topics with Spark (``spark_jobs.ingest``, the ``txbroker``
+4. ingests both output topics with Spark (``txbroker.spark_jobs.ingest``, the ``txbroker``
    source, read_committed, ``availableNow``) into a Parquet table;
 5. verifies the Parquet with Spark (``payments/verify.py``) and prints the checks;
 6. stops the broker with SIGTERM. Exit code 0 only if every check passed.
@@ -31,9 +31,14 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from broker.process import BrokerProcess
-from spark_jobs.payments.pipeline import PipelineConfig, PipelineResult, read_topic, run_pipeline
-from spark_jobs.payments.verify import Check, VerifyResult, verify
+from txbroker.broker.process import BrokerProcess
+from txbroker.spark_jobs.payments.pipeline import (
+    PipelineConfig,
+    PipelineResult,
+    read_topic,
+    run_pipeline,
+)
+from txbroker.spark_jobs.payments.verify import Check, VerifyResult, verify
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -46,7 +51,7 @@ def _start_spark(log_path: Path) -> SparkSession:
     launched; pointing fd 2 at a file for that moment keeps the JVM's warnings out of
     the demo's output. Python's own stderr is restored right after; the log is shown
     if the demo fails."""
-    from spark_jobs.session import spark_session
+    from txbroker.spark_jobs.session import spark_session
 
     saved = os.dup(2)
     log_fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
@@ -138,7 +143,7 @@ def _count_logs(bootstrap: str, r: PipelineResult) -> Check:
 
 def _ingest_and_verify(spark: SparkSession, bootstrap: str, workdir: Path,
                        r: PipelineResult) -> VerifyResult:
-    from spark_jobs.ingest import ingest
+    from txbroker.spark_jobs.ingest import ingest
 
     c = r.config
     table = str(workdir / "lake" / "payments")

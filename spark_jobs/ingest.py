@@ -31,8 +31,7 @@ if __package__ in (None, ""):  # spark-submit spark_jobs/ingest.py: make the pac
 
 from pyspark.sql import DataFrame, SparkSession  # noqa: E402
 from pyspark.sql import functions as F  # noqa: E402
-
-from spark_jobs.source import user_message  # noqa: E402
+from txbroker.spark_jobs.source import user_message  # noqa: E402
 
 FORMATS = ("txbroker", "kafka")
 
@@ -140,7 +139,7 @@ def ingest(spark: SparkSession, *, bootstrap_servers: str, topic: str, output: s
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="spark_jobs.ingest",
+        prog="txbroker.spark_jobs.ingest",
         description="Stream a topic read_committed into partitioned Parquet, exactly once.")
     parser.add_argument("--bootstrap-servers", required=True, help="host:port of the broker")
     parser.add_argument("--topic", required=True)
@@ -168,7 +167,7 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(f"--option {item!r}: expected KEY=VALUE")
         options[key] = value
 
-    from spark_jobs.session import spark_session
+    from txbroker.spark_jobs.session import spark_session
 
     # Errors reach the user as one line from us; Spark's own ERROR logs would repeat
     # them with Java stack traces.

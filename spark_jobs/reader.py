@@ -27,7 +27,7 @@ from .decoder import Columns, decode_fetch
 from .options import Range, SourceOptions
 from .wire import TxBrokerSourceError, WireClient
 
-log = logging.getLogger("spark_jobs.source")
+log = logging.getLogger("txbroker.spark_jobs.source")
 
 ROWS_PER_ARROW_BATCH = 16_384
 MAX_FETCH_BYTES = 256 << 20

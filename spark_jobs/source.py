@@ -65,7 +65,7 @@ from .wire import TxBrokerSourceError, WireClient
 
 __all__ = ["TxBrokerDataSource", "TxBrokerSourceError", "spark_schema", "user_message"]
 
-log = logging.getLogger("spark_jobs.source")
+log = logging.getLogger("txbroker.spark_jobs.source")
 
 _FIELDS = [
     StructField("key", BinaryType()),

@@ -20,8 +20,8 @@ import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from protocol.errors import ErrorCode
-from protocol.messages import build, decode_response, encode_request, request_module
+from txbroker.protocol.errors import ErrorCode
+from txbroker.protocol.messages import build, decode_response, encode_request, request_module
 
 METADATA, LIST_OFFSETS, FETCH = 3, 2, 1
 METADATA_VERSION = 12

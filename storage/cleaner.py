@@ -110,8 +110,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from protocol.errors import CorruptRecordError
-from protocol.records import (
+from txbroker.protocol.errors import CorruptRecordError
+from txbroker.protocol.records import (
     ATTR_CONTROL,
     ATTR_DELETE_HORIZON,
     ATTR_TIMESTAMP_TYPE,

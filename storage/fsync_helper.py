@@ -1,6 +1,6 @@
 """The fsync helper process: fsyncs the files the broker passes it, off the broker's GIL.
 
-Run by :class:`storage.flusher.ProcessFsyncPool` as ``python fsync_helper.py FD
+Run by :class:`txbroker.storage.flusher.ProcessFsyncPool` as ``python fsync_helper.py FD
 WORKERS`` (by path, so it imports nothing but the standard library). FD is one
 end of an AF_UNIX SOCK_SEQPACKET socketpair.
 

@@ -15,8 +15,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from protocol.errors import ErrorCode, KafkaError, RecordTooLargeError
-from protocol.records import (
+from txbroker.protocol.errors import ErrorCode, KafkaError, RecordTooLargeError
+from txbroker.protocol.records import (
     BatchHeader,
     ControlType,
     build_control_batch,

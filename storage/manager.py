@@ -27,7 +27,7 @@ import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from protocol.errors import ErrorCode, KafkaError
+from txbroker.protocol.errors import ErrorCode, KafkaError
 
 from .cleaner import CLEANER_CHECKPOINT_FILE, LogCleaner
 from .flusher import Flusher

@@ -18,9 +18,8 @@ from collections import deque
 from dataclasses import dataclass, field
 
 import msgpack
-
-from protocol.errors import ErrorCode, KafkaError
-from protocol.records import NO_SEQUENCE, BatchHeader
+from txbroker.protocol.errors import ErrorCode, KafkaError
+from txbroker.protocol.records import NO_SEQUENCE, BatchHeader
 
 log = logging.getLogger(__name__)
 

@@ -17,7 +17,7 @@ import time
 from array import array
 from dataclasses import dataclass
 
-from protocol.records import (
+from txbroker.protocol.records import (
     HEADER_SIZE,
     LOG_OVERHEAD,
     BatchHeader,

@@ -6,8 +6,8 @@ import socket
 import struct
 import time
 
-from broker.process import READY, BrokerProcess
-from protocol.messages import decode_response, encode_request
+from txbroker.broker.process import READY, BrokerProcess
+from txbroker.protocol.messages import decode_response, encode_request
 
 __all__ = ["READY", "BrokerProcess", "RawClient", "wait_until"]
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import datetime
 
-from protocol.errors import ErrorCode
+from txbroker.protocol.errors import ErrorCode
 
 ZERO = datetime.timedelta(0)
 
@@ -27,7 +27,7 @@ def client_host(peer: str) -> str:
 def commit_entries(request) -> list:
     """The (topic, partition, offset, leader epoch, metadata) entries of an
     OffsetCommit or TxnOffsetCommit request."""
-    from coordinator.group.coordinator import OffsetCommitEntry
+    from txbroker.coordinator.group.coordinator import OffsetCommitEntry
 
     entries = []
     for topic in request.topics:

@@ -3,8 +3,8 @@ transaction, before TxnOffsetCommit."""
 
 from __future__ import annotations
 
-from protocol import fast_responses
-from protocol.messages import build
+from txbroker.protocol import fast_responses
+from txbroker.protocol.messages import build
 
 from ._groups import ZERO, code
 

@@ -3,9 +3,9 @@ transactional ids and has a verify-only form brokers use among themselves."""
 
 from __future__ import annotations
 
-from protocol import fast_responses
-from protocol.errors import ErrorCode
-from protocol.messages import build
+from txbroker.protocol import fast_responses
+from txbroker.protocol.errors import ErrorCode
+from txbroker.protocol.messages import build
 
 from ._groups import ZERO, code
 

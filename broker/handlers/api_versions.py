@@ -7,9 +7,8 @@ import logging
 import re
 
 from kio.schema.api_versions.v0 import response as v0
-
-from protocol.errors import ErrorCode
-from protocol.messages import build
+from txbroker.protocol.errors import ErrorCode
+from txbroker.protocol.messages import build
 
 API_KEY = 18
 MIN_VERSION = 0

@@ -5,8 +5,8 @@ from __future__ import annotations
 import datetime
 import logging
 
-from protocol.errors import ErrorCode, KafkaError
-from protocol.messages import build
+from txbroker.protocol.errors import ErrorCode, KafkaError
+from txbroker.protocol.messages import build
 
 API_KEY = 37
 MIN_VERSION = 0

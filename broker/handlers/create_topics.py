@@ -6,8 +6,8 @@ import datetime
 import logging
 import uuid
 
-from protocol.errors import ErrorCode, KafkaError
-from protocol.messages import build
+from txbroker.protocol.errors import ErrorCode, KafkaError
+from txbroker.protocol.messages import build
 
 from .describe_configs import CONFIG_SOURCE, topic_config_entries
 

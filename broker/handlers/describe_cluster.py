@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import datetime
 
-from protocol.errors import ErrorCode
-from protocol.messages import build
+from txbroker.protocol.errors import ErrorCode
+from txbroker.protocol.messages import build
 
 API_KEY = 60
 MIN_VERSION = 0

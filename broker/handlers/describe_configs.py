@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import datetime
 
-from protocol.errors import ErrorCode
-from protocol.messages import build
-from storage.log_config import TOPIC_CONFIGS
+from txbroker.protocol.errors import ErrorCode
+from txbroker.protocol.messages import build
+from txbroker.storage.log_config import TOPIC_CONFIGS
 
 from ..config import BROKER_KEYS, TOPIC_DEFAULT_KEYS
 

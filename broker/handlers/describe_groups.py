@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from protocol.errors import ErrorCode
-from protocol.messages import build
+from txbroker.protocol.errors import ErrorCode
+from txbroker.protocol.messages import build
 
 from ._groups import ZERO, code
 

@@ -3,8 +3,8 @@ partition knows, with their open transaction's first offset (find hanging ones).
 
 from __future__ import annotations
 
-from protocol.errors import ErrorCode
-from protocol.messages import build
+from txbroker.protocol.errors import ErrorCode
+from txbroker.protocol.messages import build
 
 from ._groups import ZERO
 

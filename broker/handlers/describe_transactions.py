@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import datetime
 
-from protocol.messages import build
+from txbroker.protocol.messages import build
 
 from ._groups import ZERO, code
 

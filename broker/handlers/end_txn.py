@@ -3,8 +3,8 @@ answer; the markers and CompleteCommit/CompleteAbort follow."""
 
 from __future__ import annotations
 
-from protocol import fast_responses
-from protocol.messages import build
+from txbroker.protocol import fast_responses
+from txbroker.protocol.messages import build
 
 from ..context import CloseConnection
 from ._groups import ZERO, code

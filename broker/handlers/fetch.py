@@ -12,8 +12,8 @@ import datetime
 import logging
 import time
 
-from protocol.errors import ErrorCode
-from protocol.messages import build
+from txbroker.protocol.errors import ErrorCode
+from txbroker.protocol.messages import build
 
 API_KEY = 1
 MIN_VERSION = 4

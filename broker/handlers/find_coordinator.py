@@ -6,8 +6,8 @@ from __future__ import annotations
 import datetime
 import logging
 
-from protocol.errors import ErrorCode
-from protocol.messages import build
+from txbroker.protocol.errors import ErrorCode
+from txbroker.protocol.messages import build
 
 API_KEY = 10
 MIN_VERSION = 0

@@ -5,9 +5,9 @@ from __future__ import annotations
 import datetime
 import logging
 
-from protocol.errors import ErrorCode, KafkaError
-from protocol.messages import build
-from storage.log_config import TOPIC_CONFIGS
+from txbroker.protocol.errors import ErrorCode, KafkaError
+from txbroker.protocol.messages import build
+from txbroker.storage.log_config import TOPIC_CONFIGS
 
 from .describe_configs import BROKER, TOPIC
 

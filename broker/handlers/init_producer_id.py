@@ -8,8 +8,8 @@ accepts the KIP-360 form carrying the current producer id and epoch.
 
 from __future__ import annotations
 
-from protocol.errors import ErrorCode
-from protocol.messages import build
+from txbroker.protocol.errors import ErrorCode
+from txbroker.protocol.messages import build
 
 from ._groups import ZERO, code, ms
 

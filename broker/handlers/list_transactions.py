@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from protocol.messages import build
-from storage.log import now_ms
+from txbroker.protocol.messages import build
+from txbroker.storage.log import now_ms
 
 from ._groups import ZERO, code
 

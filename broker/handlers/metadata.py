@@ -6,8 +6,8 @@ import datetime
 import logging
 import uuid
 
-from protocol.errors import ErrorCode, KafkaError
-from protocol.messages import build
+from txbroker.protocol.errors import ErrorCode, KafkaError
+from txbroker.protocol.messages import build
 
 API_KEY = 3
 MIN_VERSION = 0

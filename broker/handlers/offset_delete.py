@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from protocol.messages import build
+from txbroker.protocol.messages import build
 
 from ._groups import ZERO, code
 

@@ -11,11 +11,21 @@ import asyncio
 import datetime
 import logging
 
-from protocol import fast_responses
-from protocol.errors import ErrorCode, InvalidRecordError, KafkaError, UnsupportedCompressionError
-from protocol.messages import build
-from protocol.records import Compression, decode_records, peek_size, validate_produced_batch
-from storage.log import now_ms
+from txbroker.protocol import fast_responses
+from txbroker.protocol.errors import (
+    ErrorCode,
+    InvalidRecordError,
+    KafkaError,
+    UnsupportedCompressionError,
+)
+from txbroker.protocol.messages import build
+from txbroker.protocol.records import (
+    Compression,
+    decode_records,
+    peek_size,
+    validate_produced_batch,
+)
+from txbroker.storage.log import now_ms
 
 from ..context import CloseConnection
 

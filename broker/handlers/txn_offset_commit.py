@@ -8,8 +8,8 @@ like an OffsetCommit (KIP-447).
 
 from __future__ import annotations
 
-from protocol import fast_responses
-from protocol.messages import build
+from txbroker.protocol import fast_responses
+from txbroker.protocol.messages import build
 
 from ._groups import ZERO, code, commit_entries
 

@@ -5,8 +5,8 @@ in-process, and this API serves the KIP-664 abort path for hanging transactions
 
 from __future__ import annotations
 
-from coordinator.transaction.markers import write_markers
-from protocol.messages import build
+from txbroker.coordinator.transaction.markers import write_markers
+from txbroker.protocol.messages import build
 
 API_KEY = 27
 MIN_VERSION = 1

@@ -5,8 +5,8 @@
 ``records`` versioned msgpack encoding of the ``__consumer_offsets`` records.
 """
 
-from coordinator.group.offsets import CommittedOffset, ExpiryRule, OffsetStore
-from coordinator.group.records import (
+from txbroker.coordinator.group.offsets import CommittedOffset, ExpiryRule, OffsetStore
+from txbroker.coordinator.group.records import (
     GroupMetadataKey,
     GroupMetadataValue,
     MemberMetadata,
@@ -14,7 +14,7 @@ from coordinator.group.records import (
     OffsetValue,
     decode_key,
 )
-from coordinator.group.state import (
+from txbroker.coordinator.group.state import (
     Effects,
     GroupConfig,
     GroupCoordinatorState,

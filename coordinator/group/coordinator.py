@@ -20,11 +20,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from kio.schema.errors import ErrorCode
-
-from protocol.errors import KafkaError
-from protocol.records import ControlType, control_type_of
-from storage.log import PartitionLog
-from storage.manager import LogManager
+from txbroker.protocol.errors import KafkaError
+from txbroker.protocol.records import ControlType, control_type_of
+from txbroker.storage.log import PartitionLog
+from txbroker.storage.manager import LogManager
 
 from ..internal_topic import (
     OFFSETS_TOPIC,

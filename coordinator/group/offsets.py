@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from coordinator.group.records import (
+from txbroker.coordinator.group.records import (
     OffsetKey,
     OffsetValue,
     decode_key,

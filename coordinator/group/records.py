@@ -25,7 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from coordinator.record_codec import as_bytes, as_int, as_str, pack, unpack_array
+from txbroker.coordinator.record_codec import as_bytes, as_int, as_str, pack, unpack_array
 
 FORMAT_VERSION = 0
 _KIND_OFFSET = 1

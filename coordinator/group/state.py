@@ -54,9 +54,8 @@ from enum import Enum
 from typing import Any, NamedTuple
 
 from kio.schema.errors import ErrorCode
-
-from coordinator.group.offsets import ExpiryRule
-from coordinator.group.records import (
+from txbroker.coordinator.group.offsets import ExpiryRule
+from txbroker.coordinator.group.records import (
     GroupMetadataKey,
     GroupMetadataValue,
     MemberMetadata,

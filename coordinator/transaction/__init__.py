@@ -6,14 +6,14 @@
 ``records`` versioned msgpack encoding of the ``__transaction_state`` records.
 """
 
-from coordinator.transaction.records import (
+from txbroker.coordinator.transaction.records import (
     TxnLogValue,
     decode_key,
     decode_value,
     encode_key,
     encode_value,
 )
-from coordinator.transaction.state import (
+from txbroker.coordinator.transaction.state import (
     NO_PRODUCER_EPOCH,
     NO_PRODUCER_ID,
     VALID_PREVIOUS_STATES,

@@ -13,10 +13,9 @@ import time
 from dataclasses import dataclass, field
 
 from kio.schema.errors import ErrorCode
-
-from protocol.errors import KafkaError
-from storage.log import PartitionLog
-from storage.manager import LogManager
+from txbroker.protocol.errors import KafkaError
+from txbroker.storage.log import PartitionLog
+from txbroker.storage.manager import LogManager
 
 from ..internal_topic import (
     OFFSETS_TOPIC,

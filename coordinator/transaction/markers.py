@@ -13,9 +13,8 @@ import logging
 from collections.abc import Iterable
 
 from kio.schema.errors import ErrorCode
-
-from protocol.errors import KafkaError
-from storage.manager import LogManager
+from txbroker.protocol.errors import KafkaError
+from txbroker.storage.manager import LogManager
 
 from ..internal_topic import OFFSETS_TOPIC
 

@@ -58,7 +58,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from coordinator.record_codec import as_int, as_str, pack, unpack_array
+from txbroker.coordinator.record_codec import as_int, as_str, pack, unpack_array
 
 __all__ = [
     "FORMAT_VERSION",

@@ -97,8 +97,7 @@ from enum import Enum
 from typing import Any
 
 from kio.schema.errors import ErrorCode
-
-from coordinator.transaction.records import (
+from txbroker.coordinator.transaction.records import (
     TxnLogValue,
     decode_key,
     decode_value,

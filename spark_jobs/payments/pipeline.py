@@ -99,7 +99,7 @@ class ProcessorProcess:
 
     def __init__(self, args: list[str], echo: Callable[[str], None] | None = None) -> None:
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "spark_jobs.payments.processor", *args],
+            [sys.executable, "-m", "txbroker.spark_jobs.payments.processor", *args],
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         self.lines: list[str] = []
         self._echo = echo

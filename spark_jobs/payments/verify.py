@@ -216,7 +216,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--orders", type=int, default=2000)
     p.add_argument("--seed", type=int, default=7)
     a = p.parse_args(argv)
-    from spark_jobs.session import spark_session
+    from txbroker.spark_jobs.session import spark_session
 
     orders = generate_orders(a.orders, a.seed)
     attempts = read_journal(a.journal)

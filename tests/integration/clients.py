@@ -319,7 +319,7 @@ def consume(client: str, bootstrap: str, topic: str, partitions: Sequence[int], 
 
 def stored_batches(txbroker, topic: str, partition: int):
     """BatchHeaders of every batch in the partition's log, read from the segment files."""
-    from protocol.records import iter_batches
+    from txbroker.protocol.records import iter_batches
 
     def read(broker):
         plog = broker.logs.get_log(topic, partition)
@@ -336,7 +336,7 @@ def stored_batches(txbroker, topic: str, partition: int):
 
 def stored_records(txbroker, topic: str, partition: int):
     """Every record in the partition's log, decoded by the broker's own record reader."""
-    from protocol.records import decode_records, iter_batches
+    from txbroker.protocol.records import decode_records, iter_batches
 
     def read(broker):
         plog = broker.logs.get_log(topic, partition)

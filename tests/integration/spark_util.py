@@ -13,7 +13,7 @@ def shared_spark():
     """One SparkSession for the whole test run (starting one takes seconds)."""
     global _SESSION
     if _SESSION is None or _SESSION.sparkContext._jsc is None:  # none yet, or stopped
-        from spark_jobs.session import spark_session
+        from txbroker.spark_jobs.session import spark_session
 
         _SESSION = spark_session("txbroker-tests")
     return _SESSION

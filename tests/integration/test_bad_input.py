@@ -7,11 +7,11 @@ import logging
 import struct
 
 import pytest
+from txbroker.protocol.compression import Compression
+from txbroker.protocol.errors import ErrorCode
+from txbroker.protocol.messages import decode_response
+from txbroker.protocol.records import Record, build_batch, compute_crc
 
-from protocol.compression import Compression
-from protocol.errors import ErrorCode
-from protocol.messages import decode_response
-from protocol.records import Record, build_batch, compute_crc
 from tests.integration.wire_util import (
     API_VERSIONS,
     FETCH,
@@ -332,7 +332,7 @@ def test_bad_batch_is_rejected_whole(txbroker, topic, caplog, records, error, lo
     assert result.base_offset == -1
     record = wait_for_log(caplog, "produce to bad-0", error.name.upper(), log_words,
                           level=logging.WARNING)
-    assert record.name.startswith("broker")
+    assert record.name.startswith("txbroker.broker")
     assert log_end_offset(txbroker, topic, 0) == 0
     # The partition takes good data afterwards, at offset 0.
     assert _produce_one(txbroker, topic, batch()).base_offset == 0

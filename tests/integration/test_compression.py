@@ -4,8 +4,7 @@ bits intact, no recompression) and read back by every client."""
 from __future__ import annotations
 
 import pytest
-
-from protocol.records import Compression
+from txbroker.protocol.records import Compression
 
 from .clients import CONSUMERS, PRODUCERS, Msg, consume, produce, stored_batches, stored_records
 

@@ -11,9 +11,9 @@ import time
 import uuid
 
 import pytest
+from txbroker.protocol.errors import ErrorCode
+from txbroker.protocol.messages import build, request_module
 
-from protocol.errors import ErrorCode
-from protocol.messages import build, request_module
 from tests.helpers import BrokerProcess, RawClient, wait_until
 
 from .clients import Msg, produce

@@ -13,11 +13,11 @@ import threading
 import time
 
 import pytest
+from txbroker.broker.testing import BrokerThread
+from txbroker.coordinator.group.coordinator import OFFSETS_TOPIC
+from txbroker.coordinator.group.records import GroupMetadataKey, OffsetKey, decode_key
+from txbroker.coordinator.internal_topic import partition_for
 
-from broker.testing import BrokerThread
-from coordinator.group.coordinator import OFFSETS_TOPIC
-from coordinator.group.records import GroupMetadataKey, OffsetKey, decode_key
-from coordinator.internal_topic import partition_for
 from tests.helpers import wait_until
 
 from .clients import KCAT, Msg, produce, stored_records
@@ -479,7 +479,7 @@ def _offsets_records(broker_thread, group: str):
 
 def _offsets_segments(broker_thread, group: str) -> list[list]:
     """The records of each segment of the group's __consumer_offsets partition."""
-    from protocol.records import decode_records, iter_batches
+    from txbroker.protocol.records import decode_records, iter_batches
 
     def read(broker):
         n = broker.logs.topics[OFFSETS_TOPIC].partitions

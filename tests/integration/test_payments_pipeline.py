@@ -14,9 +14,8 @@ import json
 from collections import Counter
 
 import pytest
-
-from spark_jobs.payments.orders import LedgerEntry
-from spark_jobs.payments.pipeline import PipelineConfig, read_topic, run_pipeline
+from txbroker.spark_jobs.payments.orders import LedgerEntry
+from txbroker.spark_jobs.payments.pipeline import PipelineConfig, read_topic, run_pipeline
 
 from .txn_util import TXN_CONFIG
 

@@ -16,8 +16,7 @@ import sys
 import time
 
 import pytest
-
-from protocol.records import ControlType, control_type_of, decode_records, iter_batches
+from txbroker.protocol.records import ControlType, control_type_of, decode_records, iter_batches
 
 from .clients import Msg, produce
 from .txn_util import (

@@ -22,11 +22,11 @@ import threading
 import time
 
 import pytest
+from txbroker.coordinator.group.coordinator import OFFSETS_TOPIC
+from txbroker.coordinator.internal_topic import TXN_TOPIC, partition_for
+from txbroker.coordinator.transaction.records import decode_key, decode_value
+from txbroker.protocol.records import ControlType, control_type_of, decode_records, iter_batches
 
-from coordinator.group.coordinator import OFFSETS_TOPIC
-from coordinator.internal_topic import TXN_TOPIC, partition_for
-from coordinator.transaction.records import decode_key, decode_value
-from protocol.records import ControlType, control_type_of, decode_records, iter_batches
 from tests.helpers import BrokerProcess, RawClient
 
 from .clients import Msg, produce
@@ -355,7 +355,7 @@ def test_in_process_power_loss_in_end_txn_then_restart(txbroker, monkeypatch, po
     in every partition (data and __consumer_offsets), no acks=all record is lost, and the
     producer (or a new one with its transactional.id) carries on."""
     # Keep an unsynced CompleteCommit unsynced (else the flusher fsyncs it within 1 s).
-    monkeypatch.setattr("storage.flusher.LAZY_FLUSH_MS", 60_000)
+    monkeypatch.setattr("txbroker.storage.flusher.LAZY_FLUSH_MS", 60_000)
     data_dir = txbroker.config.data_dir
     topic, source = unique("power"), unique("power-in")
     txbroker.create_topic(topic, 2)
@@ -482,7 +482,7 @@ def test_power_loss_loses_unsynced_add_partitions_then_recovery_aborts(txbroker,
     abort it with an epoch bump, or read_committed readers would be stuck at it forever
     (a hanging transaction). The producer's commit fails (fenced), and a new producer
     with the transactional.id carries on."""
-    monkeypatch.setattr("storage.flusher.LAZY_FLUSH_MS", 60_000)  # keep the record unsynced
+    monkeypatch.setattr("txbroker.storage.flusher.LAZY_FLUSH_MS", 60_000)  # keep the record unsynced
     data_dir = txbroker.config.data_dir
     topic = unique("orphan")
     txbroker.create_topic(topic, 2)
@@ -541,7 +541,7 @@ def test_power_loss_loses_completion_and_next_add_partitions(txbroker, monkeypat
     one, right after that one's durable COMMIT marker. Recovery must not write the
     recovered COMMIT there again: it would commit the next transaction's data (the
     PrepareCommit record's first offsets tell the two transactions apart)."""
-    monkeypatch.setattr("storage.flusher.LAZY_FLUSH_MS", 60_000)
+    monkeypatch.setattr("txbroker.storage.flusher.LAZY_FLUSH_MS", 60_000)
     data_dir = txbroker.config.data_dir
     topic = unique("orphan2")
     txbroker.create_topic(topic, 2)

@@ -21,9 +21,8 @@ import time
 from pathlib import Path
 
 import pytest
-
-from coordinator.group.coordinator import OFFSETS_TOPIC
-from protocol.errors import ErrorCode
+from txbroker.coordinator.group.coordinator import OFFSETS_TOPIC
+from txbroker.protocol.errors import ErrorCode
 
 from .clients import Msg, produce
 from .txn_util import (

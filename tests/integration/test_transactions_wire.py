@@ -18,12 +18,11 @@ import time
 from pathlib import Path
 
 import pytest
-
-from broker import transactions_cli
-from broker.cli import main as cli_main
-from coordinator.internal_topic import TXN_TOPIC, partition_log_for
-from protocol.errors import ErrorCode
-from protocol.records import decode_records, iter_batches
+from txbroker.broker import transactions_cli
+from txbroker.broker.cli import main as cli_main
+from txbroker.coordinator.internal_topic import TXN_TOPIC, partition_log_for
+from txbroker.protocol.errors import ErrorCode
+from txbroker.protocol.records import decode_records, iter_batches
 
 from .txn_util import (
     TXN_CONFIG,
@@ -363,11 +362,11 @@ def test_txn_offset_commit_of_a_fenced_producer_is_invalid_producer_epoch(txbrok
 
 
 def cli(txbroker, *args: str, process: bool = False) -> subprocess.CompletedProcess:
-    """``txbroker transactions ARGS``: as a subprocess (``python -m broker``), or, to save
+    """``txbroker transactions ARGS``: as a subprocess (``python -m txbroker``), or, to save
     the interpreter start, through the same entry point in this process."""
     argv = ["transactions", "--bootstrap-server", txbroker.bootstrap, *args]
     if process:
-        return subprocess.run([sys.executable, "-m", "broker", *argv], cwd=ROOT,
+        return subprocess.run([sys.executable, "-m", "txbroker", *argv], cwd=ROOT,
                               capture_output=True, text=True, timeout=30)
     return _cli_argv(argv)
 

@@ -8,9 +8,9 @@ import threading
 import time
 
 import pytest
+from txbroker.protocol.errors import ErrorCode
+from txbroker.protocol.records import decode_records, iter_batches
 
-from protocol.errors import ErrorCode
-from protocol.records import decode_records, iter_batches
 from tests.helpers import wait_until
 from tests.integration.wire_util import (
     API_VERSIONS,

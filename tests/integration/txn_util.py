@@ -13,8 +13,9 @@ import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from protocol.messages import build, request_module
-from protocol.records import Record, build_batch
+from txbroker.protocol.messages import build, request_module
+from txbroker.protocol.records import Record, build_batch
+
 from tests.helpers import RawClient
 
 from .wire_util import PRODUCE, partition_response, produce_request
@@ -557,8 +558,8 @@ def describe_transactions(client: RawClient, *tids: str):
 def describe_transaction(host: str, port: int, tid: str):
     """One DescribeTransactions answer decoded by the command line's own reader (kio
     cannot read the start time -1 of an id without an ongoing transaction)."""
-    from broker.admin_client import AdminConnection
-    from broker.transactions_cli import _describe_transactions
+    from txbroker.broker.admin_client import AdminConnection
+    from txbroker.broker.transactions_cli import _describe_transactions
 
     conn = AdminConnection(f"{host}:{port}", timeout=5)
     try:

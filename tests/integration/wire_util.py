@@ -8,8 +8,9 @@ import socket
 import struct
 from collections.abc import Mapping
 
-from protocol.messages import build, decode_response, encode_request, request_module
-from protocol.records import Record, build_batch
+from txbroker.protocol.messages import build, decode_response, encode_request, request_module
+from txbroker.protocol.records import Record, build_batch
+
 from tests.helpers import RawClient, wait_until
 
 PRODUCE = 0
@@ -18,7 +19,7 @@ METADATA = 3
 API_VERSIONS = 18
 INIT_PRODUCER_ID = 22
 
-BROKER_LOGGERS = ("txbroker", "broker", "storage", "protocol", "coordinator")
+BROKER_LOGGERS = ("txbroker",)
 
 
 def connect(txbroker, timeout: float = 10) -> RawClient:

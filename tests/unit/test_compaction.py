@@ -15,8 +15,7 @@ from dataclasses import replace
 import pytest
 from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
-
-from protocol.records import (
+from txbroker.protocol.records import (
     ATTR_DELETE_HORIZON,
     Compression,
     ControlType,
@@ -28,17 +27,17 @@ from protocol.records import (
     read_header,
     validate_batch,
 )
-from storage import cleaner as cleaner_module
-from storage.cleaner import CLEANER_CHECKPOINT_FILE, LogCleaner
-from storage.log import PartitionLog, now_ms
-from storage.log_config import LogConfig
-from storage.manager import LogManager
-from storage.producer_state import (
+from txbroker.storage import cleaner as cleaner_module
+from txbroker.storage.cleaner import CLEANER_CHECKPOINT_FILE, LogCleaner
+from txbroker.storage.log import PartitionLog, now_ms
+from txbroker.storage.log_config import LogConfig
+from txbroker.storage.manager import LogManager
+from txbroker.storage.producer_state import (
     InvalidProducerEpochError,
     OutOfOrderSequenceError,
     list_snapshots,
 )
-from storage.txn_index import read_txnindex, txnindex_path
+from txbroker.storage.txn_index import read_txnindex, txnindex_path
 
 T0 = 1_700_000_000_000
 DAY = 86_400_000

@@ -3,16 +3,15 @@
 from __future__ import annotations
 
 import pytest
-
-from broker.cli import build_parser, main
-from broker.config import (
+from txbroker.broker.cli import build_parser, main
+from txbroker.broker.config import (
     BROKER_KEYS,
     BrokerConfig,
     env_overrides,
     load_config,
     parse_properties,
 )
-from storage.log_config import ConfigError
+from txbroker.storage.log_config import ConfigError
 
 
 def test_parse_properties():

@@ -2,10 +2,10 @@
 
 from pathlib import Path
 
-from broker.config import BROKER_KEYS, markdown_reference
-from broker.handlers import supported_versions
-from protocol.messages import api_name
-from storage.log_config import TOPIC_CONFIGS
+from txbroker.broker.config import BROKER_KEYS, markdown_reference
+from txbroker.broker.handlers import supported_versions
+from txbroker.protocol.messages import api_name
+from txbroker.storage.log_config import TOPIC_CONFIGS
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
 
@@ -14,7 +14,7 @@ def test_configuration_reference_is_current():
     text = (DOCS / "configuration.md").read_text()
     assert markdown_reference() in text, (
         "docs/configuration.md is stale: regenerate the key tables with "
-        "`python -m broker.config`"
+        "`make docs-config`"
     )
     for key in list(BROKER_KEYS) + list(TOPIC_CONFIGS):
         assert f"`{key}`" in text

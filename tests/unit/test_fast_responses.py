@@ -9,9 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from kio.schema.errors import ErrorCode
 from kio.serial import entity_writer
-
-from protocol import fast_responses as fast
-from protocol.messages import build, response_class, response_module
+from txbroker.protocol import fast_responses as fast
+from txbroker.protocol.messages import build, response_class, response_module
 
 ZERO = datetime.timedelta(0)
 ERRORS = st.sampled_from([e.value for e in ErrorCode])

@@ -5,8 +5,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-
-from coordinator.transaction.faults import FaultInjector
+from txbroker.coordinator.transaction.faults import FaultInjector
 
 
 def test_arm_from_config_defaults_and_round_trip() -> None:

@@ -15,9 +15,8 @@ import signal
 import time
 
 import pytest
-
-from storage import flusher
-from storage.flusher import ProcessFsyncPool
+from txbroker.storage import flusher
+from txbroker.storage.flusher import ProcessFsyncPool
 
 
 def _file_fds(tmp_path, n: int) -> list[int]:
@@ -119,7 +118,7 @@ def test_a_dead_helper_is_replaced_by_threads_and_its_unanswered_jobs_redone(tmp
         finally:
             pool.shutdown(wait=True)
 
-    with caplog.at_level(logging.ERROR, logger="storage.flusher"):
+    with caplog.at_level(logging.ERROR, logger="txbroker.storage.flusher"):
         asyncio.run(main())
     assert "fsync helper process: it exited; fsyncing in threads from now on" in caplog.text
 
@@ -135,7 +134,7 @@ def test_threads_when_the_helper_cannot_start(tmp_path, caplog, monkeypatch):
         finally:
             pool.shutdown(wait=True)
 
-    with caplog.at_level(logging.WARNING, logger="storage.flusher"):
+    with caplog.at_level(logging.WARNING, logger="txbroker.storage.flusher"):
         asyncio.run(main())
     assert "fsync helper process not started" in caplog.text
 

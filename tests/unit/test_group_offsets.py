@@ -5,9 +5,8 @@ from __future__ import annotations
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
-
-from coordinator.group.offsets import ExpiryRule, OffsetStore
-from coordinator.group.records import (
+from txbroker.coordinator.group.offsets import ExpiryRule, OffsetStore
+from txbroker.coordinator.group.records import (
     GroupMetadataValue,
     OffsetKey,
     OffsetValue,

@@ -6,8 +6,7 @@ import msgpack
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from coordinator.group.records import (
+from txbroker.coordinator.group.records import (
     GroupMetadataKey,
     GroupMetadataValue,
     MemberMetadata,

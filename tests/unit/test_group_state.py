@@ -11,15 +11,14 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 from kio.schema.errors import ErrorCode as E
-
-from coordinator.group.offsets import ExpiryRule
-from coordinator.group.records import (
+from txbroker.coordinator.group.offsets import ExpiryRule
+from txbroker.coordinator.group.records import (
     GroupMetadataKey,
     decode_group_metadata_value,
     decode_key,
     encode_group_metadata_value,
 )
-from coordinator.group.state import (
+from txbroker.coordinator.group.state import (
     Effects,
     GroupConfig,
     GroupCoordinatorState,

@@ -12,8 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from kio.schema.errors import ErrorCode
 from kio.serial import entity_writer
-
-from protocol.messages import (
+from txbroker.protocol.messages import (
     build,
     decode_request,
     decode_response,
@@ -29,8 +28,8 @@ from protocol.messages import (
     response_header_is_flexible,
     response_module,
 )
-from protocol.primitives import DecodeError, write_unsigned_varint
-from protocol.records import Record, build_batch
+from txbroker.protocol.primitives import DecodeError, write_unsigned_varint
+from txbroker.protocol.records import Record, build_batch
 
 ZERO = datetime.timedelta(0)
 BATCH = build_batch([Record(b"k", b"v", [("h", b"1")], 1_700_000_000_000)])

@@ -7,10 +7,15 @@ import json
 from decimal import Decimal
 
 import pytest
-
-from spark_jobs.payments import orders as o
-from spark_jobs.payments.journal import ABORTED, COMMITTED, CRASHED, Journal, read_journal
-from spark_jobs.payments.orders import Order, expected_ledger, generate_orders, process, validate
+from txbroker.spark_jobs.payments import orders as o
+from txbroker.spark_jobs.payments.journal import ABORTED, COMMITTED, CRASHED, Journal, read_journal
+from txbroker.spark_jobs.payments.orders import (
+    Order,
+    expected_ledger,
+    generate_orders,
+    process,
+    validate,
+)
 
 
 def order(amount: int = 10_000, currency: str = "USD", account: str = "acct-001",

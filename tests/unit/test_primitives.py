@@ -9,8 +9,7 @@ import kio.serial.writers as kw
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-
-from protocol import primitives as p
+from txbroker.protocol import primitives as p
 
 I8 = st.integers(-(2**7), 2**7 - 1)
 I16 = st.integers(-(2**15), 2**15 - 1)

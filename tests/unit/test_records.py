@@ -10,10 +10,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kafka.record import MemoryRecords
 from kafka.record.default_records import DefaultRecordBatchBuilder
-
-from protocol.compression import Compression, compress, decompress
-from protocol.errors import CorruptRecordError, InvalidRecordError
-from protocol.records import (
+from txbroker.protocol.compression import Compression, compress, decompress
+from txbroker.protocol.errors import CorruptRecordError, InvalidRecordError
+from txbroker.protocol.records import (
     ATTR_TIMESTAMP_TYPE,
     CRC_START,
     HEADER_SIZE,
@@ -367,7 +366,7 @@ def test_read_header_needs_61_bytes():
        ts=st.integers(0, 2**45), pid=st.integers(-1, 2**40), epoch=st.integers(-1, 32767),
        transactional=st.booleans(), control=st.booleans())
 def test_single_record_batch_is_build_batch(key, value, ts, pid, epoch, transactional, control):
-    from protocol.records import Record, build_batch, build_single_record_batch
+    from txbroker.protocol.records import Record, build_batch, build_single_record_batch
 
     assert build_single_record_batch(
         key, value, ts, producer_id=pid, producer_epoch=epoch, transactional=transactional,
@@ -379,7 +378,7 @@ def test_single_record_batch_is_build_batch(key, value, ts, pid, epoch, transact
 @pytest.mark.parametrize("commit", [True, False])
 @pytest.mark.parametrize("coordinator_epoch", [0, 7, 2**31 - 1])
 def test_read_control_type(commit, coordinator_epoch):
-    from protocol.records import (
+    from txbroker.protocol.records import (
         Compression,
         ControlType,
         CorruptRecordError,

@@ -10,17 +10,16 @@ import pyarrow as pa
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
-from protocol.compression import Compression
-from protocol.records import (
+from txbroker.protocol.compression import Compression
+from txbroker.protocol.records import (
     ControlType,
     Record,
     build_batch,
     build_control_batch,
     set_log_append_time,
 )
-from spark_jobs.decoder import Columns, arrow_schema, decode_fetch
-from spark_jobs.wire import TxBrokerSourceError
+from txbroker.spark_jobs.decoder import Columns, arrow_schema, decode_fetch
+from txbroker.spark_jobs.wire import TxBrokerSourceError
 
 FAST = settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 TS = 1_700_000_000_000
@@ -67,8 +66,7 @@ def test_plain_records_to_arrow():
 
 def test_arrow_schema_is_what_spark_expects():
     from pyspark.sql.pandas.types import to_arrow_schema
-
-    from spark_jobs.source import spark_schema
+    from txbroker.spark_jobs.source import spark_schema
 
     for headers in (False, True):
         assert to_arrow_schema(spark_schema(headers), timezone="UTC").equals(
@@ -318,7 +316,7 @@ def test_matches_a_model_of_read_committed(ops, data):
 
 def test_struct_layout_assumption():
     # The decoder unpacks the 61-byte header with one struct: keep it in step with protocol.
-    from protocol.records import _HEADER
-    from spark_jobs.decoder import _HEADER as OURS
+    from txbroker.protocol.records import _HEADER
+    from txbroker.spark_jobs.decoder import _HEADER as OURS
 
     assert OURS.format == _HEADER.format and OURS.size == 61 == struct.calcsize(">qiibIhiqqqhii")

@@ -8,9 +8,8 @@ import json
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-
-from protocol.records import Record, build_batch
-from spark_jobs.options import (
+from txbroker.protocol.records import Record, build_batch
+from txbroker.spark_jobs.options import (
     Range,
     Subscription,
     offsets_from_json,
@@ -22,9 +21,9 @@ from spark_jobs.options import (
     select_partitions,
     split_ranges,
 )
-from spark_jobs.reader import read_range
-from spark_jobs.source import user_message
-from spark_jobs.wire import FetchResult, TxBrokerSourceError, parse_bootstrap
+from txbroker.spark_jobs.reader import read_range
+from txbroker.spark_jobs.source import user_message
+from txbroker.spark_jobs.wire import FetchResult, TxBrokerSourceError, parse_bootstrap
 
 BASE = {"kafka.bootstrap.servers": "localhost:9092", "subscribe": "orders"}
 
@@ -226,7 +225,7 @@ def test_user_message_finds_the_source_error_in_a_spark_error():
     spark_text = (
         "[PYTHON_DATA_SOURCE_ERROR] Failed to plan Python data source `txbroker` read: "
         "Traceback (most recent call last):\n  File \"x.py\", line 1\n"
-        "spark_jobs.wire.TxBrokerSourceError: cannot connect to kafka.bootstrap.servers="
+        "txbroker.spark_jobs.wire.TxBrokerSourceError: cannot connect to kafka.bootstrap.servers="
         "h:1: Connection refused\n\nJVM stacktrace:\norg.apache.spark...\n\tat x")
     assert user_message(RuntimeError(spark_text)) == (
         "cannot connect to kafka.bootstrap.servers=h:1: Connection refused")

@@ -8,8 +8,7 @@ import socket
 import threading
 
 import pytest
-
-from spark_jobs.wire import TxBrokerSourceError, WireClient
+from txbroker.spark_jobs.wire import TxBrokerSourceError, WireClient
 
 
 def free_port() -> int:

@@ -21,9 +21,8 @@ from hypothesis.stateful import (
     precondition,
     rule,
 )
-
-from protocol.errors import ErrorCode, KafkaError
-from protocol.records import (
+from txbroker.protocol.errors import ErrorCode, KafkaError
+from txbroker.protocol.records import (
     ControlType,
     Record,
     build_batch,
@@ -33,16 +32,16 @@ from protocol.records import (
     validate_batch,
     validate_produced_batch,
 )
-from storage.log import PartitionLog
-from storage.log_config import ConfigError, LogConfig
-from storage.manager import CLEAN_SHUTDOWN_FILE, LogManager, TopicError
-from storage.producer_state import (
+from txbroker.storage.log import PartitionLog
+from txbroker.storage.log_config import ConfigError, LogConfig
+from txbroker.storage.manager import CLEAN_SHUTDOWN_FILE, LogManager, TopicError
+from txbroker.storage.producer_state import (
     InvalidProducerEpochError,
     OutOfOrderSequenceError,
     ProducerStateManager,
     list_snapshots,
 )
-from storage.segment import LogSegment
+from txbroker.storage.segment import LogSegment
 
 # High watermark follows the log end (no fsync wait) unless a test says otherwise.
 LAZY = LogConfig(flush_messages=10**9)
@@ -266,12 +265,12 @@ def test_recovery_cuts_a_torn_tail(logdir, caplog, damage):
     else:
         os.truncate(path, size - last_size + 30)
         survivors = sent[:-1]
-    caplog.set_level(logging.WARNING, logger="storage")
+    caplog.set_level(logging.WARNING, logger="txbroker.storage")
     plog = open_log(logdir, config, clean=False, recovery_point=0)
     assert read_all(plog) == survivors
     end = survivors[-1][0] + read_header(survivors[-1][1]).records_count
     assert plog.log_end_offset == end
-    assert any("truncating" in r.getMessage() and r.name.startswith("storage")
+    assert any("truncating" in r.getMessage() and r.name.startswith("txbroker.storage")
                for r in caplog.records)
     # New appends continue at the right offset, and survive a clean restart.
     result = append(plog, make_batch(2, tag=99))
@@ -310,7 +309,7 @@ def test_corruption_in_a_middle_segment_drops_everything_after(logdir, caplog):
     with open(path, "r+b") as f:
         f.seek(bad_pos + bad_header.size - 2)
         f.write(b"!!")
-    caplog.set_level(logging.WARNING, logger="storage")
+    caplog.set_level(logging.WARNING, logger="txbroker.storage")
     plog = open_log(logdir, config, clean=False, recovery_point=0)
     assert plog.log_end_offset == bad_header.base_offset
     assert read_all(plog) == [(b, d) for b, d in sent if b < bad_header.base_offset]
@@ -373,7 +372,7 @@ def test_retention_ms_moves_log_start(logdir, caplog):
     plog.roll()
     new = _fill(plog, 10, ts=now - 1000)
     first_new = new[0][0]
-    caplog.set_level(logging.INFO, logger="storage")
+    caplog.set_level(logging.INFO, logger="txbroker.storage")
     deleted = plog.delete_old_segments(now)
     assert deleted >= 2
     assert plog.log_start_offset == first_new
@@ -950,7 +949,7 @@ def test_a_failed_fsync_round_is_retried_with_the_rolled_segments_and_directory(
     """After a roll, a round fsyncs the rolled segment (log + indexes), the active one
     and the directory. If it fails, the retry must fsync all of them again, not only
     the active segment, before the flushed offset passes the rolled segment."""
-    from storage.flusher import Flusher
+    from txbroker.storage.flusher import Flusher
 
     async def main():
         plog = open_log(logdir, replace(LogConfig(), segment_bytes=500))
@@ -972,6 +971,6 @@ def test_a_failed_fsync_round_is_retried_with_the_rolled_segments_and_directory(
             await fl.stop()
             plog.close()
 
-    with caplog.at_level(logging.ERROR, logger="storage.flusher"):
+    with caplog.at_level(logging.ERROR, logger="txbroker.storage.flusher"):
         asyncio.run(main())
     assert "fsync of" in caplog.text and "Input/output error" in caplog.text

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from coordinator.wake_timer import TaskSet
+from txbroker.coordinator.wake_timer import TaskSet
 
 
 def test_a_task_that_fails_is_logged_and_forgotten(caplog) -> None:
@@ -26,9 +26,9 @@ def test_a_task_that_fails_is_logged_and_forgotten(caplog) -> None:
         await tasks.cancel_all()
         return tasks
 
-    with caplog.at_level(logging.ERROR, logger="coordinator.wake_timer"):
+    with caplog.at_level(logging.ERROR, logger="txbroker.coordinator.wake_timer"):
         tasks = asyncio.run(main())
     assert not tasks.tasks
-    [record] = [r for r in caplog.records if r.name == "coordinator.wake_timer"]
+    [record] = [r for r in caplog.records if r.name == "txbroker.coordinator.wake_timer"]
     assert record.levelno == logging.ERROR and "failed" in record.getMessage()
     assert isinstance(record.exc_info[1], OSError)

@@ -6,8 +6,7 @@ import msgpack
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from coordinator.transaction.records import (
+from txbroker.coordinator.transaction.records import (
     PERSISTED_STATES,
     TxnLogValue,
     decode_key,

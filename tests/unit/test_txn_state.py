@@ -10,15 +10,14 @@ from hypothesis import HealthCheck, event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 from kio.schema.errors import ErrorCode as E
-
-from coordinator.transaction.records import (
+from txbroker.coordinator.transaction.records import (
     TxnLogValue,
     decode_key,
     decode_value,
     encode_key,
     encode_value,
 )
-from coordinator.transaction.state import (
+from txbroker.coordinator.transaction.state import (
     VALID_PREVIOUS_STATES,
     AddOffsetsResult,
     AddPartitionsResult,

@@ -7,12 +7,11 @@ import os
 import time
 
 import pytest
-
-from protocol.errors import KafkaError
-from protocol.records import Record, build_batch, decode_records, read_header
-from storage.log import PartitionLog
-from storage.log_config import LogConfig
-from storage.txn_index import read_txnindex, txnindex_path
+from txbroker.protocol.errors import KafkaError
+from txbroker.protocol.records import Record, build_batch, decode_records, read_header
+from txbroker.storage.log import PartitionLog
+from txbroker.storage.log_config import LogConfig
+from txbroker.storage.txn_index import read_txnindex, txnindex_path
 
 
 def _open(path, **cfg) -> PartitionLog:
@@ -117,7 +116,7 @@ def test_retention_drops_aborted_entries_below_log_start(tmp_path):
 
 
 def test_compaction_removes_aborted_records_and_keeps_committed_values(tmp_path):
-    from storage.cleaner import LogCleaner
+    from txbroker.storage.cleaner import LogCleaner
 
     plog = _open(tmp_path, segment_bytes=300, cleanup_policy="compact",
                  min_cleanable_dirty_ratio=0.0)
@@ -211,8 +210,7 @@ def test_producer_snapshot_of_an_earlier_release_still_loads(tmp_path):
     before markers recorded it: such a snapshot loads, the epoch unknown (-1) until the
     producer's next marker."""
     import msgpack
-
-    from storage.producer_state import ProducerStateManager
+    from txbroker.storage.producer_state import ProducerStateManager
 
     old = msgpack.packb({"version": 1, "offset": 3, "producers": [
         [4, 0, -1, -1, 1_700_000_000_000, [[0, 0, 0, 0, 1_700_000_000_000]]]]})
@@ -275,7 +273,7 @@ def test_producer_with_an_open_transaction_never_expires(tmp_path):
 
 
 def test_log_manager_retention_check_expires_producers(tmp_path):
-    from storage.manager import LogManager
+    from txbroker.storage.manager import LogManager
 
     async def run():
         logs = LogManager(str(tmp_path / "data"), producer_id_expiration_ms=1000)

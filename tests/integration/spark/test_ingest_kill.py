@@ -12,8 +12,8 @@ import time
 from pathlib import Path
 
 import pytest
+from txbroker.spark_jobs.reader import DELAY_ENV, MARKER_ENV
 
-from spark_jobs.reader import DELAY_ENV, MARKER_ENV
 from tests.helpers import wait_until
 from tests.integration.spark_util import Ledger, Producer, rows_of
 
@@ -46,7 +46,7 @@ def test_driver_killed_mid_batch_then_restarted(spark, txbroker, topic, tmp_path
     # Batch 0 reads its two ranges at full speed; every later range sleeps after handing
     # its rows to the Parquet writer, so batch 1 is in flight when the kill comes.
     hooked = dict(env, **{MARKER_ENV: str(marker), DELAY_ENV: "60@2"})
-    driver = subprocess.Popen([sys.executable, "-m", "spark_jobs.ingest", *flags], cwd=ROOT,
+    driver = subprocess.Popen([sys.executable, "-m", "txbroker.spark_jobs.ingest", *flags], cwd=ROOT,
                               env=hooked, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                               start_new_session=True)
     try:
@@ -103,7 +103,7 @@ def test_continuous_job_stops_on_sigterm_and_resumes(spark, txbroker, topic, tmp
              "--checkpoint", str(ckpt)]
     env = dict(os.environ, PYSPARK_PYTHON=sys.executable)
     env.pop("PYSPARK_DRIVER_PYTHON", None)
-    driver = subprocess.Popen([sys.executable, "-m", "spark_jobs.ingest", *flags,
+    driver = subprocess.Popen([sys.executable, "-m", "txbroker.spark_jobs.ingest", *flags,
                                "--processing-time", "1 second"], cwd=ROOT, env=env,
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                               start_new_session=True)
@@ -124,7 +124,7 @@ def test_continuous_job_stops_on_sigterm_and_resumes(spark, txbroker, topic, tmp
     for i in range(100):
         producer.send(topic, 0, b"second-%d" % i)
     producer.commit()
-    again = subprocess.run([sys.executable, "-m", "spark_jobs.ingest", *flags], cwd=ROOT,
+    again = subprocess.run([sys.executable, "-m", "txbroker.spark_jobs.ingest", *flags], cwd=ROOT,
                            env=env, capture_output=True, text=True, timeout=300)
     assert again.returncode == 0, again.stdout + again.stderr
     assert "ingested 100 rows" in again.stdout

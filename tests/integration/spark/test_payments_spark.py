@@ -1,5 +1,5 @@
 """The payments pipeline end to end through Spark: run it (aborts, a crash) against an
-in-process broker, ingest both output topics with ``spark_jobs.ingest`` (txbroker
+in-process broker, ingest both output topics with ``txbroker.spark_jobs.ingest`` (txbroker
 source, availableNow) into Parquet, and prove the Parquet with ``payments/verify.py``.
 Also: verify's checks fail on Parquet that holds aborted or duplicated records.
 ``spark`` is the session shared by the Spark tests (conftest.py)."""
@@ -9,10 +9,10 @@ from __future__ import annotations
 import json
 
 import pytest
+from txbroker.spark_jobs.payments.orders import expected_ledger, generate_orders, process
+from txbroker.spark_jobs.payments.pipeline import PipelineConfig, run_pipeline
+from txbroker.spark_jobs.payments.verify import verify
 
-from spark_jobs.payments.orders import expected_ledger, generate_orders, process
-from spark_jobs.payments.pipeline import PipelineConfig, run_pipeline
-from spark_jobs.payments.verify import verify
 from tests.integration.txn_util import TXN_CONFIG
 
 CONFIG = PipelineConfig(orders=240, seed=9, batch=20, abort_every=3, crash_at=4,
@@ -25,7 +25,7 @@ def txbroker_config() -> dict[str, str]:
 
 
 def test_ingested_payments_match_the_ledger(txbroker, tmp_path, spark):
-    from spark_jobs.ingest import ingest
+    from txbroker.spark_jobs.ingest import ingest
 
     result = run_pipeline(txbroker.bootstrap, tmp_path, CONFIG)
     assert result.crashes == 1 and result.attempts.aborted

@@ -6,9 +6,9 @@ clear line."""
 from __future__ import annotations
 
 import pytest
+from txbroker.spark_jobs.ingest import ingest
+from txbroker.spark_jobs.source import user_message
 
-from spark_jobs.ingest import ingest
-from spark_jobs.source import user_message
 from tests.integration.spark_util import Ledger, Producer, produce_mixed, rows_of
 
 

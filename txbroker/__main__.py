@@ -1,0 +1,7 @@
+"""``python -m txbroker serve ...``: the same as the ``txbroker`` command."""
+
+import sys
+
+from txbroker.broker.cli import main
+
+sys.exit(main())
