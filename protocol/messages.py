@@ -19,6 +19,7 @@ from kio.schema.index import api_key_map
 from kio.serial import entity_reader, entity_writer
 from kio.static.constants import EntityType
 
+from .bounds import check_body
 from .primitives import (
     DecodeError,
     read_int16,
@@ -146,6 +147,9 @@ def decode_request(header: RequestHeader, buf: bytes | memoryview) -> Any:
     cls = request_class(header.api_key, header.api_version)
     if cls is None:
         raise DecodeError(f"no schema for {api_name(header.api_key)} v{header.api_version}")
+    # Every declared length and count against the bytes sent, before kio's native
+    # reader trusts them (protocol/bounds.py says why).
+    check_body(cls, buf, header.body_offset)
     try:
         message, size = _reader(cls)(buf, header.body_offset)
     except Exception as e:  # kio's native reader raises assorted errors for garbage

@@ -1,0 +1,115 @@
+"""protocol/bounds.py: the schema walk that checks every declared length and count
+against the bytes sent, before kio's native reader sees a request body."""
+
+from __future__ import annotations
+
+import io
+import struct
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from kio.schema.index import api_key_map
+from kio.serial import entity_writer
+from kio.static.primitive import Records
+from txbroker.protocol.bounds import check_body
+from txbroker.protocol.messages import decode_request, parse_request_header, request_class
+from txbroker.protocol.primitives import DecodeError
+
+# kio registers strategies for its types but not for the opaque records field.
+st.register_type_strategy(Records, st.binary(max_size=64).map(Records))
+
+# Every request schema kio has: the walk must agree with kio's own encoding of each.
+REQUEST_CLASSES = [
+    cls for key in sorted(api_key_map) for v in range(0, 20)
+    if (cls := request_class(key, v)) is not None
+]
+
+
+def _encode(message) -> bytes:
+    buf = io.BytesIO()
+    entity_writer(type(message))(buf, message)
+    return buf.getvalue()
+
+
+@pytest.mark.parametrize("cls", REQUEST_CLASSES,
+                         ids=lambda c: f"{c.__name__}-v{c.__version__}")
+@settings(max_examples=6, deadline=None, suppress_health_check=list(HealthCheck))
+@given(data=st.data())
+def test_walk_consumes_exactly_what_kio_wrote_and_refuses_every_prefix(cls, data):
+    message = data.draw(st.from_type(cls))
+    body = _encode(message)
+    assert check_body(cls, b"\x07" + body, 1) == len(body) + 1
+    # Every strict prefix lacks bytes the full walk needed.
+    cut = data.draw(st.integers(0, len(body) - 1)) if body else None
+    if cut is not None:
+        with pytest.raises(DecodeError):
+            check_body(cls, body[:cut], 0)
+
+
+def _header(api_key: int, version: int, flexible: bool) -> bytes:
+    return struct.pack(">hhih", api_key, version, 1, -1) + (b"\x00" if flexible else b"")
+
+
+# Frames that aborted the process with kio 0.6.5 (issue 14): a compact array count of
+# about 2^32 in a dozen bytes.
+HUGE_COMPACT_COUNT = b"\xff\xff\xff\xff\x0f"
+ABORTING_FRAMES = {
+    "LeaveGroup v4": _header(13, 4, True) + b"\x02g" + HUGE_COMPACT_COUNT,
+    "Metadata v9": _header(3, 9, True) + HUGE_COMPACT_COUNT,
+    "Metadata v12": _header(3, 12, True) + HUGE_COMPACT_COUNT,
+    "FindCoordinator v4": _header(10, 4, True) + b"\x00" + HUGE_COMPACT_COUNT,
+    "Fetch v12": _header(1, 12, True) + struct.pack(">iiiibii", -1, 0, 1, 100, 0, 0, -1)
+    + HUGE_COMPACT_COUNT,
+    "Produce v9": _header(0, 9, True) + b"\x00" + struct.pack(">hi", -1, 1000)
+    + HUGE_COMPACT_COUNT,
+}
+
+
+@pytest.mark.parametrize("name", sorted(ABORTING_FRAMES))
+def test_huge_compact_array_count_is_a_decode_error(name):
+    frame = ABORTING_FRAMES[name]
+    with pytest.raises(DecodeError, match="elements but only"):
+        decode_request(parse_request_header(frame), frame)
+
+
+def test_null_array_where_the_schema_allows_none():
+    # Issue 14's reproducer: DescribeGroups v5 (flexible) with groups = null (count 0).
+    frame = struct.pack(">hhih", 15, 5, 1, -1) + b"\x00\x00\x00\x00"
+    with pytest.raises(DecodeError, match="DescribeGroupsRequest.groups: count -1"):
+        decode_request(parse_request_header(frame), frame)
+
+
+def test_nullable_array_may_be_null():
+    frame = _header(3, 1, False) + b"\xff\xff\xff\xff"  # Metadata v1: topics = null is "all"
+    assert decode_request(parse_request_header(frame), frame).topics is None
+
+
+@pytest.mark.parametrize("varint", [b"\xff\xff\xff\xff\xff\x01", b"\xff\xff\xff\xff\x1f",
+                                    b"\x80\x80"])
+def test_malformed_varints(varint):
+    frame = _header(3, 12, True) + varint
+    with pytest.raises(DecodeError, match="varint"):
+        decode_request(parse_request_header(frame), frame)
+
+
+def test_tagged_field_size_past_the_end():
+    # Metadata v12 with no topics, three bools, then one tagged field claiming 100 bytes.
+    frame = _header(3, 12, True) + b"\x01\x00\x00" + b"\x01\x05\x64abc"
+    with pytest.raises(DecodeError, match="tag 5 declares 100 bytes"):
+        decode_request(parse_request_header(frame), frame)
+
+
+def test_known_tagged_field_must_fit_its_size():
+    # FetchRequest v12's tagged ClusterId (tag 0) claiming a 50-byte string inside 2 bytes.
+    cls = request_class(1, 12)
+    body = struct.pack(">iiiibii", -1, 0, 1, 100, 0, 0, -1) + b"\x01\x01\x01" + \
+        b"\x01\x00\x02\x33x"
+    with pytest.raises(DecodeError, match="cluster_id"):
+        check_body(cls, body, 0)
+
+
+def test_string_longer_than_the_request():
+    frame = _header(3, 1, False) + struct.pack(">ih", 1, 30000) + b"abc"
+    with pytest.raises(DecodeError, match="declares 30000 bytes but 3 are left"):
+        decode_request(parse_request_header(frame), frame)
