@@ -69,6 +69,13 @@ BROKER_KEYS: dict[str, BrokerKey] = {
         BrokerKey("queued.max.requests", "500", _int,
                   "requests a single connection may have in progress before the broker stops "
                   "reading from it"),
+        BrokerKey("queued.max.request.bytes", "104857600", _int,
+                  "request bytes held in memory across all connections; a connection whose "
+                  "next request does not fit waits before its body is read (Kafka's default "
+                  "-1 is unbounded; ours is bounded, and -1 still means unbounded)"),
+        BrokerKey("fetch.max.bytes", "57671680", _int,
+                  "most record bytes in one Fetch response, whatever the request's max_bytes "
+                  "(the first batch is still returned whole when larger, as Kafka does)"),
         BrokerKey("log.retention.check.interval.ms", "300000", _int,
                   "how often retention (retention.ms / retention.bytes) is applied"),
         BrokerKey("log.cleaner.backoff.ms", "15000", _int,

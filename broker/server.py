@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 import socket
 import struct
 import time
+from collections import deque
 
 from txbroker.coordinator.group.coordinator import GroupCoordinator, GroupCoordinatorConfig
 from txbroker.coordinator.group.state import GroupConfig
@@ -35,17 +37,78 @@ from txbroker.protocol.messages import (
     encode_response,
     parse_correlation_id,
     parse_request_header,
+    preload_schemas,
 )
 from txbroker.protocol.primitives import DecodeError
 from txbroker.storage.manager import LogManager
 
-from .config import BrokerConfig
+from .config import BrokerConfig, ConfigError
 from .context import CloseConnection, RequestContext
-from .handlers import HANDLERS, accepts, api_versions
+from .handlers import HANDLERS, accepts, api_versions, supported_versions
 
 log = logging.getLogger("txbroker")
 
 _SIZE = struct.Struct(">i")
+CLOSE = object()  # a request's answer: close the connection (after earlier answers)
+# At shutdown, how long computed answers may take to reach clients that read them.
+SHUTDOWN_FLUSH_S = 1.0
+
+
+# A connection whose computed responses are not yet taken by its socket holds this many
+# bytes at most before the broker stops reading its requests (Kafka mutes a channel
+# until its response is sent: one request at a time; we pipeline, within this bound).
+MAX_UNSENT_BYTES = 4 << 20
+_FETCH_KEY = struct.Struct(">h")
+FETCH = 1
+
+
+def return_large_buffers_to_the_os() -> None:
+    """glibc's malloc raises its mmap threshold after a large buffer is freed, so the
+    next large request frames and responses come from the heap and stay in the RSS
+    after they are gone (246 MB after eight 100 MB frames). A fixed threshold keeps
+    every buffer of 256 KiB or more in its own mapping, unmapped when freed."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL("libc.so.6")
+    except OSError:
+        return  # not glibc: nothing to tune
+    m_trim_threshold, m_mmap_threshold = -1, -3
+    libc.mallopt(m_mmap_threshold, 256 * 1024)
+    libc.mallopt(m_trim_threshold, 1 << 20)
+
+
+class RequestMemory:
+    """``queued.max.request.bytes``: request bytes held across all connections. A
+    connection whose next frame does not fit waits before its body is read, so many
+    clients declaring large frames cannot add up to more than the bound."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.used = 0
+        self._waiters: list[asyncio.Future] = []
+
+    async def acquire(self, size: int) -> None:
+        if self.limit < 0:
+            return
+        while self.used and self.used + size > self.limit:
+            waiter = asyncio.get_running_loop().create_future()
+            self._waiters.append(waiter)
+            try:
+                await waiter
+            finally:
+                with contextlib.suppress(ValueError):
+                    self._waiters.remove(waiter)
+        self.used += size
+
+    def release(self, size: int) -> None:
+        if self.limit < 0:
+            return
+        self.used -= size
+        waiters, self._waiters = self._waiters, []
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_result(None)
 
 
 class Connection:
@@ -58,9 +121,20 @@ class Connection:
         self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
         self.last_active = time.monotonic()
         self.in_flight = 0
-        self._queue: asyncio.Queue = asyncio.Queue(maxsize=broker.config.get("queued.max.requests"))
+        self._max_queued = max(1, broker.config.get("queued.max.requests"))
+        # Handler tasks in arrival order; the writer answers them in this order.
+        self._responses: deque[asyncio.Task] = deque()
+        self._queued = asyncio.Event()  # the writer has something to do (or must stop)
+        self._progress = asyncio.Event()  # the writer answered one (the reader may go on)
+        self._unsent = 0  # bytes of computed responses not yet given to the socket
+        self._last_fetch: asyncio.Task | None = None
         self._read_task: asyncio.Task | None = None
         self.closing = False
+
+    @property
+    def busy(self) -> bool:
+        """A request of this connection is still being handled."""
+        return any(not task.done() for task in self._responses)
 
     async def run(self) -> None:
         sock = self.writer.get_extra_info("socket")
@@ -68,9 +142,9 @@ class Connection:
             with contextlib.suppress(OSError):
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         writer_task = asyncio.create_task(self._write_loop())
-        self._read_task = asyncio.current_task()
+        self._read_task = asyncio.create_task(self._read_loop())
         try:
-            await self._read_loop()
+            await self._read_task
         except asyncio.CancelledError:
             pass  # shutdown or idle reaping: stop reading, answer what is in flight
         except asyncio.IncompleteReadError as e:
@@ -85,19 +159,25 @@ class Connection:
             log.exception("connection %s failed", self.peer)
         finally:
             self.closing = True
-            await self._queue.put(None)
+            self._queued.set()
             try:
                 await asyncio.wait_for(writer_task, self.broker.shutdown_timeout)
             except (TimeoutError, asyncio.CancelledError):
                 writer_task.cancel()
             except Exception:
                 pass
+            self._cancel_pending()
+            # The ended read task's exception holds _read_loop's frame, and so the last
+            # request frame and this connection: a cycle that would keep up to
+            # socket.request.max.bytes alive until the next garbage collection.
+            self._read_task = self._last_fetch = None
             self.writer.close()
             with contextlib.suppress(Exception):
                 await self.writer.wait_closed()
 
     async def _read_loop(self) -> None:
         max_bytes = self.broker.config.get("socket.request.max.bytes")
+        memory = self.broker.request_memory
         read = self.reader.readexactly
         while True:
             size = _SIZE.unpack(await read(4))[0]
@@ -106,50 +186,112 @@ class Connection:
                 log.warning("closing %s: request size %d is outside [0, socket.request.max.bytes=%d]",
                             self.peer, size, max_bytes)
                 raise CloseConnection
-            frame = await read(size)
+            await memory.acquire(size)
+            try:
+                frame = await read(size)
+            except BaseException:
+                memory.release(size)
+                raise
             self.last_active = time.monotonic()
+            is_fetch = size >= 2 and _FETCH_KEY.unpack_from(frame)[0] == FETCH
+            if is_fetch and self._last_fetch is not None and not self._last_fetch.done():
+                # One Fetch at a time per connection: each may build up to fetch.max.bytes.
+                await asyncio.wait([self._last_fetch])
+            await self._wait_for_room()
             task = self.broker.dispatch(frame, self.peer)
+            task.add_done_callback(functools.partial(self._on_done, size))
+            if is_fetch:
+                self._last_fetch = task
             self.in_flight += 1
-            await self._queue.put(task)
+            self._responses.append(task)
+            self._queued.set()
             if self.closing:
                 return
 
+    async def _wait_for_room(self) -> None:
+        """Backpressure: do not start another request while this connection has too
+        many requests queued or too many response bytes its client has not taken."""
+        while not self.closing:
+            if len(self._responses) >= self._max_queued or self._unsent > MAX_UNSENT_BYTES:
+                self._progress.clear()
+                await self._progress.wait()
+            elif self.writer.transport.get_write_buffer_size() > MAX_UNSENT_BYTES:
+                await self.writer.drain()
+            else:
+                return
+
+    def _on_done(self, size: int, task: asyncio.Task) -> None:
+        self.broker.request_memory.release(size)
+        if task.cancelled():
+            return
+        if task.exception() is None:  # (retrieved: no "exception was never retrieved")
+            response = task.result()
+            if type(response) is bytes:
+                self._unsent += len(response)
+
     async def _write_loop(self) -> None:
         while True:
-            task = await self._queue.get()
-            if task is None:
-                return
+            if not self._responses:
+                if self.closing:
+                    return
+                self._queued.clear()
+                await self._queued.wait()
+                continue
+            task = self._responses[0]
             try:
                 response = await task
-                self.in_flight -= 1
+            except asyncio.CancelledError:
+                if not task.cancelled():
+                    raise  # this writer itself was cancelled
+                self._responses.popleft()
+                continue
             except CloseConnection:
                 self._abort_reading()
-                self._drain_queue()
+                self._cancel_pending()
                 return
             except Exception:
                 log.exception("request from %s failed; closing the connection", self.peer)
                 self._abort_reading()
-                self._drain_queue()
+                self._cancel_pending()
+                return
+            self._responses.popleft()
+            self.in_flight -= 1
+            if response is CLOSE:
+                self._abort_reading()
+                self._cancel_pending()
                 return
             if response is not None:
+                if self.writer.transport.is_closing():
+                    self._cancel_pending()
+                    return
                 self.writer.write(response)
+                self._unsent -= len(response)
                 if self.writer.transport.get_write_buffer_size() > 1 << 20:
                     await self.writer.drain()
+            if not self._responses:
+                self._unsent = 0
+            self._progress.set()
             self.last_active = time.monotonic()
 
-    def _drain_queue(self) -> None:
-        while not self._queue.empty():
-            task = self._queue.get_nowait()
-            if task is not None:
-                task.cancel()
+    def _cancel_pending(self) -> None:
+        while self._responses:
+            self._responses.popleft().cancel()
+        self._progress.set()
 
     def _abort_reading(self) -> None:
         self.closing = True
+        self._queued.set()
+        self._progress.set()
         if self._read_task is not None and not self._read_task.done():
             self._read_task.cancel()
 
     def stop_reading(self) -> None:
         self._abort_reading()
+
+    def abort(self) -> None:
+        """Drop the connection now, answered or not (a client that does not read)."""
+        self._abort_reading()
+        self.writer.transport.abort()
 
 
 class Broker:
@@ -197,6 +339,12 @@ class Broker:
                         "transaction.remove.expired.transaction.cleanup.interval.ms"),
                 )), self.faults)
         self.shutdown_timeout = config.get("shutdown.timeout.ms") / 1000
+        queued_bytes = config.get("queued.max.request.bytes")
+        if 0 <= queued_bytes < config.get("socket.request.max.bytes"):
+            # As Kafka requires: else one allowed request could never be read.
+            raise ConfigError(f"queued.max.request.bytes={queued_bytes} must be -1 or at least "
+                              f"socket.request.max.bytes={config.get('socket.request.max.bytes')}")
+        self.request_memory = RequestMemory(queued_bytes)
         self._server: asyncio.AbstractServer | None = None
         self._connections: set[Connection] = set()
         self._reaper: asyncio.Task | None = None
@@ -283,6 +431,8 @@ class Broker:
     async def start(self) -> None:
         self.stopping = asyncio.Event()
         loop = asyncio.get_running_loop()
+        return_large_buffers_to_the_os()
+        preload_schemas(supported_versions())
         await loop.run_in_executor(None, self.logs.open)
         await self.logs.start()
         await self.groups.start()
@@ -326,10 +476,20 @@ class Broker:
             self._reaper.cancel()
         for conn in list(self._connections):
             conn.stop_reading()
-        if self._connections:
-            deadline = time.monotonic() + self.shutdown_timeout
-            while self._connections and time.monotonic() < deadline:
-                await asyncio.sleep(0.01)
+        deadline = time.monotonic() + self.shutdown_timeout
+        # In-flight work finishes (bounded by shutdown.timeout.ms) ...
+        while any(conn.busy for conn in self._connections) and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+        # ... and its answers go out to clients that read them; one that does not read
+        # is not waited for.
+        flushed = min(deadline, time.monotonic() + SHUTDOWN_FLUSH_S)
+        while self._connections and time.monotonic() < flushed:
+            await asyncio.sleep(0.01)
+        for conn in list(self._connections):
+            log.info("shutdown: dropping %s with unanswered or unread responses", conn.peer)
+            conn.abort()
+        while self._connections and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
         if self._server is not None:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self._server.wait_closed(), 1)
@@ -349,6 +509,10 @@ class Broker:
         self._connections.add(conn)
         try:
             await conn.run()
+        except asyncio.CancelledError:
+            # The loop is going away. Not re-raised: Python 3.11's start_server callback
+            # logs a traceback for a cancelled connection task.
+            conn.abort()
         finally:
             self._connections.discard(conn)
 
@@ -365,9 +529,18 @@ class Broker:
     # --- request routing ---------------------------------------------------------
 
     def dispatch(self, frame: bytes, peer: str) -> asyncio.Task:
-        """Start handling one request frame; the task yields the response bytes
-        (None for no response) or raises CloseConnection."""
-        return asyncio.ensure_future(self._handle(frame, peer))
+        """Start handling one request frame; the task yields the response bytes, None
+        for no response, or CLOSE to close the connection."""
+        return asyncio.ensure_future(self._answer(frame, peer))
+
+    async def _answer(self, frame: bytes, peer: str) -> bytes | object | None:
+        # CloseConnection becomes a value: a task that ends in an exception keeps its
+        # traceback, and so the request frame, alive in a cycle until a garbage
+        # collection (40 MB frames piled up in the RSS).
+        try:
+            return await self._handle(frame, peer)
+        except CloseConnection:
+            return CLOSE
 
     async def _handle(self, frame: bytes, peer: str) -> bytes | None:
         try:
@@ -386,13 +559,18 @@ class Broker:
             log.warning("closing %s: %s: %s v%d (correlation id %d)", peer, reason,
                         api_name(api_key), version, correlation_id)
             raise CloseConnection
+        problem = None
         try:
             header = parse_request_header(frame)
             request = decode_request(header, frame)
         except DecodeError as e:
+            # Only the text: the exception's traceback holds the frame (up to
+            # socket.request.max.bytes) in a reference cycle with this coroutine.
+            problem = str(e)
+        if problem is not None:
             log.warning("closing %s: malformed %s v%d request: %s", peer, api_name(api_key),
-                        version, e)
-            raise CloseConnection from None
+                        version, problem)
+            raise CloseConnection
         name = api_name(api_key)
         self.request_counts[name] = self.request_counts.get(name, 0) + 1
         ctx = RequestContext(self, header, peer)

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
-from kio.index import load_payload_module
+from kio.index import KioIndexError, load_payload_module
 from kio.schema.index import api_key_map
 from kio.serial import entity_reader, entity_writer
 from kio.static.constants import EntityType
@@ -46,11 +46,25 @@ def api_name(api_key: int) -> str:
 
 @cache
 def request_module(api_key: int, version: int) -> Any:
-    """kio's module for a request version, or None when kio has no schema for it."""
+    """kio's module for a request version, or None when kio has no schema for it.
+
+    Only "no such module" is an answer worth caching: any other failure (EMFILE while
+    the import opens its file, say) is raised, so that a later call tries again
+    instead of remembering "no schema" for the life of the process."""
     try:
         return load_payload_module(api_key, version, EntityType.request)
-    except Exception:
+    except KioIndexError:
         return None
+
+
+def preload_schemas(versions: Any) -> None:
+    """Import kio's request and response schemas for ``(api_key, low, high)`` ranges
+    now, at start, so no request ever waits for (or fails at) an import."""
+    for api_key, low, high in versions:
+        for version in range(low, high + 1):
+            if request_class(api_key, version) is not None:
+                response_class(api_key, version)
+                is_flexible_request(api_key, version)
 
 
 @cache

@@ -29,22 +29,38 @@ def _ms(value) -> int:
     return int(value.total_seconds() * 1000) if isinstance(value, datetime.timedelta) else int(value)
 
 
-def _collect(ctx, request, read_committed: bool):
+def requested_partitions(request) -> list[tuple[str, list]]:
+    """The request's partitions by topic, each partition once.
+
+    Kafka keys a fetch by topic-partition (a map), so a partition listed twice is
+    fetched once, where it first appeared, with the fetch position given last; a
+    request cannot make the broker read the same bytes many times over."""
+    by_topic: dict[str, dict[int, object]] = {}
+    for topic in request.topics:
+        parts = by_topic.setdefault(topic.topic, {})
+        for fp in topic.partitions:
+            parts[fp.partition] = fp
+    return [(name, list(parts.values())) for name, parts in by_topic.items()]
+
+
+def _collect(ctx, request, read_committed: bool, partitions: list[tuple[str, list]]):
     """One pass over the requested partitions: (topics, bytes, any_error, logs)."""
     logs = ctx.broker.logs
     schema = ctx.schema
     remaining = request.max_bytes if getattr(request, "max_bytes", None) is not None else INT32_MAX
     if remaining <= 0:
         remaining = INT32_MAX
+    # The broker's own cap (fetch.max.bytes), whatever the client asked for.
+    remaining = min(remaining, ctx.broker.config.get("fetch.max.bytes"))
     min_one = True
     total = 0
     any_error = False
     touched = []
     topics = []
-    for topic in request.topics:
+    for topic_name, requested in partitions:
         parts = []
-        for fp in topic.partitions:
-            plog = logs.get_log(topic.topic, fp.partition)
+        for fp in requested:
+            plog = logs.get_log(topic_name, fp.partition)
             error = ErrorCode.none
             records = b""
             aborted = None
@@ -83,7 +99,7 @@ def _collect(ctx, request, read_committed: bool):
                                log_start_offset=start,
                                aborted_transactions=(aborted or ()) if read_committed else None,
                                preferred_read_replica=-1, records=records))
-        topics.append(build(schema.FetchableTopicResponse, topic=topic.topic,
+        topics.append(build(schema.FetchableTopicResponse, topic=topic_name,
                             partitions=tuple(parts)))
     return tuple(topics), total, any_error, touched
 
@@ -101,8 +117,9 @@ async def handle(ctx, request):
     min_bytes = request.min_bytes
     deadline = time.monotonic() + max_wait
     loop = asyncio.get_running_loop()
+    partitions = requested_partitions(request)
     while True:
-        topics, total, any_error, touched = _collect(ctx, request, read_committed)
+        topics, total, any_error, touched = _collect(ctx, request, read_committed, partitions)
         remaining = deadline - time.monotonic()
         if total >= min_bytes or any_error or remaining <= 0 or broker.stopping.is_set() \
                 or not touched:
