@@ -647,7 +647,7 @@ def test_log_manager_topics_and_restart(tmp_path):
         await logs.start()
         logs.delete_topic("b.c")
         assert not os.path.exists(os.path.join(data_dir, "b.c-0"))
-        logs.create_partitions("a", 5)
+        await logs.create_partitions("a", 5)
         assert logs.get_log("a", 4) is not None
         await logs.close()
 
