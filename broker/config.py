@@ -129,6 +129,17 @@ BROKER_KEYS: dict[str, BrokerKey] = {
                   "delay:MS, drop, expire (docs/fault-injection.md)"),
         BrokerKey("shutdown.timeout.ms", "30000", _int,
                   "how long a clean shutdown waits for in-flight requests"),
+        # Partition storms (issue 14): bounds checked before anything is created.
+        BrokerKey("txbroker.max.partitions.per.request", "10000", _int,
+                  "most partitions one CreateTopics (all its topics together) or "
+                  "CreatePartitions (all its new partitions) may create; more fails the whole "
+                  "request with POLICY_VIOLATION, as Kafka's controller does at its fixed "
+                  "10000 (-1: no limit)"),
+        BrokerKey("txbroker.max.partitions", "10000", _int,
+                  "most partitions the broker holds (internal topics exempt); a creation "
+                  "past it gets POLICY_VIOLATION. Each partition keeps one file descriptor "
+                  "open (its active segment): keep it well below the open-files limit "
+                  "(-1: no limit)"),
     ]
 }
 

@@ -778,6 +778,7 @@ class LogCleaner:
             os.unlink(prefix + ".txnindex")
         new = LogSegment(plog.directory, out.base_offset, plog.config.index_interval_bytes)
         new.load()
+        new.release_file()  # never the active segment: its .log is reopened when read
         segs[i : i + len(old)] = [new]
         plog.aborted.replace_range(out.txn_low, out.end_offset, out.txn_entries)
         return True

@@ -27,6 +27,9 @@ from .segment import LogSegment
 log = logging.getLogger(__name__)
 
 LAZY_FLUSH_MS = 1000  # at the latest, a batch appended with flush=False is fsynced then
+# Descriptors one round duplicates at most (each log's are taken whole); the logs past it
+# wait for the next round, so thousands of dirty partitions cannot exhaust RLIMIT_NOFILE.
+MAX_FDS_PER_ROUND = 1024
 
 
 def _sync_and_close(fds: list[int]) -> None:
@@ -254,8 +257,9 @@ class Flusher:
         self._pool: FsyncPool | None = None
         self._task: asyncio.Task | None = None
         self._ticker: asyncio.Task | None = None
-        self._logs: list[PartitionLog] = []
+        self._logs: dict[PartitionLog, None] = {}  # a dict: track() is O(1) for big creations
         self._inflight: dict[PartitionLog, int] = {}  # log -> offset its running fsync covers
+        self._postponed = False  # a log's files could not be opened for the last round
         self.rounds = 0
         self.fsyncs = 0
 
@@ -263,19 +267,17 @@ class Flusher:
         self._wake = asyncio.Event()
         if self._pool is None:
             self._pool = ProcessFsyncPool(self._workers)
-        self._logs = logs
+        self._logs = dict.fromkeys(logs)
         self._task = asyncio.create_task(self._run(), name="flusher")
         self._ticker = asyncio.create_task(self._tick(), name="flush-ticker")
 
     def track(self, plog: PartitionLog) -> None:
         plog.on_append = self.notify_append
-        if plog not in self._logs:
-            self._logs.append(plog)
+        self._logs[plog] = None
 
     def untrack(self, plog: PartitionLog) -> None:
         plog.on_append = None
-        if plog in self._logs:
-            self._logs.remove(plog)
+        self._logs.pop(plog, None)
         self._dirty.pop(plog, None)
         for _, fut in self._waiters.pop(plog, []):
             if not fut.done():
@@ -331,7 +333,12 @@ class Flusher:
             if not plog.closed and (plog.flushed_offset < plog.log_end_offset or plog.pending_sync
                                     or plog.directory_dirty):
                 self._dirty[plog] = None
-        await self._round()
+        # Several rounds when more logs are dirty than one round takes (MAX_FDS_PER_ROUND);
+        # a log whose fsync keeps failing is retried a bounded number of times.
+        for _ in range(len(self._dirty) // 64 + 3):
+            if not self._dirty:
+                break
+            await self._round()
 
     async def _run(self) -> None:
         assert self._wake is not None
@@ -343,6 +350,9 @@ class Flusher:
             except Exception:  # a failed fsync must not kill the flusher
                 log.exception("flush round failed")
                 await asyncio.sleep(0.1)
+            if self._postponed:  # out of descriptors: give them time to come back
+                self._postponed = False
+                await asyncio.sleep(0.1)
 
     async def _round(self) -> None:
         if not self._dirty:
@@ -351,7 +361,12 @@ class Flusher:
         self._dirty.clear()
         jobs: list[tuple[PartitionLog, int, int, tuple[list[LogSegment], bool]]] = []
         fd_jobs: list[list[int]] = []
-        for plog in batch:
+        taken_fds = 0
+        for n, plog in enumerate(batch):
+            if taken_fds >= MAX_FDS_PER_ROUND:
+                for later in batch[n:]:  # the next round, right after this one
+                    self._mark(later)
+                break
             if plog.closed:
                 continue
             target = plog.log_end_offset
@@ -361,7 +376,16 @@ class Flusher:
                 continue
             count = plog.unflushed_messages
             taken = (list(plog.pending_sync), plog.directory_dirty)  # handed out again on error
-            fds = plog.take_sync_fds()
+            try:
+                fds = plog.take_sync_fds()
+            except OSError as e:
+                # EMFILE/ENFILE: this log's waiters wait for a round that can open its
+                # files (take_sync_fds left nothing open and everything pending).
+                log.error("fsync of %s postponed: %s", plog.name, e)
+                self._mark(plog)
+                self._postponed = True
+                continue
+            taken_fds += len(fds)
             self.fsyncs += len(fds)
             jobs.append((plog, target, count, taken))
             self._inflight[plog] = target

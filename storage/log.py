@@ -133,6 +133,8 @@ class PartitionLog:
         # After recovery everything on disk is treated as durable: fsync it once.
         for seg in segments:
             os.fsync(seg.fd)
+        for seg in segments[:-1]:
+            seg.release_file()  # rolled: its .log is reopened when read
         self.flushed_offset = self.log_end_offset
         self.recovery_point = self.flushed_offset
         self.high_watermark = self.log_end_offset
@@ -326,6 +328,14 @@ class PartitionLog:
         # Before anything else can fail: the old segment's unflushed tail is fsynced
         # only through pending_sync once it is no longer the active segment.
         self.pending_sync.append(old)
+        old.release_file()
+        try:
+            old.write_indexes()  # fsynced with the segment by the next flush round
+        except OSError as e:
+            # Rebuildable: a restart recovers every segment past the recovery point,
+            # which does not pass this one until its fsync round succeeds.
+            log.error("%s: cannot write the indexes of segment %d: %r", self.name,
+                      old.base_offset, e)
         self.directory_dirty = True  # the new file's directory entry must be fsynced too
         try:
             self.write_producer_snapshot()  # bounds the replay on the next start
@@ -344,15 +354,22 @@ class PartitionLog:
         (with their indexes), the active segment, and the directory after a roll.
         Duplicates keep the flush safe if a segment is closed meanwhile."""
         fds: list[int] = []
-        for seg in self.pending_sync:
-            if not seg.closed:
-                fds.extend(seg.dup_fds(indexes=True))
+        try:
+            for seg in self.pending_sync:
+                if not seg.closed:
+                    fds.extend(seg.dup_fds(indexes=True))
+            if not self.active_segment.closed:
+                fds.extend(self.active_segment.dup_fds(indexes=False))
+            if self.directory_dirty:
+                fds.append(os.open(self.directory, os.O_RDONLY))
+        except BaseException:
+            # EMFILE half-way: close what was taken and leave everything to the next
+            # round, or each failing round would leak descriptors and never recover.
+            for fd in fds:
+                os.close(fd)
+            raise
         self.pending_sync = []
-        if not self.active_segment.closed:
-            fds.extend(self.active_segment.dup_fds(indexes=False))
-        if self.directory_dirty:
-            self.directory_dirty = False
-            fds.append(os.open(self.directory, os.O_RDONLY))
+        self.directory_dirty = False
         return fds
 
     def sync_failed(self, segments: list[LogSegment], directory: bool) -> None:

@@ -21,6 +21,7 @@ import json
 import logging
 import os
 import re
+import resource
 import shutil
 import time
 import uuid
@@ -40,6 +41,10 @@ CLEAN_SHUTDOWN_FILE = ".txbroker_cleanshutdown"
 TOPICS_FILE = "topics.json"
 MAX_TOPIC_NAME = 249
 _LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]+$")
+_PARTITION_DIR = re.compile(r"^([a-zA-Z0-9._-]+)-(\d+)$")
+# Partitions one creation hands to a worker thread at a time: the event loop takes its
+# turn between chunks, and a failure rolls back the chunks already built.
+CREATE_CHUNK = 256
 
 
 class TopicError(KafkaError):
@@ -127,6 +132,8 @@ class LogManager:
         self._lock_fd = -1
         self._tasks: list[asyncio.Task] = []
         self.was_clean_shutdown = False
+        self._creating: asyncio.Lock | None = None  # one creation at a time (Kafka's controller)
+        self._pending_partitions = 0  # being built by a creation, not yet in self.logs
 
     # --- lifecycle -----------------------------------------------------------------
 
@@ -140,6 +147,7 @@ class LogManager:
             self._lock_fd = -1
             raise RuntimeError(f"data directory {self.data_dir} is in use by another broker") from None
         self._load_meta_properties()
+        _raise_open_files_limit()
         marker = os.path.join(self.data_dir, CLEAN_SHUTDOWN_FILE)
         self.was_clean_shutdown = os.path.exists(marker)
         if self.was_clean_shutdown:
@@ -153,6 +161,7 @@ class LogManager:
         except FileNotFoundError:
             raw = {}
         self.topics = {name: TopicInfo.from_json(name, data) for name, data in raw.items()}
+        self._remove_orphan_partitions()
         recovery = _read_checkpoint(os.path.join(self.data_dir, "recovery-point-offset-checkpoint"))
         starts = _read_checkpoint(os.path.join(self.data_dir, "log-start-offset-checkpoint"))
         for info in self.topics.values():
@@ -165,6 +174,26 @@ class LogManager:
                 self.logs[(info.name, p)] = plog
         log.info("opened %d topic(s), %d partition(s) in %s (%s shutdown)", len(self.topics),
                  len(self.logs), self.data_dir, "clean" if self.was_clean_shutdown else "unclean")
+
+    def _remove_orphan_partitions(self) -> None:
+        """Delete partition directories topics.json does not list: what a creation that
+        failed or crashed half-way left behind (topics.json is written last)."""
+        orphans = []
+        for name in os.listdir(self.data_dir):
+            m = _PARTITION_DIR.match(name)
+            if m is None or not os.path.isdir(os.path.join(self.data_dir, name)):
+                continue
+            info = self.topics.get(m.group(1))
+            if info is None or int(m.group(2)) >= info.partitions:
+                orphans.append(name)
+        for name in orphans:
+            doomed = os.path.join(self.data_dir, f"{name}.{uuid.uuid4().hex}-delete")
+            os.rename(os.path.join(self.data_dir, name), doomed)
+            shutil.rmtree(doomed, ignore_errors=True)
+        if orphans:
+            log.warning("removed %d orphan partition director%s not in %s: %s%s", len(orphans),
+                        "y" if len(orphans) == 1 else "ies", TOPICS_FILE,
+                        ", ".join(sorted(orphans)[:10]), " ..." if len(orphans) > 10 else "")
 
     def _load_meta_properties(self) -> None:
         path = os.path.join(self.data_dir, "meta.properties")
@@ -269,17 +298,36 @@ class LogManager:
     def _partition_dir(self, topic: str, partition: int) -> str:
         return os.path.join(self.data_dir, f"{topic}-{partition}")
 
-    def _save_topics(self) -> None:
-        data = {name: info.to_json() for name, info in sorted(self.topics.items())}
+    def _save_topics(self, extra: Mapping[str, TopicInfo] | None = None) -> None:
+        topics = dict(self.topics)
+        topics.update(extra or {})
+        data = {name: info.to_json() for name, info in sorted(topics.items())}
         _atomic_write(os.path.join(self.data_dir, TOPICS_FILE),
                       json.dumps(data, indent=1).encode())
 
-    def check_new_topic(self, name: str, partitions: int, configs: Mapping[str, str]) -> None:
+    @property
+    def partition_count(self) -> int:
+        """Partitions on this broker, counting those a creation is building."""
+        return len(self.logs) + self._pending_partitions
+
+    def check_partition_limit(self, additional: int, max_partitions: int | None) -> None:
+        """POLICY_VIOLATION if ``additional`` partitions would take this broker past
+        ``max_partitions`` (``txbroker.max.partitions``; None or negative: no limit)."""
+        if max_partitions is not None and max_partitions >= 0 and \
+                self.partition_count + additional > max_partitions:
+            raise TopicError(
+                f"{additional} more partition(s) would exceed the broker's limit of "
+                f"{max_partitions} (txbroker.max.partitions; {self.partition_count} exist)",
+                ErrorCode.policy_violation)
+
+    def check_new_topic(self, name: str, partitions: int, configs: Mapping[str, str],
+                        *, also: Mapping[str, object] = ()) -> None:
+        """``also``: names of topics being created with this one (same request)."""
         validate_topic_name(name)
-        if name in self.topics:
+        if name in self.topics or name in also:
             raise TopicError(f"topic {name!r} already exists", ErrorCode.topic_already_exists)
         collision = name.replace(".", "_")
-        for other in self.topics:
+        for other in (*self.topics, *also):
             if other.replace(".", "_") == collision:
                 raise TopicError(f"topic {name!r} collides with {other!r} ('.' and '_' collide)",
                                  ErrorCode.invalid_topic_exception)
@@ -293,29 +341,159 @@ class LogManager:
                 raise TopicError(f"invalid config {key}={value!r}: {e}",
                                  ErrorCode.invalid_config) from None
 
+    def _config_of(self, info: TopicInfo) -> LogConfig:
+        values = dict(self.broker_defaults)
+        values.update(info.configs)
+        return LogConfig.from_values(values)
+
     def create_topic(self, name: str, partitions: int, configs: Mapping[str, str] | None = None,
-                     *, internal: bool = False) -> TopicInfo:
+                     *, internal: bool = False, max_partitions: int | None = None) -> TopicInfo:
+        """Create a topic on the calling thread (internal topics, auto-creation: few
+        partitions). All or nothing: on an error its directories are removed."""
         configs = {k: v for k, v in (configs or {}).items() if v is not None}
         self.check_new_topic(name, partitions, configs)
+        if not internal:
+            self.check_partition_limit(partitions, max_partitions)
         info = TopicInfo(name, uuid.uuid4(), partitions, dict(configs), internal)
-        self.topics[name] = info
-        self._open_partitions(info, 0, partitions)
-        self._save_topics()
+        built = self._build_partitions(info, 0, partitions)
+        self._commit_topics([(info, built)])
         log.info("created topic %s with %d partition(s) %s", name, partitions, configs or "")
         return info
 
-    def _open_partitions(self, info: TopicInfo, start: int, end: int) -> None:
-        config = self.log_config(info.name)
-        for p in range(start, end):
-            directory = self._partition_dir(info.name, p)
-            if os.path.exists(directory):  # leftovers of an older topic with this name
-                shutil.rmtree(directory)
-            plog = PartitionLog(info.name, p, directory, config)
-            plog.open()
-            with open(os.path.join(directory, "partition.metadata"), "w") as f:
-                f.write(f"version: 0\ntopic_id: {_kafka_uuid(info.topic_id)}\n")
-            self.logs[(info.name, p)] = plog
-            self.flusher.track(plog)
+    async def create_topics(self, specs: list[tuple[str, int, Mapping[str, str]]], *,
+                            max_partitions: int | None = None,
+                            validate_only: bool = False) -> dict[str, TopicInfo | KafkaError]:
+        """Create topics (name, partitions, config overrides) of one CreateTopics request,
+        building their directories in a worker thread so that other clients are served
+        meanwhile. Per name: its TopicInfo, or the KafkaError that refused it. Nothing
+        of a refused or failed topic stays on disk; topics.json is written once, last."""
+        results: dict[str, TopicInfo | KafkaError] = {}
+        async with self._creation_lock():
+            planned: dict[str, TopicInfo] = {}
+            wanted = 0
+            for name, partitions, configs in specs:
+                configs = {k: v for k, v in configs.items() if v is not None}
+                try:
+                    self.check_new_topic(name, partitions, configs, also=planned)
+                    self.check_partition_limit(wanted + partitions, max_partitions)
+                except KafkaError as e:
+                    results[name] = e
+                    continue
+                wanted += partitions
+                planned[name] = TopicInfo(name, uuid.uuid4(), partitions, configs)
+            if validate_only:
+                results.update(planned)
+                return results
+            built: list[tuple[TopicInfo, list[PartitionLog]]] = []
+            self._pending_partitions += wanted
+            try:
+                for info in planned.values():
+                    try:
+                        logs = await self._build_off_loop(info, 0, info.partitions)
+                    except OSError as e:
+                        results[info.name] = _storage_error(f"creating topic {info.name!r}", e)
+                        continue
+                    if info.name in self.topics:  # auto-created meanwhile (Metadata)
+                        self._discard(logs)
+                        results[info.name] = TopicError(f"topic {info.name!r} already exists",
+                                                        ErrorCode.topic_already_exists)
+                        continue
+                    built.append((info, logs))
+            except BaseException:
+                for _info, logs in built:
+                    self._discard(logs)
+                raise
+            finally:
+                self._pending_partitions -= wanted
+            try:
+                self._commit_topics(built)
+            except OSError as e:
+                for info, _logs in built:
+                    results[info.name] = _storage_error(f"creating topic {info.name!r}", e)
+                return results
+            for info, _logs in built:
+                results[info.name] = info
+                log.info("created topic %s with %d partition(s) %s", info.name, info.partitions,
+                         info.configs or "")
+        return results
+
+    def _creation_lock(self) -> asyncio.Lock:
+        if self._creating is None:
+            self._creating = asyncio.Lock()
+        return self._creating
+
+    async def _build_off_loop(self, info: TopicInfo, start: int,
+                              end: int) -> list[PartitionLog]:
+        """:meth:`_build_partitions` in a worker thread, CREATE_CHUNK partitions at a time."""
+        loop = asyncio.get_running_loop()
+        built: list[PartitionLog] = []
+        try:
+            for first in range(start, end, CREATE_CHUNK):
+                last = min(first + CREATE_CHUNK, end)
+                built += await loop.run_in_executor(None, self._build_partitions, info, first,
+                                                    last)
+        except BaseException:
+            self._discard(built)
+            raise
+        return built
+
+    def _build_partitions(self, info: TopicInfo, start: int, end: int) -> list[PartitionLog]:
+        """Create and open the directories of partitions ``start`` to ``end`` (any thread:
+        touches no shared state). All or nothing: on an error the ones made are removed."""
+        config = self._config_of(info)
+        built: list[PartitionLog] = []
+        try:
+            for p in range(start, end):
+                directory = self._partition_dir(info.name, p)
+                if os.path.exists(directory):  # leftovers of an older topic with this name
+                    shutil.rmtree(directory)
+                plog = PartitionLog(info.name, p, directory, config)
+                built.append(plog)
+                plog.open()
+                with open(os.path.join(directory, "partition.metadata"), "w") as f:
+                    f.write(f"version: 0\ntopic_id: {_kafka_uuid(info.topic_id)}\n")
+            if built:  # the new directory entries must survive a crash too
+                _fsync_dir(self.data_dir)
+        except BaseException:
+            self._discard(built)
+            raise
+        return built
+
+    def _discard(self, logs: list[PartitionLog]) -> None:
+        """Close and delete partitions that were built but never registered. Every file
+        is closed first: after EMFILE the removal itself needs descriptors."""
+        for plog in logs:
+            plog.closed = True
+            for seg in plog.segments:
+                seg.close()
+        left = []
+        for plog in logs:
+            try:
+                shutil.rmtree(plog.directory)
+            except FileNotFoundError:
+                pass
+            except OSError as e:
+                left.append(f"{plog.directory} ({e.strerror})")
+        if left:  # not in topics.json: the next start removes them as orphans
+            log.error("could not remove %d partition director%s of a failed creation: %s",
+                      len(left), "y" if len(left) == 1 else "ies", ", ".join(left[:5]))
+
+    def _commit_topics(self, built: list[tuple[TopicInfo, list[PartitionLog]]]) -> None:
+        """Write topics.json with the new topics, then make them visible. If the write
+        fails nothing is registered and the directories are removed."""
+        if not built:
+            return
+        try:
+            self._save_topics({info.name: info for info, _ in built})
+        except BaseException:
+            for _info, logs in built:
+                self._discard(logs)
+            raise
+        for info, logs in built:
+            self.topics[info.name] = info
+            for plog in logs:
+                self.logs[(info.name, plog.partition)] = plog
+                self.flusher.track(plog)
 
     def delete_topic(self, name: str) -> None:
         info = self.topics.get(name)
@@ -337,7 +515,7 @@ class LogManager:
             shutil.rmtree(doomed, ignore_errors=True)
         log.info("deleted topic %s", name)
 
-    def create_partitions(self, name: str, total: int, *, validate_only: bool = False) -> None:
+    def check_create_partitions(self, name: str, total: int) -> TopicInfo:
         info = self.topics.get(name)
         if info is None:
             raise TopicError(f"unknown topic {name!r}", ErrorCode.unknown_topic_or_partition)
@@ -345,12 +523,39 @@ class LogManager:
             raise TopicError(
                 f"topic {name!r} has {info.partitions} partitions; the new count must be larger, "
                 f"got {total}", ErrorCode.invalid_partitions)
-        if validate_only:
-            return
-        old = info.partitions
-        info.partitions = total
-        self._open_partitions(info, old, total)
-        self._save_topics()
+        return info
+
+    async def create_partitions(self, name: str, total: int, *, validate_only: bool = False,
+                                max_partitions: int | None = None) -> None:
+        """Grow a topic to ``total`` partitions, building the new ones in a worker thread.
+        All or nothing: on an error the new directories are removed and the topic keeps
+        its partition count (KAFKA_STORAGE_ERROR for an OSError)."""
+        async with self._creation_lock():
+            info = self.check_create_partitions(name, total)
+            old = info.partitions
+            self.check_partition_limit(total - old, max_partitions)
+            if validate_only:
+                return
+            self._pending_partitions += total - old
+            try:
+                built = await self._build_off_loop(info, old, total)
+            except OSError as e:
+                raise _storage_error(f"creating partitions of {name!r}", e) from None
+            finally:
+                self._pending_partitions -= total - old
+            if self.topics.get(name) is not info or info.partitions != old:  # deleted meanwhile
+                self._discard(built)
+                raise TopicError(f"unknown topic {name!r}", ErrorCode.unknown_topic_or_partition)
+            info.partitions = total
+            try:
+                self._save_topics()
+            except OSError as e:
+                info.partitions = old
+                self._discard(built)
+                raise _storage_error(f"creating partitions of {name!r}", e) from None
+            for plog in built:
+                self.logs[(name, plog.partition)] = plog
+                self.flusher.track(plog)
         log.info("topic %s now has %d partitions", name, total)
 
     def alter_topic_configs(self, name: str, configs: dict[str, str],
@@ -421,6 +626,30 @@ class LogManager:
                             ("log-start-offset-checkpoint", starts)):
             text = f"0\n{len(rows)}\n" + "".join(f"{t} {p} {o}\n" for t, p, o in rows)
             _atomic_write(os.path.join(self.data_dir, fname), text.encode())
+
+
+def _storage_error(what: str, e: OSError) -> KafkaError:
+    """An OSError (EMFILE, ENOSPC, EIO) while creating: Kafka's KAFKA_STORAGE_ERROR."""
+    log.error("%s failed, rolled back: %r", what, e)
+    return KafkaError(f"{what} failed: {e.strerror or e}", ErrorCode.kafka_storage_error)
+
+
+def _raise_open_files_limit() -> None:
+    """Each partition keeps its active segment open: take the hard RLIMIT_NOFILE as the
+    soft one (what Kafka's operations guide asks of a broker's ulimit)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != soft and (hard == resource.RLIM_INFINITY or hard > soft):
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+            log.info("open files limit raised from %d to %d", soft, hard)
+
+
+def _fsync_dir(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def _kafka_uuid(value: uuid.UUID) -> str:

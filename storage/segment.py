@@ -5,16 +5,25 @@ consumers. Index formats follow Kafka: ``.index`` entries are (relative offset
 i32, position i32) of 8 bytes, ``.timeindex`` entries are (timestamp i64,
 relative offset i32) of 12 bytes. Indexes are rebuildable from the log, so they
 are fsynced only when the segment is closed.
+
+File descriptors: a segment's indexes live in memory and are written whole when it
+is rolled, recovered or closed, so no index file stays open. The active segment's
+``.log`` stays open; a rolled segment's ``.log`` is opened on demand and kept in a
+process-wide LRU of at most ``max_open`` files (:data:`ROLLED_SEGMENT_FILES`), so
+the descriptors a broker holds grow with its partitions, not with their segments.
 """
 
 from __future__ import annotations
 
 import bisect
+import errno
 import logging
 import os
 import struct
+import threading
 import time
 from array import array
+from collections import OrderedDict
 from dataclasses import dataclass
 
 from txbroker.protocol.records import (
@@ -37,6 +46,51 @@ def filename_prefix(base_offset: int) -> str:
     return f"{base_offset:020d}"
 
 
+class RolledSegmentFiles:
+    """Open ``.log`` files of rolled segments, closed least recently used first once
+    more than ``max_open`` are open. Only segments handed over with :meth:`adopt`
+    (rolled ones) are counted; the active segment of a partition keeps its file."""
+
+    def __init__(self, max_open: int = 256) -> None:
+        self.max_open = max_open
+        self._lru: OrderedDict[LogSegment, None] = OrderedDict()
+        self._lock = threading.Lock()
+        self.evictions = 0
+
+    def __len__(self) -> int:
+        return len(self._lru)
+
+    def adopt(self, seg: LogSegment) -> None:
+        with self._lock:
+            seg._pooled = True
+            if seg._fd >= 0:
+                self._lru[seg] = None
+                self._lru.move_to_end(seg)
+            self._evict()
+
+    def used(self, seg: LogSegment) -> None:
+        with self._lock:
+            if seg._fd >= 0:
+                self._lru[seg] = None
+                self._lru.move_to_end(seg)
+            self._evict()
+
+    def forget(self, seg: LogSegment) -> None:
+        with self._lock:
+            self._lru.pop(seg, None)
+
+    def _evict(self) -> None:
+        while len(self._lru) > max(self.max_open, 1):
+            victim, _ = self._lru.popitem(last=False)
+            fd, victim._fd = victim._fd, -1
+            if fd >= 0:
+                os.close(fd)
+                self.evictions += 1
+
+
+ROLLED_SEGMENT_FILES = RolledSegmentFiles()
+
+
 @dataclass(slots=True)
 class ReadResult:
     data: bytes
@@ -57,37 +111,88 @@ class LogSegment:
         flags = os.O_RDWR | os.O_CREAT
         if create:
             flags |= os.O_EXCL
-        self.fd = os.open(self.log_path, flags, 0o644)
-        self.size = os.fstat(self.fd).st_size
+        self._pooled = False  # rolled: the file is opened on demand (ROLLED_SEGMENT_FILES)
+        self._fd = os.open(self.log_path, flags, 0o644)
+        try:
+            st = os.fstat(self._fd)
+        except OSError:
+            os.close(self._fd)
+            raise
+        self.size = st.st_size
         self._index_rel = array("i")
         self._index_pos = array("i")
         self._time_ts = array("q")
         self._time_rel = array("i")
-        self._index_fd = -1
-        self._timeindex_fd = -1
+        self._index_written = 0  # index entries already in the .index file
+        self._time_written = 0
         self._bytes_since_index = 0
         self.next_offset = base_offset  # offset after the last batch in this segment
         self.max_timestamp = -1
         self.offset_of_max_timestamp = -1
         self.first_batch_timestamp: int | None = None
-        self.created_ms = int(os.fstat(self.fd).st_mtime * 1000) if self.size else None
+        self.created_ms = int(st.st_mtime * 1000) if self.size else None
         self.closed = False
+
+    @property
+    def fd(self) -> int:
+        """The ``.log`` file's descriptor, reopened if the LRU of rolled segments closed
+        it. Use it at once: a later open of another rolled segment may close it again."""
+        fd = self._fd
+        if fd < 0:
+            if self.closed:
+                raise OSError(errno.EBADF, f"segment {self.log_path} is closed")
+            fd = self._fd = os.open(self.log_path, os.O_RDWR)
+        if self._pooled:
+            ROLLED_SEGMENT_FILES.used(self)
+            if self._fd < 0:  # max_open of 0 or 1 evicted it again: keep it for this use
+                fd = self._fd = os.open(self.log_path, os.O_RDWR)
+        return fd
+
+    def release_file(self) -> None:
+        """The segment was rolled: its ``.log`` may be closed until it is read again."""
+        ROLLED_SEGMENT_FILES.adopt(self)
 
     # --- opening -------------------------------------------------------------
 
-    def _open_index_files(self, truncate: bool) -> None:
-        mode = os.O_RDWR | os.O_CREAT | (os.O_TRUNC if truncate else 0)
-        self._index_fd = os.open(self.index_path, mode, 0o644)
-        self._timeindex_fd = os.open(self.timeindex_path, mode, 0o644)
-        os.lseek(self._index_fd, 0, os.SEEK_END)
-        os.lseek(self._timeindex_fd, 0, os.SEEK_END)
+    def write_indexes(self, *, fsync: bool = False) -> None:
+        """Write the in-memory indexes to the ``.index`` / ``.timeindex`` files: only the
+        entries not written yet, unless the files were cut or rebuilt."""
+        for path, entries, done, pack in (
+            (self.index_path, zip(self._index_rel, self._index_pos, strict=True),
+             "_index_written", _INDEX_ENTRY.pack),
+            (self.timeindex_path, zip(self._time_ts, self._time_rel, strict=True),
+             "_time_written", _TIME_ENTRY.pack),
+        ):
+            already = getattr(self, done)
+            rows = list(entries)
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
+            try:
+                entry = 8 if pack is _INDEX_ENTRY.pack else 12
+                if os.fstat(fd).st_size != already * entry:
+                    already = 0  # not what this segment wrote: rewrite it whole
+                    os.ftruncate(fd, 0)
+                data = b"".join(pack(*row) for row in rows[already:])
+                if data:
+                    os.pwrite(fd, data, already * entry)
+                if fsync:
+                    os.fsync(fd)
+            finally:
+                os.close(fd)
+            setattr(self, done, len(rows))
+
+    def _drop_index_files(self) -> None:
+        for path in (self.index_path, self.timeindex_path):
+            try:
+                os.unlink(path)
+            except FileNotFoundError:
+                pass
+        self._index_written = self._time_written = 0
 
     def load(self) -> None:
         """Open a closed segment that was written cleanly: trust its indexes if they fit."""
         if not self._load_indexes():
             self.recover()
             return
-        self._open_index_files(truncate=False)
         # The last batch gives next_offset; a short scan from the last index entry finds it.
         start = self._index_pos[-1] if len(self._index_pos) else 0
         last: BatchHeader | None = None
@@ -124,6 +229,8 @@ class LogSegment:
         for ts, rel in _TIME_ENTRY.iter_unpack(traw):
             self._time_ts.append(ts)
             self._time_rel.append(rel)
+        self._index_written = len(self._index_rel)
+        self._time_written = len(self._time_ts)
         return True
 
     def recover(self, expected_base: int | None = None) -> int:
@@ -137,7 +244,6 @@ class LogSegment:
         self.max_timestamp = -1
         self.offset_of_max_timestamp = -1
         self.first_batch_timestamp = None
-        self._open_index_files(truncate=True)
         expected = self.base_offset if expected_base is None else expected_base
         valid_end = 0
         pos = 0
@@ -173,6 +279,12 @@ class LogSegment:
             os.fsync(self.fd)
             self.size = valid_end
         self.next_offset = max(expected, self.base_offset)
+        # Rebuilt indexes replace the files; an empty segment (a new partition) needs none.
+        self._index_written = self._time_written = -1  # forces a rewrite
+        if self.size:
+            self.write_indexes()
+        else:
+            self._drop_index_files()
         return truncated
 
     # --- appending -------------------------------------------------------------
@@ -197,12 +309,10 @@ class LogSegment:
             rel = header.last_offset - self.base_offset
             self._index_rel.append(rel)
             self._index_pos.append(position)
-            os.write(self._index_fd, _INDEX_ENTRY.pack(rel, position))
             if not len(self._time_ts) or self.max_timestamp > self._time_ts[-1]:
                 trel = self.offset_of_max_timestamp - self.base_offset
                 self._time_ts.append(self.max_timestamp)
                 self._time_rel.append(trel)
-                os.write(self._timeindex_fd, _TIME_ENTRY.pack(self.max_timestamp, trel))
             self._bytes_since_index = 0
         self._bytes_since_index += header.size
 
@@ -299,24 +409,35 @@ class LogSegment:
     # --- durability and lifecycle ------------------------------------------------
 
     def dup_fds(self, *, indexes: bool) -> list[int]:
+        """Descriptors of this segment's files for an fsync elsewhere (the caller closes
+        them). All or none: on EMFILE nothing is left open."""
         fds = [os.dup(self.fd)]
-        if indexes:
-            fds += [os.dup(fd) for fd in (self._index_fd, self._timeindex_fd) if fd >= 0]
+        try:
+            if indexes:
+                for path in (self.index_path, self.timeindex_path):
+                    try:
+                        fds.append(os.open(path, os.O_RDONLY))
+                    except FileNotFoundError:
+                        pass  # an empty segment has no index files
+        except BaseException:
+            for fd in fds:
+                os.close(fd)
+            raise
         return fds
 
     def flush_indexes(self) -> None:
-        for fd in (self._index_fd, self._timeindex_fd):
-            if fd >= 0:
-                os.fsync(fd)
+        """Write the index files and fsync them."""
+        self.write_indexes(fsync=True)
 
     def close(self) -> None:
         if self.closed:
             return
         self.closed = True
-        for fd in (self.fd, self._index_fd, self._timeindex_fd):
-            if fd >= 0:
-                os.close(fd)
-        self.fd = self._index_fd = self._timeindex_fd = -1
+        if self._pooled:
+            ROLLED_SEGMENT_FILES.forget(self)
+        fd, self._fd = self._fd, -1
+        if fd >= 0:
+            os.close(fd)
 
     def delete(self) -> None:
         self.close()

@@ -14,6 +14,19 @@ MAX_VERSION = 3
 
 log = logging.getLogger(__name__)
 _ZERO = datetime.timedelta(0)
+# Kafka's controller fails a whole CreatePartitions whose new partitions exceed its
+# per-operation record bound with POLICY_VIOLATION and this message.
+TOO_MANY_PARTITIONS = "Unable to perform excessively large batch operation."
+
+
+def requested_partitions(logs, request) -> int:
+    """New partitions the request asks for over the topics that exist."""
+    total = 0
+    for topic in request.topics:
+        info = logs.topics.get(topic.name)
+        if info is not None and topic.count > info.partitions:
+            total += topic.count - info.partitions
+    return total
 
 
 async def handle(ctx, request):
@@ -21,10 +34,17 @@ async def handle(ctx, request):
     schema = ctx.schema
     node = broker.node_id
     names = [t.name for t in request.topics]
+    per_request = broker.config.get("txbroker.max.partitions.per.request")
+    refuse_all = 0 <= per_request < requested_partitions(broker.logs, request)
+    if refuse_all:
+        log.info("CreatePartitions for %d topic(s) refused: more than %d new partitions",
+                 len(names), per_request)
     results = []
     for topic in request.topics:
         error, message = ErrorCode.none, None
         try:
+            if refuse_all:
+                raise KafkaError(TOO_MANY_PARTITIONS, ErrorCode.policy_violation)
             if names.count(topic.name) > 1:
                 raise KafkaError(f"topic {topic.name!r} appears more than once in the request",
                                  ErrorCode.invalid_request)
@@ -37,11 +57,13 @@ async def handle(ctx, request):
                     if tuple(a.broker_ids) != (node,):
                         raise KafkaError(f"replica assignment {list(a.broker_ids)} must be [{node}]",
                                          ErrorCode.invalid_replica_assignment)
-            broker.logs.create_partitions(topic.name, topic.count,
-                                          validate_only=request.validate_only)
+            await broker.logs.create_partitions(
+                topic.name, topic.count, validate_only=request.validate_only,
+                max_partitions=broker.config.get("txbroker.max.partitions"))
         except KafkaError as e:
             error, message = e.code, str(e)
-            log.info("create partitions for %r refused: %s", topic.name, e)
+            if not refuse_all:
+                log.info("create partitions for %r refused: %s", topic.name, e)
         results.append(build(schema.CreatePartitionsTopicResult, name=topic.name,
                              error_code=error, error_message=message))
     return build(ctx.response_type, throttle_time=_ZERO, results=tuple(results))

@@ -18,6 +18,23 @@ MAX_VERSION = 7
 log = logging.getLogger(__name__)
 _ZERO = datetime.timedelta(0)
 _NO_UUID = uuid.UUID(int=0)
+# Kafka's controller refuses a whole CreateTopics past its per-request bound with this.
+TOO_MANY_PARTITIONS = "Excessively large number of partitions per request."
+
+
+def requested_partitions(request, default_partitions: int) -> int:
+    """Partitions a CreateTopics request asks for, counted before any validation as
+    Kafka's controller counts them: -1 is num.partitions, assignments count one each,
+    other counts below 1 nothing (they are refused on their own)."""
+    total = 0
+    for topic in request.topics:
+        if topic.assignments:
+            total += len(topic.assignments)
+        elif topic.num_partitions == -1:
+            total += default_partitions
+        elif topic.num_partitions > 0:
+            total += topic.num_partitions
+    return total
 
 
 async def handle(ctx, request):
@@ -26,13 +43,22 @@ async def handle(ctx, request):
     schema = ctx.schema
     node = broker.node_id
     names = [t.name for t in request.topics]
-    results = []
-    for topic in request.topics:
-        error, message = ErrorCode.none, None
+    default_partitions = broker.config.get("num.partitions")
+    per_request = broker.config.get("txbroker.max.partitions.per.request")
+    # Checked first, before names or anything else, and for the whole request (Kafka).
+    refuse_all = 0 <= per_request < requested_partitions(request, default_partitions)
+    if refuse_all:
+        log.info("CreateTopics of %d topic(s) refused: more than %d partitions", len(names),
+                 per_request)
+    outcome: dict[int, tuple[ErrorCode, str | None, int, int]] = {}
+    specs: list[tuple[int, str, int, dict[str, str]]] = []
+    for i, topic in enumerate(request.topics):
         partitions = topic.num_partitions
         rf = topic.replication_factor
         configs = {c.name: c.value for c in topic.configs}
         try:
+            if refuse_all:
+                raise KafkaError(TOO_MANY_PARTITIONS, ErrorCode.policy_violation)
             if names.count(topic.name) > 1:
                 raise KafkaError(f"topic {topic.name!r} appears more than once in the request",
                                  ErrorCode.invalid_request)
@@ -48,20 +74,34 @@ async def handle(ctx, request):
                             ErrorCode.invalid_replica_assignment)
                 partitions = len(topic.assignments)
             if partitions == -1:
-                partitions = broker.config.get("num.partitions")
+                partitions = default_partitions
             if rf == -1:
                 rf = 1
             if rf != 1:
                 raise KafkaError(f"replication factor {rf} is larger than the 1 available broker",
                                  ErrorCode.invalid_replication_factor)
-            logs.check_new_topic(topic.name, partitions, configs)
-            if not request.validate_only:
-                logs.create_topic(topic.name, partitions, configs)
         except KafkaError as e:
-            error, message = e.code, str(e)
-            log.info("create topic %r refused: %s", topic.name, e)
+            outcome[i] = (e.code, str(e), partitions, rf)
+            if not refuse_all:
+                log.info("create topic %r refused: %s", topic.name, e)
+            continue
+        outcome[i] = (ErrorCode.none, None, partitions, rf)
+        specs.append((i, topic.name, partitions, configs))
+    if specs:
+        created = await logs.create_topics(
+            [(name, partitions, configs) for _i, name, partitions, configs in specs],
+            max_partitions=broker.config.get("txbroker.max.partitions"),
+            validate_only=request.validate_only)
+        for i, name, partitions, _configs in specs:
+            result = created[name]
+            if isinstance(result, KafkaError):
+                outcome[i] = (result.code, str(result), partitions, outcome[i][3])
+                log.info("create topic %r refused: %s", name, result)
+    results = []
+    for i, topic in enumerate(request.topics):
+        error, message, partitions, rf = outcome[i]
         ok = error == ErrorCode.none
-        info = logs.topics.get(topic.name) if ok else None
+        info = logs.topics.get(topic.name) if ok and not request.validate_only else None
         entries = ()
         if ok and info is not None and hasattr(schema, "CreatableTopicConfigs"):  # v5+
             entries = tuple(

@@ -69,7 +69,9 @@ async def handle(ctx, request):
             if name not in logs.topics:
                 if allow_auto and broker.config.get("auto.create.topics.enable"):
                     try:
-                        logs.create_topic(name, broker.config.get("num.partitions"))
+                        logs.create_topic(name, broker.config.get("num.partitions"),
+                                          max_partitions=broker.config.get(
+                                              "txbroker.max.partitions"))
                     except KafkaError as e:
                         log.info("metadata auto-create of %r refused: %s", name, e)
                         topics.append(topic_entry(ctx, name, e.code))

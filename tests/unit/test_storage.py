@@ -647,7 +647,7 @@ def test_log_manager_topics_and_restart(tmp_path):
         await logs.start()
         logs.delete_topic("b.c")
         assert not os.path.exists(os.path.join(data_dir, "b.c-0"))
-        logs.create_partitions("a", 5)
+        await logs.create_partitions("a", 5)
         assert logs.get_log("a", 4) is not None
         await logs.close()
 
@@ -974,3 +974,69 @@ def test_a_failed_fsync_round_is_retried_with_the_rolled_segments_and_directory(
     with caplog.at_level(logging.ERROR, logger="txbroker.storage.flusher"):
         asyncio.run(main())
     assert "fsync of" in caplog.text and "Input/output error" in caplog.text
+
+
+# --- file descriptors and orphans (issue 14, partition storms) ---------------------------------
+
+
+def _open_fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+def test_descriptors_grow_with_partitions_not_segments(tmp_path, monkeypatch):
+    """One descriptor per partition (its active .log); rolled segments' files are closed
+    beyond the LRU's bound and reopened when read."""
+    from txbroker.storage import segment as segment_module
+
+    pool = segment_module.RolledSegmentFiles(max_open=4)
+    monkeypatch.setattr(segment_module, "ROLLED_SEGMENT_FILES", pool)
+
+    async def run():
+        logs = LogManager(str(tmp_path / "data"))
+        logs.open()
+        await logs.start()
+        await asyncio.sleep(0.2)  # the fsync helper is up
+        before = _open_fds()
+        await logs.create_topics([("t", 50, {})])
+        plogs = [logs.get_log("t", p) for p in range(50)]
+        for plog in plogs:
+            for _ in range(3):
+                append(plog, make_batch(2))
+                plog.roll()
+        await logs.flusher.flush_now()
+        assert _open_fds() - before <= 50 + 4
+        assert len(pool) == 4
+        # Every rolled segment reads back, reopening its file.
+        for plog in plogs:
+            assert plog.read(0, 1 << 20).first_offset == 0
+        assert pool.evictions > 0 and len(pool) == 4
+        await logs.close()
+
+    asyncio.run(run())
+
+
+def test_orphan_partition_directories_removed_on_open(tmp_path, caplog):
+    data_dir = str(tmp_path / "data")
+
+    async def first():
+        logs = LogManager(data_dir)
+        logs.open()
+        await logs.start()
+        logs.create_topic("kept", 2)
+        await logs.close()
+
+    asyncio.run(first())
+    for name in ("ghost-0", "ghost-1", "kept-2"):  # a failed creation's leftovers
+        os.makedirs(os.path.join(data_dir, name))
+        open(os.path.join(data_dir, name, "00000000000000000000.log"), "w").close()
+    caplog.set_level(logging.WARNING, logger="txbroker.storage.manager")
+    logs = LogManager(data_dir)
+    logs.open()
+    try:
+        names = set(os.listdir(data_dir))
+        assert {"kept-0", "kept-1"} <= names
+        assert not names & {"ghost-0", "ghost-1", "kept-2"}
+        assert not [n for n in names if n.endswith("-delete")]
+        assert any("3 orphan partition directories" in r.getMessage() for r in caplog.records)
+    finally:
+        asyncio.run(logs.close())
