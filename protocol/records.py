@@ -297,6 +297,8 @@ def _decode_record(raw, pos: int, n: int, offset_delta: int) -> tuple[_Shape, in
             raise InvalidRecordError(f"record {offset_delta} has key length {klen}")
         if klen > 0:
             pos += klen
+            if pos > end:
+                raise InvalidRecordError(f"key of record {offset_delta} runs past the record")
         at = pos
         vlen, pos = _varint_at(raw, pos, 5)
         spans += (at, pos)
@@ -304,9 +306,13 @@ def _decode_record(raw, pos: int, n: int, offset_delta: int) -> tuple[_Shape, in
             raise InvalidRecordError(f"record {offset_delta} has value length {vlen}")
         if vlen > 0:
             pos += vlen
+            if pos > end:
+                raise InvalidRecordError(f"value of record {offset_delta} runs past the record")
         at = pos
         count, pos = _varint_at(raw, pos, 5)
         spans += (at, pos)
+        if pos > end:
+            raise InvalidRecordError(f"fields of record {offset_delta} run past the record")
         if count < 0 or count > end - pos:
             raise InvalidRecordError(f"record {offset_delta} claims {count} headers")
         for _ in range(count):
