@@ -10,8 +10,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kafka.record import MemoryRecords
 from kafka.record.default_records import DefaultRecordBatchBuilder
-from txbroker.protocol.compression import Compression, compress, decompress
 from txbroker.protocol import records as records_module
+from txbroker.protocol.compression import Compression, compress, decompress
 from txbroker.protocol.errors import (
     CorruptRecordError,
     InvalidRecordError,
