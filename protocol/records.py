@@ -213,7 +213,7 @@ def validate_produced_batch(buf, offset: int = 0, end: int | None = None) -> Bat
 # count must match the records present, each record's length must match the
 # fields it covers, inner offset deltas must run 0, 1, 2, ... and each record's
 # timestamp must be in the topic's accepted range. Walking records one by one in
-# Python costs about a microsecond each, so the walk decodes one record fully and
+# Python costs a few microseconds each, so the walk decodes one record fully and
 # then checks the following records of the same shape (same length, same key,
 # value and header lengths, same varint widths) column by column with strided
 # slices, which run in C. Any record that does not fit the shape is decoded
@@ -249,10 +249,11 @@ class _Shape:
     offset_at: int
     offset_width: int
     null_key: bool
+    start: int  # where the record decoded for this shape begins in the batch
 
-    def constants(self, raw, start: int) -> list[tuple[int, int]]:
+    def constants(self, raw) -> list[tuple[int, int]]:
         """(position in the record, byte) of every byte of its length varints."""
-        return [(p - start, raw[p]) for i in range(0, len(self.spans), 2)
+        return [(p - self.start, raw[p]) for i in range(0, len(self.spans), 2)
                 for p in range(self.spans[i], self.spans[i + 1])]
 
 
@@ -341,7 +342,7 @@ def _decode_record(raw, pos: int, n: int, offset_delta: int) -> tuple[_Shape, in
     except (DecodeError, IndexError) as e:
         raise InvalidRecordError(f"record {offset_delta} is malformed: {e}") from None
     shape = _Shape(end - start, spans, ts_at - start, offset_at - ts_at, offset_at - start,
-                   offset_end - offset_at, klen < 0)
+                   offset_end - offset_at, klen < 0, start)
     return shape, ts_delta
 
 
@@ -369,7 +370,7 @@ def _run_matches(raw, pos: int, k: int, shape: _Shape, first_delta: int,
     column; (min, max) timestamp delta if all match, else None."""
     size = shape.size
     stop = pos + (k - 1) * size + 1
-    for at, byte in shape.constants(raw, pos - size):
+    for at, byte in shape.constants(raw):
         if bytes(raw[pos + at : stop + at : size]).count(byte) != k:
             return None
     o = pos + shape.offset_at

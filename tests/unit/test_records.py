@@ -567,7 +567,18 @@ def test_trailing_bytes_after_the_last_record_are_invalid():
         _check(bytes(b))
 
 
-@FAST
+def _record_starts(batch) -> list[int]:
+    from txbroker.protocol.primitives import read_varint
+
+    starts, pos = [], HEADER_SIZE
+    while pos < len(batch):
+        starts.append(pos)
+        length, after = read_varint(batch, pos)
+        pos = after + length
+    return starts
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(n=st.integers(2, 200), value_size=st.sampled_from([1, 30, 700]),
        data=st.data())
 def test_column_path_decides_as_record_by_record(n, value_size, data):
@@ -576,8 +587,13 @@ def test_column_path_decides_as_record_by_record(n, value_size, data):
     recs = [Record(None if i % 50 == 49 else b"key", b"v" * value_size,
                    timestamp=5_000 + i % 90) for i in range(n)]
     batch = bytearray(build_batch(recs))
+    starts = _record_starts(batch)
     for _ in range(data.draw(st.integers(1, 3))):
-        at = data.draw(st.integers(HEADER_SIZE, len(batch) - 1))
+        if data.draw(st.booleans()):  # anywhere
+            at = data.draw(st.integers(HEADER_SIZE, len(batch) - 1))
+        else:  # a length, timestamp or offset byte of a record, or the last byte before one
+            at = data.draw(st.sampled_from(starts)) + data.draw(st.integers(-1, 8))
+            at = min(max(at, HEADER_SIZE), len(batch) - 1)
         batch[at] = data.draw(st.integers(0, 255))
     header = read_header(batch)
 
