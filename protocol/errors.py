@@ -46,6 +46,12 @@ class RecordTooLargeError(KafkaError):
     code = ErrorCode.message_too_large
 
 
+class InvalidTimestampError(KafkaError):
+    """A record timestamp outside the topic's accepted range."""
+
+    code = ErrorCode.invalid_timestamp
+
+
 class UnsupportedCompressionError(KafkaError):
     code = ErrorCode.unsupported_compression_type
 

@@ -15,10 +15,17 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from txbroker.protocol.errors import ErrorCode, KafkaError, RecordTooLargeError
+from txbroker.protocol.errors import (
+    ErrorCode,
+    InvalidTimestampError,
+    KafkaError,
+    RecordTooLargeError,
+)
 from txbroker.protocol.records import (
+    NO_TIMESTAMP,
     BatchHeader,
     ControlType,
+    RecordsSummary,
     build_control_batch,
     decode_records,
     read_end_txn_marker,
@@ -47,10 +54,6 @@ class AppendResult:
     log_append_time: int  # -1 unless the topic uses LogAppendTime
     log_start_offset: int
     duplicate: bool = False  # a retried idempotent batch: nothing was appended
-
-
-class InvalidTimestampError(KafkaError):
-    code = ErrorCode.invalid_timestamp
 
 
 class PartitionLog:
@@ -236,19 +239,45 @@ class PartitionLog:
 
     # --- appending --------------------------------------------------------------
 
-    def check_batch(self, header: BatchHeader, now: int) -> None:
-        """Topic-level checks Kafka's LogValidator makes before anything is written."""
+    def check_size(self, header: BatchHeader) -> None:
+        """max.message.bytes, checked before the records are looked at (as Kafka)."""
         if header.size > self.config.max_message_bytes:
             raise RecordTooLargeError(
                 f"batch of {header.size} bytes exceeds max.message.bytes "
                 f"{self.config.max_message_bytes} of {self.name}"
             )
-        if self.config.message_timestamp_type == "CreateTime" and header.max_timestamp >= 0:
-            if now - header.max_timestamp > self.config.timestamp_before_max_ms or \
-                    header.max_timestamp - now > self.config.timestamp_after_max_ms:
+
+    def check_batch(self, header: BatchHeader, now: int,
+                    records: RecordsSummary | None = None) -> None:
+        """Topic-level checks Kafka's LogValidator makes before anything is written:
+        the size, then every record timestamp other than -1 within
+        message.timestamp.before/after.max.ms of ``now`` (CreateTime topics). Without
+        ``records`` (the batch's validated records) the header's max timestamp
+        stands for them."""
+        self.check_size(header)
+        create_time = self.config.message_timestamp_type == "CreateTime"
+        if header.log_append_time:
+            # Kafka: a record of a LogAppendTime batch carries the batch's max
+            # timestamp; the producer may not ask for LogAppendTime itself.
+            if not create_time or header.max_timestamp == NO_TIMESTAMP:
                 raise InvalidTimestampError(
-                    f"timestamp {header.max_timestamp} is out of the accepted range of {self.name}"
-                )
+                    f"producer set timestamp type LogAppendTime in a batch for {self.name}")
+            lowest = highest = header.max_timestamp
+        elif records is None:
+            lowest = highest = header.max_timestamp
+            if lowest == NO_TIMESTAMP:
+                lowest = None
+        else:
+            lowest, highest = records.min_timestamp, records.max_timestamp
+        if not create_time:
+            return
+        if (lowest is not None and now - lowest > self.config.timestamp_before_max_ms) or \
+                highest - now > self.config.timestamp_after_max_ms:
+            raise InvalidTimestampError(
+                f"a record timestamp in [{lowest}, {highest}] is out of the accepted range "
+                f"[{now - self.config.timestamp_before_max_ms}, "
+                f"{now + self.config.timestamp_after_max_ms}] of {self.name}"
+            )
 
     def append(self, batch: bytearray, header: BatchHeader, *, now: int | None = None,
                flush: bool = True) -> AppendResult:

@@ -21,9 +21,11 @@ from txbroker.protocol.errors import (
 from txbroker.protocol.messages import build
 from txbroker.protocol.records import (
     Compression,
-    decode_records,
     peek_size,
+    set_create_time_max_timestamp,
+    uncompressed_limit,
     validate_produced_batch,
+    validate_produced_records,
 )
 from txbroker.storage.log import now_ms
 
@@ -85,15 +87,29 @@ async def handle(ctx, request):
                 try:
                     records = part.records
                     header = _check_single_batch(records, ctx.version)
-                    plog.check_batch(header, now_ms())
+                    plog.check_size(header)
+                    # Every record against the header, before anything is appended
+                    # (Kafka's LogValidator); compressed batches are decompressed into
+                    # a bounded buffer for it and still stored as they came.
+                    content = validate_produced_records(
+                        records, header,
+                        max_uncompressed=uncompressed_limit(plog.config.max_message_bytes))
+                    plog.check_batch(header, now_ms(), content)
                     if header.is_transactional:
                         _verify_transactional(broker, request, topic.name, part.index, plog,
                                               header)
-                    if "compact" in plog.config.cleanup_policy and any(
-                            r.key is None for r in decode_records(records)):
+                    if "compact" in plog.config.cleanup_policy and content.has_null_key:
                         raise InvalidRecordError(
                             f"compacted topic {topic.name} cannot accept a record without a key")
-                    result = plog.append(bytearray(records), header)
+                    batch = bytearray(records)
+                    if plog.config.message_timestamp_type == "CreateTime" and (
+                            header.log_append_time
+                            or header.max_timestamp != content.max_timestamp):
+                        # As Kafka, the stored header carries the records' real maximum.
+                        header = set_create_time_max_timestamp(
+                            batch, header, header.max_timestamp if header.log_append_time
+                            else content.max_timestamp)
+                    result = plog.append(batch, header)
                     base_offset = result.base_offset
                     append_time = result.log_append_time
                     start = result.log_start_offset

@@ -5,12 +5,19 @@ from __future__ import annotations
 
 import logging
 import struct
+import time
 
 import pytest
 from txbroker.protocol.compression import Compression
 from txbroker.protocol.errors import ErrorCode
 from txbroker.protocol.messages import decode_response
-from txbroker.protocol.records import Record, build_batch, compute_crc
+from txbroker.protocol.records import (
+    HEADER_SIZE,
+    Record,
+    build_batch,
+    compute_crc,
+    validate_batch,
+)
 
 from tests.integration.wire_util import (
     API_VERSIONS,
@@ -471,3 +478,106 @@ def test_disk_error_on_produce_is_kafka_storage_error_and_the_retry_succeeds(
     assert [r.value for r in stored_records(txbroker, topic, 0)] == [b"after-a-full-disk"]
     assert sum("KAFKA_STORAGE_ERROR" in r.getMessage() and f"{topic}-0" in r.getMessage()
                for r in caplog.records if r.levelno == logging.ERROR) == 2
+
+
+# --- Produce: batch header against record content (Kafka's LogValidator) ---------------
+
+
+def _claims(count: int, *, compression: Compression = Compression.NONE) -> bytes:
+    """One real record under a header claiming ``count`` records, with the matching
+    lastOffsetDelta and a valid CRC: only the records themselves show the lie."""
+    b = bytearray(build_batch([Record(b"k", b"v")], compression=compression))
+    struct.pack_into(">i", b, 23, count - 1)
+    struct.pack_into(">i", b, 57, count)
+    return bytes(_fix_crc(b))
+
+
+@pytest.mark.parametrize("count,compression", [
+    (5_000_000, Compression.NONE), (2**31 - 1, Compression.NONE),
+    (5_000_000, Compression.GZIP), (5_000_000, Compression.ZSTD),
+], ids=["5M", "2^31-1", "5M-gzip", "5M-zstd"])
+def test_records_count_beyond_the_records_never_moves_the_log(txbroker, topic, caplog, count,
+                                                              compression):
+    from tests.integration.clients import consume_kafka_python
+
+    result = _produce_one(txbroker, topic, _claims(count, compression=compression))
+    assert result.error_code == ErrorCode.invalid_record, result
+    assert result.base_offset == -1
+    wait_for_log(caplog, "produce to bad-0", "INVALID_RECORD",
+                 f"declares {count} records but holds 1", level=logging.WARNING)
+    assert log_end_offset(txbroker, topic, 0) == 0
+    # Good data goes in at offset 0, and stays the only data after a restart.
+    assert _produce_one(txbroker, topic, batch(2)).base_offset == 0
+    txbroker.restart()
+    assert log_end_offset(txbroker, topic, 0) == 2
+    # A real client reads the partition (with the bad batch stored, kafka-python raised
+    # CorruptRecordError here).
+    got = consume_kafka_python(txbroker.bootstrap, topic, [0], 2)
+    assert [r.offset for r in got] == [0, 1]
+
+
+def _record_lie(kind: str) -> bytes:
+    recs = [Record(b"k", b"v" * 10)] * 3
+    if kind == "offset-deltas":
+        return build_batch(recs, offset_deltas=[0, 2, 2])  # header consistent, records not
+    b = bytearray(build_batch(recs))
+    if kind == "record-length":
+        b[HEADER_SIZE] += 2  # first record's length varint: 1 more byte than its fields
+    elif kind == "trailing-bytes":
+        b += b"\x00\x00\x00"
+        struct.pack_into(">i", b, 8, len(b) - 12)
+    return bytes(_fix_crc(b))
+
+
+@pytest.mark.parametrize("kind,words", [
+    ("offset-deltas", "consecutive"), ("record-length", "record 0"),
+    ("trailing-bytes", "3 bytes follow the last"),
+])
+def test_records_that_disagree_with_the_header_are_invalid(txbroker, topic, caplog, kind,
+                                                           words):
+    result = _produce_one(txbroker, topic, _record_lie(kind))
+    assert result.error_code == ErrorCode.invalid_record, result
+    wait_for_log(caplog, "produce to bad-0", "INVALID_RECORD", words, level=logging.WARNING)
+    assert log_end_offset(txbroker, topic, 0) == 0
+    assert_serving(txbroker)
+
+
+def test_decompression_bomb_is_message_too_large(txbroker, topic, caplog):
+    import cramjam
+
+    payload = bytes(cramjam.zstd.compress(bytes(64 * 1024 * 1024), level=1))  # 64 MiB of zeros
+    b = bytearray(build_batch([Record(None, b"")], compression=Compression.ZSTD))
+    b = b[:HEADER_SIZE] + payload
+    struct.pack_into(">i", b, 8, len(b) - 12)
+    result = _produce_one(txbroker, topic, bytes(_fix_crc(b)))
+    assert result.error_code == ErrorCode.message_too_large, result
+    wait_for_log(caplog, "produce to bad-0", "MESSAGE_TOO_LARGE", "decompresses to",
+                 level=logging.WARNING)
+    assert log_end_offset(txbroker, topic, 0) == 0
+
+
+def test_every_record_timestamp_is_checked_not_only_the_max(txbroker, caplog):
+    now = int(time.time() * 1000)
+    txbroker.create_topic("recent", 1, {"message.timestamp.before.max.ms": "3600000"})
+    # The header's max timestamp is recent; the first record is a day old.
+    old_first = build_batch([Record(b"k", b"old", timestamp=now - 86_400_000),
+                             Record(b"k", b"new", timestamp=now)])
+    result = _produce_one(txbroker, "recent", old_first)
+    assert result.error_code == ErrorCode.invalid_timestamp, result
+    assert log_end_offset(txbroker, "recent", 0) == 0
+
+
+def test_header_max_timestamp_is_set_from_the_records(txbroker, topic):
+    from tests.integration.clients import consume_kafka_python
+
+    now = int(time.time() * 1000)
+    lying = bytearray(build_batch([Record(b"k", b"a", timestamp=now - 5),
+                                   Record(b"k", b"b", timestamp=now)]))
+    struct.pack_into(">q", lying, 35, now - 1000)  # maxTimestamp below a record's timestamp
+    assert _produce_one(txbroker, topic, bytes(_fix_crc(lying))).error_code == ErrorCode.none
+    got = consume_kafka_python(txbroker.bootstrap, topic, [0], 2)
+    assert [r.timestamp for r in got] == [now - 5, now]
+    # As Kafka, the stored header carries the records' real maximum, under a valid CRC.
+    data = txbroker.call(lambda b: b.logs.get_log(topic, 0).read(0, 1 << 20).data)
+    header = validate_batch(data)
+    assert header.max_timestamp == now

@@ -10,8 +10,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kafka.record import MemoryRecords
 from kafka.record.default_records import DefaultRecordBatchBuilder
+from txbroker.protocol import records as records_module
 from txbroker.protocol.compression import Compression, compress, decompress
-from txbroker.protocol.errors import CorruptRecordError, InvalidRecordError
+from txbroker.protocol.errors import (
+    CorruptRecordError,
+    InvalidRecordError,
+    RecordTooLargeError,
+)
 from txbroker.protocol.records import (
     ATTR_TIMESTAMP_TYPE,
     CRC_START,
@@ -28,9 +33,13 @@ from txbroker.protocol.records import (
     peek_size,
     read_header,
     set_base_offset,
+    set_create_time_max_timestamp,
     set_log_append_time,
+    uncompressed_limit,
     validate_batch,
     validate_produced_batch,
+    validate_produced_records,
+    validate_records,
 )
 
 FAST = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -413,3 +422,237 @@ def test_read_control_type(commit, coordinator_epoch):
         bad = build_batch([Record(key, value)], control=True)
         with pytest.raises(CorruptRecordError):
             read_end_txn_marker(bad)
+
+
+# --- record content against the header (Kafka's LogValidator) -------------------------
+
+
+def _with_header(batch: bytes, **fields: int) -> bytes:
+    """``batch`` with header fields replaced and its CRC fixed: a lie a CRC cannot catch."""
+    b = bytearray(batch)
+    for name, value in fields.items():
+        fmt, at = {"records_count": (">i", 57), "last_offset_delta": (">i", 23),
+                   "max_timestamp": (">q", 35)}[name]
+        struct.pack_into(fmt, b, at, value)
+    struct.pack_into(">I", b, 17, compute_crc(b, 0, len(b)))
+    return bytes(b)
+
+
+def _check(batch: bytes):
+    return validate_produced_records(batch, validate_produced_batch(batch))
+
+
+@FAST
+@given(records=records_st, codec=codecs)
+def test_every_built_batch_passes_content_validation(records, codec):
+    batch = build_batch(records, compression=codec)
+    summary = _check(batch)
+    decoded = decode_records(batch)
+    assert summary.records_count == len(records)
+    assert summary.has_null_key == any(r.key is None for r in decoded)
+    assert summary.max_timestamp == max([-1] + [r.timestamp for r in decoded])
+    assert summary.min_timestamp == min((r.timestamp for r in decoded if r.timestamp != -1),
+                                        default=None)
+
+
+@FAST
+@given(n=st.integers(1, 300), value_size=st.sampled_from([0, 5, 100, 1024]),
+       codec=codecs, spread=st.integers(0, 20_000))
+def test_many_records_of_one_shape_pass(n, value_size, codec, spread):
+    # The column-by-column path: same-size records over the 64 and 8192 delta widths.
+    recs = [Record(None, b"v" * value_size, timestamp=1_000_000 + (i * spread) // n)
+            for i in range(n)]
+    summary = _check(build_batch(recs, compression=codec))
+    assert summary.records_count == n
+    assert summary.max_timestamp == max(r.timestamp for r in recs)
+    assert summary.min_timestamp == 1_000_000
+
+
+def test_ten_thousand_records_cross_every_offset_width():
+    recs = [Record(b"k", b"v") for _ in range(10_000)]
+    assert _check(build_batch(recs)).records_count == 10_000
+
+
+@pytest.mark.parametrize("claimed", [2, 5_000_000, 2**31 - 1])
+@pytest.mark.parametrize("codec", list(Compression))
+def test_records_count_larger_than_the_records_is_invalid(claimed, codec):
+    # The issue's reproducer: one record, a header claiming millions, a valid CRC.
+    batch = _with_header(build_batch([Record(b"k", b"v")], compression=codec),
+                         records_count=claimed, last_offset_delta=claimed - 1)
+    with pytest.raises(InvalidRecordError, match=f"declares {claimed} records but holds 1"):
+        _check(batch)
+
+
+@pytest.mark.parametrize("codec", list(Compression))
+def test_records_count_smaller_than_the_records_is_invalid(codec):
+    batch = _with_header(build_batch([Record(b"k", b"v")] * 3, compression=codec),
+                         records_count=2, last_offset_delta=1)
+    with pytest.raises(InvalidRecordError, match="bytes follow the last"):
+        _check(batch)
+
+
+@FAST
+@given(records=st.lists(st.builds(Record, keys, values), min_size=1, max_size=30),
+       claimed=st.integers(1, 2**31 - 1), codec=codecs)
+def test_any_count_other_than_the_records_is_invalid(records, claimed, codec):
+    if claimed == len(records):
+        claimed += 1
+    batch = _with_header(build_batch(records, compression=codec),
+                         records_count=claimed, last_offset_delta=claimed - 1)
+    with pytest.raises(InvalidRecordError):
+        _check(batch)
+
+
+@pytest.mark.parametrize("deltas", [[0, 2, 2], [1, 1, 2], [0, 0, 2], [2, 1, 2]])
+def test_offset_deltas_must_be_consecutive_from_zero(deltas):
+    # The header is consistent (lastOffsetDelta 2, 3 records); the records are not.
+    batch = build_batch([Record(b"k", b"v")] * 3, offset_deltas=deltas)
+    with pytest.raises(InvalidRecordError, match="consecutive"):
+        _check(batch)
+
+
+def _one_record(body: bytes, length: int | None = None) -> bytes:
+    """A 1-record batch whose record bytes are written by hand."""
+    from txbroker.protocol.primitives import write_varint
+
+    raw = bytearray()
+    write_varint(raw, len(body) if length is None else length)
+    raw += body
+    template = bytearray(build_batch([Record(None, b"")]))
+    out = template[:HEADER_SIZE] + raw
+    struct.pack_into(">i", out, 8, len(out) - LOG_OVERHEAD)
+    struct.pack_into(">I", out, 17, compute_crc(out, 0, len(out)))
+    return bytes(out)
+
+
+# attributes, timestamp delta 0, offset delta 0, then key, value, headers (zigzag varints)
+GOOD_BODY = b"\x00\x00\x00" + b"\x02k" + b"\x02v" + b"\x00"
+
+
+@pytest.mark.parametrize("body,length,words", [
+    (GOOD_BODY, len(GOOD_BODY) + 1, "claims"),  # length past the batch
+    (GOOD_BODY + b"\x00", None, "fields end"),  # a byte the fields do not cover
+    (GOOD_BODY, len(GOOD_BODY) - 1, "fields end|runs? past"),  # length shorter than fields
+    (b"\x00\x00\x00\x10k\x02v\x00", None, "runs? past"),  # key length 8, 1 byte there
+    (b"\x00\x00\x00\x02k\x10v\x00", None, "runs? past|fields end"),  # value length 8
+    (b"\x00\x00\x00\x03\x02v\x00", None, "key length -2"),
+    (b"\x00\x00\x00\x02k\x05\x00", None, "value length -3"),
+    (b"\x00\x00\x00\x02k\x02v\x01", None, "claims -1 headers"),
+    (b"\x00\x00\x00\x02k\x02v\x20", None, "claims 16 headers"),
+    (b"\x00\x00\x00\x02k\x02v\x02\x01\x00", None, "header key length -1"),
+    (b"\x00\x00\x00\x02k\x02v\x02\x02h\x05", None, "header value length -3"),
+    (b"\x00\x00\x00\x02k\x02v\x02\x02h\x10", None, "runs? past|fields end"),
+    (b"\x00\x00\xff\xff\xff\xff\xff\x01\x02v\x00", None, "malformed"),  # 6-byte varint
+    (b"\x00" + b"\xff" * 10 + b"\x01\x00\x02k\x02v\x00", None, "malformed"),  # 11-byte varlong
+    (b"", None, "claims 0"),
+], ids=["length-past-batch", "trailing-byte-in-record", "length-short", "key-past-record",
+        "value-past-record", "key-length-minus-2", "value-length-minus-3", "negative-headers",
+        "headers-beyond-bytes", "header-key-negative", "header-value-minus-3",
+        "header-value-past-record", "varint-too-long", "varlong-too-long", "empty-record"])
+def test_malformed_record_is_invalid(body, length, words):
+    with pytest.raises(InvalidRecordError, match=words):
+        _check(_one_record(body, length))
+
+
+def test_hand_written_good_record_passes():
+    assert _check(_one_record(GOOD_BODY)).records_count == 1
+
+
+def test_trailing_bytes_after_the_last_record_are_invalid():
+    b = bytearray(build_batch([Record(b"k", b"v")] * 2))
+    b += b"\x00\x00"
+    struct.pack_into(">i", b, 8, len(b) - LOG_OVERHEAD)
+    struct.pack_into(">I", b, 17, compute_crc(b, 0, len(b)))
+    with pytest.raises(InvalidRecordError, match="2 bytes follow the last"):
+        _check(bytes(b))
+
+
+def _record_starts(batch) -> list[int]:
+    from txbroker.protocol.primitives import read_varint
+
+    starts, pos = [], HEADER_SIZE
+    while pos < len(batch):
+        starts.append(pos)
+        length, after = read_varint(batch, pos)
+        pos = after + length
+    return starts
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(n=st.integers(2, 200), value_size=st.sampled_from([1, 30, 700]),
+       data=st.data())
+def test_column_path_decides_as_record_by_record(n, value_size, data):
+    """Mutating any byte of a batch of same-shape records: the column-by-column
+    checks accept and reject exactly what decoding one record at a time does."""
+    recs = [Record(None if i % 50 == 49 else b"key", b"v" * value_size,
+                   timestamp=5_000 + i % 90) for i in range(n)]
+    batch = bytearray(build_batch(recs))
+    starts = _record_starts(batch)
+    for _ in range(data.draw(st.integers(1, 3))):
+        if data.draw(st.booleans()):  # anywhere
+            at = data.draw(st.integers(HEADER_SIZE, len(batch) - 1))
+        else:  # a length, timestamp or offset byte of a record, or the last byte before one
+            at = data.draw(st.sampled_from(starts)) + data.draw(st.integers(-1, 8))
+            at = min(max(at, HEADER_SIZE), len(batch) - 1)
+        batch[at] = data.draw(st.integers(0, 255))
+    header = read_header(batch)
+
+    def outcome():
+        try:
+            return validate_records(bytes(batch), header, HEADER_SIZE)
+        except InvalidRecordError as e:
+            return type(e)
+
+    fast = outcome()
+    saved = records_module._FAST_OFFSET_WIDTH
+    records_module._FAST_OFFSET_WIDTH = 0  # every record decoded on its own
+    try:
+        slow = outcome()
+    finally:
+        records_module._FAST_OFFSET_WIDTH = saved
+    assert fast == slow
+
+
+@pytest.mark.parametrize("codec", [c for c in Compression if c != Compression.NONE])
+def test_decompression_past_the_bound_is_message_too_large(codec):
+    batch = build_batch([Record(None, bytes(200_000))] * 20, compression=codec)  # 4 MB of zeros
+    header = validate_produced_batch(batch)
+    assert validate_produced_records(batch, header, max_uncompressed=5_000_000).records_count == 20
+    with pytest.raises(RecordTooLargeError, match="decompresses to"):
+        validate_produced_records(batch, header, max_uncompressed=1_000_000)
+
+
+def test_decompression_bomb_stops_at_the_bound():
+    import tracemalloc
+
+    import cramjam
+
+    zeros = bytes(256 * 1024 * 1024)  # 256 MiB of records' worth, 8 KiB compressed
+    payload = bytes(cramjam.zstd.compress(zeros, level=1))
+    del zeros
+    b = bytearray(build_batch([Record(None, b"")], compression=Compression.ZSTD))
+    b = b[:HEADER_SIZE] + payload
+    struct.pack_into(">i", b, 8, len(b) - LOG_OVERHEAD)
+    struct.pack_into(">I", b, 17, compute_crc(b, 0, len(b)))
+    header = validate_produced_batch(b)
+    tracemalloc.start()
+    try:
+        with pytest.raises(RecordTooLargeError):
+            validate_produced_records(b, header, max_uncompressed=uncompressed_limit(1048588))
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 2 * uncompressed_limit(1048588)
+
+
+def test_uncompressed_limit_follows_max_message_bytes():
+    assert uncompressed_limit(1048588) == 32 * 1048588
+    assert uncompressed_limit(1000) == 32 * 1024 * 1024
+
+
+def test_set_create_time_max_timestamp_keeps_the_batch_valid():
+    batch = bytearray(build_batch([Record(b"k", b"v", timestamp=500)]))
+    set_log_append_time(batch, 0, len(batch), 9)
+    header = set_create_time_max_timestamp(batch, read_header(batch), 500)
+    assert header == validate_batch(batch)
+    assert header.max_timestamp == 500 and not header.log_append_time
