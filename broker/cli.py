@@ -5,13 +5,15 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 import resource
 import signal
+import socket
 import sys
 
 from txbroker.storage.log_config import ConfigError
 
-from .config import load_config
+from .config import BrokerConfig, StartupError, load_config
 from .server import Broker
 
 log = logging.getLogger("txbroker")
@@ -27,14 +29,57 @@ def _raise_fd_limit() -> None:
             pass
 
 
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+
+
+def preflight(config: BrokerConfig) -> None:
+    """What can be checked before anything is opened, with a message that says what it
+    is about (StartupError): hosts that do not resolve, a data directory that is not one."""
+    host, port = config.listener
+    _resolves(host, port, f"listeners ({config.source('listeners')})")
+    if config.get("admin.http.port") >= 0:
+        _resolves(config.get("admin.http.host"), config.get("admin.http.port"),
+                  f"admin.http.host ({config.source('admin.http.host')})")
+    path = os.path.abspath(config.data_dir)
+    where = f"data directory {config.data_dir} (log.dirs, {config.source('log.dirs')})"
+    probe = path
+    while probe and not os.path.exists(probe):
+        probe = os.path.dirname(probe)
+    if probe and not os.path.isdir(probe):
+        what = "is a file" if probe == path else f"cannot be created: {probe} is a file"
+        raise StartupError(f"{where} {what}, not a directory")
+
+
+def _resolves(host: str, port: int, what: str) -> None:
+    try:
+        socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror as e:
+        raise StartupError(f"{what}: host {host!r} does not resolve ({e.strerror})") from None
+
+
 async def serve(broker: Broker) -> None:
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    await broker.start()
+    try:
+        await broker.start()
+    except StartupError:
+        await _abandon(broker)
+        raise
+    except (OSError, ConfigError, ValueError) as e:
+        await _abandon(broker)
+        raise StartupError(str(e)) from e
     await stop.wait()
     await broker.stop()
+
+
+async def _abandon(broker: Broker) -> None:
+    """Close what a failed start opened, quietly: the start-up error is the one line."""
+    try:
+        await broker.stop()
+    except Exception:  # noqa: BLE001 - half-started; the process is exiting anyway
+        pass
 
 
 def _parse_override(text: str) -> tuple[str, str]:
@@ -50,14 +95,21 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="txbroker", description=__doc__)
     parser.add_argument("--version", action="version", version=f"txbroker {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
-    s = sub.add_parser("serve", help="run the broker")
-    s.add_argument("--host", help="listen address (default 127.0.0.1)")
-    s.add_argument("--port", type=int, help="listen port (default 9092; 0 = any free port)")
-    s.add_argument("--data-dir", help="data directory (log.dirs)")
-    s.add_argument("--config", help="Kafka-style properties file")
+    s = sub.add_parser("serve", help="run the broker",
+                       description="Run the broker. Config sources, later ones winning: "
+                                   "defaults < --config file < TXBROKER_* environment "
+                                   "variables < --host/--port/--data-dir and --override "
+                                   "(docs/configuration.md).")
+    s.add_argument("--host", help="listen address; with --port it sets listeners "
+                                  "(default: the listeners host, 127.0.0.1)")
+    s.add_argument("--port", type=int,
+                   help="listen port; 0 = any free port (default: the listeners port, 9092)")
+    s.add_argument("--data-dir", help="data directory, sets log.dirs (default: ./txbroker-data)")
+    s.add_argument("--config", metavar="FILE",
+                   help="Kafka-style properties file (Kafka's server.properties works)")
     s.add_argument("--override", action="append", type=_parse_override, default=[],
-                   metavar="KEY=VALUE", help="set any config key (repeatable)")
-    s.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING, ERROR")
+                   metavar="KEY=VALUE", help="set any config key (repeatable; default: none)")
+    s.add_argument("--log-level", default="INFO", help=f"{', '.join(LOG_LEVELS)} (default: INFO)")
     from .transactions_cli import add_parser
 
     add_parser(sub)
@@ -66,39 +118,51 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    logging.basicConfig(
-        level=getattr(logging, getattr(args, "log_level", "WARNING").upper(), logging.INFO),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
+    level = getattr(args, "log_level", "WARNING").upper()
+    if level not in LOG_LEVELS:
+        print(f"txbroker: configuration error: --log-level {args.log_level!r} is not one of "
+              f"{', '.join(LOG_LEVELS)}", file=sys.stderr)
+        return 2
+    logging.basicConfig(level=getattr(logging, level),
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+                        stream=sys.stderr)
     if args.command == "serve":
-        try:
-            config = load_config(config_file=args.config, host=args.host, port=args.port,
-                                 data_dir=args.data_dir, overrides=dict(args.override))
-        except (ConfigError, OSError) as e:
-            print(f"txbroker: configuration error: {e}", file=sys.stderr)
-            return 2
-        _raise_fd_limit()
-        try:
-            import uvloop
-
-            uvloop.install()
-        except ImportError:
-            pass
-        try:
-            asyncio.run(serve(Broker(config)))
-        except RuntimeError as e:
-            print(f"txbroker: {e}", file=sys.stderr)
-            return 1
-        except OSError as e:
-            print(f"txbroker: cannot start: {e}", file=sys.stderr)
-            return 1
-        return 0
+        return _serve(args)
     if args.command == "transactions":
         from .transactions_cli import run
 
         return run(args)
     return 2
+
+
+def _serve(args) -> int:
+    """Configuration and start-up errors: one line, exit 2. A failure after the broker
+    is up (it crashed): exit 1."""
+    try:
+        config = load_config(config_file=args.config, host=args.host, port=args.port,
+                             data_dir=args.data_dir, overrides=dict(args.override))
+        preflight(config)
+        broker = Broker(config)
+    except (ConfigError, StartupError, ValueError, OSError) as e:
+        kind = "configuration error" if isinstance(e, ConfigError) else "cannot start"
+        print(f"txbroker: {kind}: {e}", file=sys.stderr)
+        return 2
+    _raise_fd_limit()
+    try:
+        import uvloop
+
+        uvloop.install()
+    except ImportError:
+        pass
+    try:
+        asyncio.run(serve(broker))
+    except StartupError as e:
+        print(f"txbroker: cannot start: {e}", file=sys.stderr)
+        return 2
+    except (RuntimeError, OSError) as e:
+        print(f"txbroker: {e}", file=sys.stderr)
+        return 1
+    return 0
 
 
 if __name__ == "__main__":

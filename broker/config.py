@@ -4,16 +4,31 @@ Sources, later ones winning: built-in defaults < properties file (``--config``)
 < environment (``TXBROKER_`` + the key upper-cased with dots as underscores,
 e.g. ``TXBROKER_NUM_PARTITIONS=3``) < command line (``--host/--port/--data-dir``
 and ``--override key=value``). Every key is listed in docs/configuration.md.
+
+Every value is checked when it is set, and an error names the key and where the
+value came from (file and line, environment variable, command-line option). Keys of
+Kafka's that mean nothing on a single broker (``process.roles``,
+``num.network.threads``, replication factors, ...) are accepted with one warning,
+so Kafka's own ``server.properties`` starts txbroker; any other unknown key is an
+error, and all of them are listed in one.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 from txbroker.storage.log_config import TOPIC_CONFIGS, ConfigError
+
+log = logging.getLogger("txbroker.config")
+
+
+class StartupError(Exception):
+    """The broker cannot start (a port in use, a data directory that is a file, ...):
+    the message says what about, in one line."""
 
 
 def _bool(text: str) -> bool:
@@ -36,6 +51,63 @@ def _str(text: str) -> str:
     return str(text).strip()
 
 
+def _int_in(lo: int, hi: int) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        value = _int(text)
+        if not lo <= value <= hi:
+            raise ConfigError(f"{value} is outside [{lo}, {hi}]")
+        return value
+
+    return parse
+
+
+def _split_listener(item: str) -> tuple[str, str, int | None]:
+    """``NAME://host:port`` (or bare ``host:port``, PLAINTEXT) -> (NAME, host, port)."""
+    item = item.strip()
+    if "://" not in item:
+        item = "PLAINTEXT://" + item
+    parts = urlsplit(item)
+    try:
+        port = parts.port
+    except ValueError:
+        raise ConfigError(f"{item!r}: the port is not a number in [0, 65535]") from None
+    return parts.scheme.upper(), parts.hostname or "", port
+
+
+def _listeners(text: str) -> str:
+    found_plaintext = False
+    for item in filter(None, (x.strip() for x in str(text).split(","))):
+        name, _host, port = _split_listener(item)
+        if port is None:
+            raise ConfigError(f"{item!r} needs a port (NAME://host:port)")
+        found_plaintext = found_plaintext or name == "PLAINTEXT"
+    if not found_plaintext:
+        # Refused rather than served in plaintext: a client configured for TLS or SASL
+        # would otherwise fail in confusing ways, or send secrets in the clear.
+        raise ConfigError("no PLAINTEXT listener (txbroker serves PLAINTEXT only; SSL and "
+                          "SASL listeners are not supported)")
+    return str(text).strip()
+
+
+def _advertised(text: str) -> str:
+    text = str(text).strip()
+    for item in filter(None, (x.strip() for x in text.split(","))):
+        _name, host, port = _split_listener(item)
+        if not host or port is None:
+            raise ConfigError(f"{item!r} needs host:port (e.g. PLAINTEXT://kafka.example:9092)")
+    return text
+
+
+def _fault_points(text: str) -> str:
+    from txbroker.coordinator.transaction.faults import parse_fault_points
+
+    try:
+        parse_fault_points(text)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+    return str(text).strip()
+
+
 @dataclass(frozen=True)
 class BrokerKey:
     name: str
@@ -47,12 +119,12 @@ class BrokerKey:
 BROKER_KEYS: dict[str, BrokerKey] = {
     k.name: k
     for k in [
-        BrokerKey("listeners", "PLAINTEXT://127.0.0.1:9092", _str,
+        BrokerKey("listeners", "PLAINTEXT://127.0.0.1:9092", _listeners,
                   "where the broker listens; the first PLAINTEXT listener is used (port 0: any free port)"),
-        BrokerKey("advertised.listeners", "", _str,
+        BrokerKey("advertised.listeners", "", _advertised,
                   "host:port clients are told to connect to (default: the listener; a 0.0.0.0 "
                   "listener advertises the machine's host name)"),
-        BrokerKey("node.id", "1", _int, "this broker's id in Metadata responses"),
+        BrokerKey("node.id", "1", _int_in(0, 2**31 - 1), "this broker's id in Metadata responses"),
         BrokerKey("log.dirs", "./txbroker-data", _str, "the data directory (one directory)"),
         BrokerKey("num.partitions", "1", _int, "partitions of auto-created topics and of "
                   "CreateTopics requests that leave the count to the broker (-1)"),
@@ -87,7 +159,7 @@ BROKER_KEYS: dict[str, BrokerKey] = {
                   "retention in hours, used when log.retention.ms is not set"),
         BrokerKey("log.roll.hours", "168", _int,
                   "segment roll age in hours, used when log.roll.ms is not set"),
-        BrokerKey("admin.http.port", "-1", _int,
+        BrokerKey("admin.http.port", "-1", _int_in(-1, 65535),
                   "port of the admin/metrics HTTP endpoint (/health, /metrics, /topics); "
                   "-1 disables it, 0 picks a free port"),
         BrokerKey("admin.http.host", "127.0.0.1", _str, "address the admin HTTP endpoint binds"),
@@ -122,7 +194,7 @@ BROKER_KEYS: dict[str, BrokerKey] = {
                   "how often transactions past their timeout are looked for and aborted"),
         BrokerKey("transaction.remove.expired.transaction.cleanup.interval.ms", "3600000", _int,
                   "how often expired transactional ids are removed"),
-        BrokerKey("txbroker.fault.points", "", _str,
+        BrokerKey("txbroker.fault.points", "", _fault_points,
                   "fault injection for tests: point[=action],... with points "
                   "before_end_txn, after_prepare_durable, before_markers, after_first_marker, "
                   "before_complete, drop_end_txn_response and actions crash, power_loss, "
@@ -146,25 +218,74 @@ BROKER_KEYS: dict[str, BrokerKey] = {
 # Broker-level defaults for topic configs, by their broker name (log.segment.bytes, ...).
 TOPIC_DEFAULT_KEYS = {d.broker_name: d for d in TOPIC_CONFIGS.values() if d.broker_name}
 
+# Kafka's older names, resolved in BrokerConfig.raw (log.dir) or renamed on set (broker.id).
+ALIASES = {"log.retention.minutes": None, "log.dir": None, "broker.id": "node.id"}
+
+# Kafka keys that mean nothing on one broker without replicas, controllers or thread
+# pools: accepted (Kafka's own server.properties sets many of them) with one warning.
+SINGLE_BROKER_KEYS = frozenset({
+    "process.roles", "controller.listener.names", "inter.broker.listener.name",
+    "inter.broker.protocol.version", "listener.security.protocol.map",
+    "num.network.threads", "num.io.threads", "num.replica.fetchers",
+    "num.recovery.threads.per.data.dir", "background.threads",
+    "socket.send.buffer.bytes", "socket.receive.buffer.bytes", "socket.listen.backlog.size",
+    "offsets.topic.replication.factor", "offsets.commit.required.acks",
+    "transaction.state.log.replication.factor", "transaction.state.log.min.isr",
+    "share.coordinator.state.topic.replication.factor",
+    "share.coordinator.state.topic.min.isr",
+    "metadata.log.dir", "log.cleaner.threads", "log.cleaner.dedupe.buffer.size",
+    "log.cleaner.io.buffer.size", "log.cleaner.io.max.bytes.per.second",
+    "auto.leader.rebalance.enable", "leader.imbalance.check.interval.seconds",
+    "leader.imbalance.per.broker.percentage", "broker.rack", "group.coordinator.rebalance.protocols",
+})
+# ... and whole families of them (quorum, replication, ZooKeeper of Kafka 3).
+SINGLE_BROKER_PREFIXES = ("controller.quorum.", "replica.", "zookeeper.", "metadata.log.")
+
+
+def is_single_broker_key(key: str) -> bool:
+    return key in SINGLE_BROKER_KEYS or key.startswith(SINGLE_BROKER_PREFIXES)
+
+
+class UnknownConfigError(ConfigError):
+    def __init__(self, key: str, source: str) -> None:
+        super().__init__(f"unknown broker config {key!r} ({source})")
+        self.key = key
+        self.source = source
+
 
 class BrokerConfig:
     def __init__(self, values: Mapping[str, str] | None = None) -> None:
         self.values: dict[str, str] = {}
         self.sources: dict[str, str] = {}
+        # Kafka keys accepted but unused on one broker: key -> where it was set.
+        self.ignored: dict[str, str] = {}
         for key, value in (values or {}).items():
             self.set(key, value, "override")
 
     def set(self, key: str, value: str, source: str) -> None:
+        """Check and store one value; errors name the key, the value and ``source``."""
         key = key.strip()
-        if key in BROKER_KEYS:
-            BROKER_KEYS[key].parse(value)
-        elif key in TOPIC_DEFAULT_KEYS:
-            TOPIC_DEFAULT_KEYS[key].parse(value)
-        elif key in ("log.retention.minutes", "log.dir", "port", "host.name"):
-            pass  # legacy aliases, resolved below
-        else:
-            raise ConfigError(f"unknown broker config {key!r}")
-        self.values[key] = str(value).strip()
+        key = ALIASES.get(key) or key
+        value = str(value).strip()
+        try:
+            if key in BROKER_KEYS:
+                BROKER_KEYS[key].parse(value)
+            elif key in TOPIC_DEFAULT_KEYS:
+                TOPIC_DEFAULT_KEYS[key].parse(value)
+            elif key == "log.retention.minutes":
+                _int(value)
+            elif key in ALIASES:
+                pass
+            elif is_single_broker_key(key):
+                self.ignored[key] = source
+                return
+            else:
+                raise UnknownConfigError(key, source)
+        except UnknownConfigError:
+            raise
+        except ConfigError as e:
+            raise ConfigError(f"{key}={value} ({source}): {e}") from None
+        self.values[key] = value
         self.sources[key] = source
 
     def get(self, key: str):
@@ -202,65 +323,95 @@ class BrokerConfig:
     def source(self, key: str) -> str:
         return self.sources.get(key, "default")
 
+    def check(self) -> list[str]:
+        """Rules between keys (each key's own value was checked when set)."""
+        problems = []
+        queued, frame = self.get("queued.max.request.bytes"), self.get("socket.request.max.bytes")
+        if 0 <= queued < frame:
+            # As Kafka requires: else one allowed request could never be read.
+            problems.append(
+                f"queued.max.request.bytes={queued} ({self.source('queued.max.request.bytes')}) "
+                f"must be -1 or at least socket.request.max.bytes={frame} "
+                f"({self.source('socket.request.max.bytes')})")
+        return problems
+
     # --- convenience accessors ------------------------------------------------------
 
     @property
     def listener(self) -> tuple[str, int]:
-        for item in self.get("listeners").split(","):
-            item = item.strip()
-            if "://" not in item:
-                item = "PLAINTEXT://" + item
-            parts = urlsplit(item)
-            if parts.scheme.upper() == "PLAINTEXT":
-                return parts.hostname or "0.0.0.0", parts.port if parts.port is not None else 9092
+        """The first PLAINTEXT listener (others, e.g. Kafka's CONTROLLER, are not ours)."""
+        for item in filter(None, (x.strip() for x in self.get("listeners").split(","))):
+            name, host, port = _split_listener(item)
+            if name == "PLAINTEXT":
+                return host or "0.0.0.0", 9092 if port is None else port
         raise ConfigError("listeners has no PLAINTEXT listener")
 
     @property
     def advertised(self) -> tuple[str, int] | None:
+        """The advertised PLAINTEXT listener (else the first one), if set."""
         text = self.get("advertised.listeners")
         if not text:
             return None
-        item = text.split(",")[0].strip()
-        if "://" not in item:
-            item = "PLAINTEXT://" + item
-        parts = urlsplit(item)
-        if not parts.hostname or parts.port is None:
+        items = [_split_listener(x) for x in text.split(",") if x.strip()]
+        _name, host, port = next((i for i in items if i[0] == "PLAINTEXT"), items[0])
+        if not host or port is None:
             raise ConfigError(f"advertised.listeners {text!r} needs host:port")
-        return parts.hostname, parts.port
+        return host, port
 
     @property
     def data_dir(self) -> str:
         return self.raw("log.dirs").split(",")[0].strip()
 
 
-def parse_properties(text: str) -> dict[str, str]:
-    """Java-style properties: key=value or key: value, # and ! comments."""
-    out: dict[str, str] = {}
-    for raw_line in text.splitlines():
+def parse_properties_lines(text: str) -> list[tuple[str, str, int]]:
+    """Java-style properties as (key, value, line number): key=value or key: value,
+    # and ! comments."""
+    out: list[tuple[str, str, int]] = []
+    for lineno, raw_line in enumerate(text.splitlines(), 1):
         line = raw_line.strip()
         if not line or line[0] in "#!":
             continue
         for sep in ("=", ":"):
             if sep in line:
                 key, value = line.split(sep, 1)
-                out[key.strip()] = value.strip()
+                out.append((key.strip(), value.strip(), lineno))
                 break
         else:
-            out[line] = ""
+            out.append((line, "", lineno))
     return out
 
 
+def parse_properties(text: str) -> dict[str, str]:
+    """Java-style properties: key=value or key: value, # and ! comments."""
+    return {key: value for key, value, _ in parse_properties_lines(text)}
+
+
 ENV_PREFIX = "TXBROKER_"
+# Variables of ours that are not broker config: the Spark data source's test hooks.
+ENV_NOT_CONFIG_PREFIXES = ("TXBROKER_SOURCE_",)
+
+
+def env_name(key: str) -> str:
+    return ENV_PREFIX + key.upper().replace(".", "_")
 
 
 def env_overrides(environ: Mapping[str, str]) -> dict[str, str]:
-    known = {k.upper().replace(".", "_"): k for k in list(BROKER_KEYS) + list(TOPIC_DEFAULT_KEYS)}
-    out = {}
-    for name, value in environ.items():
-        if name.startswith(ENV_PREFIX):
-            key = known.get(name[len(ENV_PREFIX):])
-            if key is not None:
-                out[key] = value
+    """Config keys from ``TXBROKER_*`` variables. A variable that names no key is an
+    error (a typo would otherwise silently leave the default in place)."""
+    keys = [*BROKER_KEYS, *TOPIC_DEFAULT_KEYS, *ALIASES, *SINGLE_BROKER_KEYS]
+    known = {env_name(k): k for k in keys}
+    out, unknown = {}, []
+    for name, value in sorted(environ.items()):
+        if not name.startswith(ENV_PREFIX) or name.startswith(ENV_NOT_CONFIG_PREFIXES):
+            continue
+        if name in known:
+            out[known[name]] = value
+        else:
+            unknown.append(name)
+    if unknown:
+        raise ConfigError(f"unknown environment variable{'s' if len(unknown) > 1 else ''} "
+                          f"{', '.join(unknown)}: {ENV_PREFIX}* variables set broker configs "
+                          f"(e.g. {env_name('num.partitions')} for num.partitions)")
     return out
 
 
@@ -268,21 +419,61 @@ def load_config(*, config_file: str | None = None, host: str | None = None,
                 port: int | None = None, data_dir: str | None = None,
                 overrides: Mapping[str, str] | None = None,
                 environ: Mapping[str, str] | None = None) -> BrokerConfig:
+    """The broker config from every source (module docstring). All problems are
+    reported together in one ConfigError, unknown keys first."""
     cfg = BrokerConfig()
+    unknown: list[str] = []
+    errors: list[str] = []
+
+    def put(key: str, value: str, source: str) -> None:
+        try:
+            cfg.set(key, value, source)
+        except UnknownConfigError as e:
+            unknown.append(f"{e.key!r} ({e.source})")
+        except ConfigError as e:
+            errors.append(str(e))
+
     if config_file:
-        with open(config_file) as f:
-            for key, value in parse_properties(f.read()).items():
-                cfg.set(key, value, f"file {config_file}")
-    for key, value in env_overrides(os.environ if environ is None else environ).items():
-        cfg.set(key, value, "environment")
+        try:
+            with open(config_file) as f:
+                text = f.read()
+        except (OSError, UnicodeDecodeError) as e:
+            raise ConfigError(f"cannot read --config {config_file}: "
+                              f"{getattr(e, 'strerror', None) or e}") from None
+        for key, value, lineno in parse_properties_lines(text):
+            put(key, value, f"{config_file} line {lineno}")
+    env = os.environ if environ is None else environ
+    try:
+        for key, value in env_overrides(env).items():
+            put(key, value, f"environment variable {env_name(key)}")
+    except ConfigError as e:
+        errors.append(str(e))
     if host is not None or port is not None:
-        cur_host, cur_port = cfg.listener
-        cfg.set("listeners", f"PLAINTEXT://{host or cur_host}:{cur_port if port is None else port}",
-                "command line")
+        if port is not None and not 0 <= port <= 65535:
+            errors.append(f"--port {port} is outside [0, 65535]")
+        else:
+            try:
+                cur_host, cur_port = cfg.listener
+            except ConfigError:
+                cur_host, cur_port = "127.0.0.1", 9092  # the listeners error is reported
+            source = " ".join(o for o, v in (("--host", host), ("--port", port)) if v is not None)
+            put("listeners",
+                f"PLAINTEXT://{host or cur_host}:{cur_port if port is None else port}", source)
     if data_dir is not None:
-        cfg.set("log.dirs", data_dir, "command line")
+        put("log.dirs", data_dir, "--data-dir")
     for key, value in (overrides or {}).items():
-        cfg.set(key, value, "command line")
+        put(key, value, f"--override {key}={value}")
+    if not errors:
+        errors += cfg.check()
+    if unknown:
+        errors.insert(0, f"unknown broker config{'s' if len(unknown) > 1 else ''} "
+                         f"{', '.join(unknown)}")
+    if errors:
+        raise ConfigError("; ".join(errors))
+    if cfg.ignored:
+        log.warning("ignoring config%s that mean%s nothing on a single broker: %s",
+                    "s" if len(cfg.ignored) > 1 else "", "" if len(cfg.ignored) > 1 else "s",
+                    ", ".join(sorted(cfg.ignored)))
     return cfg
 
 

@@ -42,7 +42,7 @@ from txbroker.protocol.messages import (
 from txbroker.protocol.primitives import DecodeError
 from txbroker.storage.manager import LogManager
 
-from .config import BrokerConfig, ConfigError
+from .config import BrokerConfig, ConfigError, StartupError
 from .context import CloseConnection, RequestContext
 from .handlers import HANDLERS, accepts, api_versions, supported_versions
 
@@ -438,9 +438,13 @@ class Broker:
         await self.groups.start()
         await self.transactions.start()
         host, port = self.config.listener
-        self._server = await asyncio.start_server(
-            self._on_connection, host, port, reuse_address=True, limit=1 << 20, backlog=512
-        )
+        try:
+            self._server = await asyncio.start_server(
+                self._on_connection, host, port, reuse_address=True, limit=1 << 20, backlog=512
+            )
+        except OSError as e:
+            raise StartupError(f"cannot listen on {host}:{port} (listeners, "
+                               f"{self.config.source('listeners')}): {e.strerror or e}") from e
         sock = self._server.sockets[0]
         self.host, self.port = sock.getsockname()[:2]
         self._reaper = asyncio.create_task(self._reap_idle(), name="idle-reaper")
@@ -449,8 +453,16 @@ class Broker:
         if admin_port >= 0:
             from .admin_http import AdminHttpServer
 
-            self.admin_http = AdminHttpServer(self, self.config.get("admin.http.host"), admin_port)
-            await self.admin_http.start()
+            admin_host = self.config.get("admin.http.host")
+            self.admin_http = AdminHttpServer(self, admin_host, admin_port)
+            try:
+                await self.admin_http.start()
+            except OSError as e:
+                self.admin_http = None
+                raise StartupError(f"admin HTTP endpoint cannot listen on {admin_host}:"
+                                   f"{admin_port} (admin.http.port, "
+                                   f"{self.config.source('admin.http.port')}): "
+                                   f"{e.strerror or e}") from e
         flush_messages = self.config.get("log.flush.interval.messages")
         if flush_messages > 1:
             # Not the durable default: say what it gives up, once, before "ready".

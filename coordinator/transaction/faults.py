@@ -45,6 +45,34 @@ EXPIRE_POINTS = {"before_end_txn"}
 ACTIONS = ("crash", "power_loss", "drop", "expire", "delay:MS")
 
 
+def check_fault_point(point: str, action: str) -> None:
+    """ValueError unless ``action`` may be armed at ``point``."""
+    if point not in POINTS:
+        raise ValueError(f"unknown fault point {point!r}; known: {', '.join(sorted(POINTS))}")
+    if action.startswith("delay:"):
+        try:
+            int(action.split(":", 1)[1])
+        except ValueError:
+            raise ValueError(f"bad fault action {action!r}: delay:MS needs an integer") from None
+    elif action not in ACTIONS:
+        raise ValueError(f"unknown fault action {action!r} ({', '.join(ACTIONS)})")
+    if action == "expire" and point not in EXPIRE_POINTS:
+        raise ValueError(f"fault action expire needs a point with an open transaction "
+                         f"({', '.join(sorted(EXPIRE_POINTS))}), not {point!r}")
+
+
+def parse_fault_points(text: str) -> dict[str, str]:
+    """``point[=action],...`` -> {point: action}, checked (ValueError); a point without
+    an action crashes (drop_end_txn_response: drops)."""
+    out = {}
+    for item in filter(None, (x.strip() for x in text.split(","))):
+        point, _, action = (x.strip() for x in item.partition("="))
+        action = action or ("drop" if point == "drop_end_txn_response" else "crash")
+        check_fault_point(point, action)
+        out[point] = action
+    return out
+
+
 class FaultInjector:
     def __init__(self, crash: Callable[[str, bool], None]) -> None:
         """``crash(point, power_loss)`` stops the broker (power_loss: unsynced data lost)."""
@@ -53,27 +81,14 @@ class FaultInjector:
         self.fired: list[str] = []
 
     def arm(self, point: str, action: str = "crash") -> None:
-        if point not in POINTS:
-            raise ValueError(f"unknown fault point {point!r}; known: {', '.join(sorted(POINTS))}")
-        if action.startswith("delay:"):
-            try:
-                int(action.split(":", 1)[1])
-            except ValueError:
-                raise ValueError(f"bad fault action {action!r}: delay:MS needs an integer") from None
-        elif action not in ACTIONS:
-            raise ValueError(f"unknown fault action {action!r} ({', '.join(ACTIONS)})")
-        if action == "expire" and point not in EXPIRE_POINTS:
-            raise ValueError(f"fault action expire needs a point with an open transaction "
-                             f"({', '.join(sorted(EXPIRE_POINTS))}), not {point!r}")
+        check_fault_point(point, action)
         self.armed[point] = action
         log.warning("fault point %s armed: %s", point, action)
 
     def arm_from_config(self, text: str) -> None:
         """``point[=action],...``, e.g. ``before_complete=crash,before_markers=delay:500``."""
-        for item in filter(None, (x.strip() for x in text.split(","))):
-            point, _, action = item.partition("=")
-            self.arm(point.strip(), action.strip() or ("drop" if point.strip() ==
-                                                      "drop_end_txn_response" else "crash"))
+        for point, action in parse_fault_points(text).items():
+            self.arm(point, action)
 
     def config_text(self) -> str:
         """The armed points in ``txbroker.fault.points`` form (what has not fired yet)."""
