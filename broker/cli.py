@@ -1,4 +1,5 @@
-"""Command line: ``txbroker serve --host H --port P --data-dir D [--config FILE]``."""
+"""Command line: ``txbroker serve``, and Kafka-style admin tools (``topics``, ``groups``,
+``transactions``) that talk to any Kafka broker over the wire."""
 
 from __future__ import annotations
 
@@ -89,12 +90,28 @@ def _parse_override(text: str) -> tuple[str, str]:
     return key.strip(), value.strip()
 
 
+class _CommandListFormatter(argparse.HelpFormatter):
+    """argparse sizes the help column without the commands' extra indent, which puts
+    "transactions" and its description on two lines; start the column past it."""
+
+    def __init__(self, prog: str) -> None:
+        super().__init__(prog)
+        self._action_max_length = max(self._action_max_length, len("    transactions"))
+
+
 def build_parser() -> argparse.ArgumentParser:
     from txbroker import __version__
 
-    parser = argparse.ArgumentParser(prog="txbroker", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="txbroker",
+        description="A Kafka-compatible broker with transactions at its centre, and Kafka-style "
+                    "admin tools that work against txbroker and Apache Kafka alike.",
+        epilog="Run 'txbroker COMMAND --help' for a command's options. Docs: README.md, "
+               "docs/configuration.md, docs/tools.md.",
+        formatter_class=_CommandListFormatter)
     parser.add_argument("--version", action="version", version=f"txbroker {__version__}")
-    sub = parser.add_subparsers(dest="command", required=True)
+    sub = parser.add_subparsers(dest="command", required=True, title="commands",
+                                metavar="COMMAND")
     s = sub.add_parser("serve", help="run the broker",
                        description="Run the broker. Config sources, later ones winning: "
                                    "defaults < --config file < TXBROKER_* environment "
@@ -110,9 +127,11 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--override", action="append", type=_parse_override, default=[],
                    metavar="KEY=VALUE", help="set any config key (repeatable; default: none)")
     s.add_argument("--log-level", default="INFO", help=f"{', '.join(LOG_LEVELS)} (default: INFO)")
-    from .transactions_cli import add_parser
+    from . import groups_cli, topics_cli, transactions_cli
 
-    add_parser(sub)
+    topics_cli.add_parser(sub)
+    groups_cli.add_parser(sub)
+    transactions_cli.add_parser(sub)
     return parser
 
 
@@ -130,6 +149,14 @@ def main(argv: list[str] | None = None) -> int:
         return _serve(args)
     if args.command == "transactions":
         from .transactions_cli import run
+
+        return run(args)
+    if args.command == "topics":
+        from .topics_cli import run
+
+        return run(args)
+    if args.command == "groups":
+        from .groups_cli import run
 
         return run(args)
     return 2

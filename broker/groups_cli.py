@@ -1,0 +1,348 @@
+"""``txbroker groups list|describe|reset-offsets|delete``: kafka-consumer-groups.sh's
+commands and option names, over the Kafka protocol (ListGroups, FindCoordinator,
+DescribeGroups, OffsetFetch, ListOffsets, OffsetCommit, DeleteGroups).
+
+describe shows, beside Kafka's LOG-END-OFFSET and LAG, the partition's last stable
+offset and the lag of a read_committed consumer (LSO - committed offset): with a
+transaction open, a read_committed consumer cannot read past the LSO, so that is
+the lag it can catch up on now.
+
+reset-offsets is a dry run unless --execute is given, as in Kafka's tool, and only
+resets a group with no active members (Empty or Dead).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import struct
+import sys
+
+from kio.schema.delete_groups.v2 import request as dg
+from kio.schema.describe_groups.v5 import request as dsg
+from kio.schema.errors import ErrorCode
+from kio.schema.list_groups.v4 import request as lg
+from kio.schema.offset_commit.v7 import request as oc
+from kio.schema.offset_fetch.v7 import request as of
+
+from . import cluster_client
+from .cluster_client import (
+    EARLIEST,
+    LATEST,
+    READ_COMMITTED,
+    Cluster,
+    ToolError,
+    add_client_options,
+    error_name,
+    run_tool,
+    table,
+)
+
+_INACTIVE = ("Empty", "Dead")
+
+
+def _out(*parts: object) -> None:
+    print(*parts, file=cluster_client.OUT)
+
+
+def decode_consumer_assignment(data: bytes) -> list[tuple[str, int]]:
+    """The partitions in a consumer group member's assignment (Kafka's consumer
+    protocol: int16 version, [topic string, [int32 partition]], user data); [] when
+    the bytes are not that (another protocol type, or none yet)."""
+    try:
+        off = 2
+        (count,) = struct.unpack_from(">i", data, off)
+        off += 4
+        out = []
+        for _ in range(max(count, 0)):
+            (size,) = struct.unpack_from(">h", data, off)
+            topic = bytes(data[off + 2:off + 2 + size]).decode()
+            off += 2 + size
+            (n,) = struct.unpack_from(">i", data, off)
+            off += 4
+            parts = struct.unpack_from(f">{max(n, 0)}i", data, off)
+            off += 4 * max(n, 0)
+            out += [(topic, p) for p in parts]
+        return out
+    except (struct.error, UnicodeDecodeError):
+        return []
+
+
+def _describe(cluster: Cluster, group: str):
+    resp = cluster.coordinator(group).request(15, 5, dsg.DescribeGroupsRequest(
+        groups=(group,), include_authorized_operations=False))
+    [g] = resp.groups
+    if g.error_code != ErrorCode.none:
+        raise ToolError(f"cannot describe group {group!r}: {error_name(g.error_code)}")
+    return g
+
+
+def _committed(cluster: Cluster, group: str) -> dict[tuple[str, int], int]:
+    resp = cluster.coordinator(group).request(9, 7, of.OffsetFetchRequest(
+        group_id=group, topics=None, require_stable=False))
+    if resp.error_code != ErrorCode.none:
+        raise ToolError(f"cannot fetch the offsets of group {group!r}: "
+                        f"{error_name(resp.error_code)}")
+    out = {}
+    for t in resp.topics:
+        for p in t.partitions:
+            if p.error_code == ErrorCode.none and p.committed_offset >= 0:
+                out[(t.name, p.partition_index)] = p.committed_offset
+    return out
+
+
+def _group_ids(cluster: Cluster, states: tuple[str, ...] = ()) -> list[tuple[str, str]]:
+    """(group id, state) of every group on every broker (each coordinates some)."""
+    cluster.metadata([])
+    found = {}
+    for node_id in sorted(cluster.brokers) or [None]:
+        conn = cluster.bootstrap if node_id is None else cluster.node(node_id)
+        resp = conn.request(16, 4, lg.ListGroupsRequest(states_filter=states))
+        if resp.error_code != ErrorCode.none:
+            raise ToolError(f"cannot list groups: {error_name(resp.error_code)}")
+        for g in resp.groups:
+            found[g.group_id] = g.group_state
+    return sorted(found.items())
+
+
+def cmd_list(cluster: Cluster, args) -> int:
+    states = tuple(args.state or ())
+    groups = _group_ids(cluster, states)
+    if args.state is None:
+        for group, _state in groups:
+            _out(group)
+    else:
+        table([[g, s] for g, s in groups], ["GROUP", "STATE"])
+    return 0
+
+
+def _groups_of(cluster: Cluster, args) -> list[str]:
+    if args.all_groups:
+        return [g for g, _ in _group_ids(cluster)]
+    if not args.group:
+        raise ToolError("give --group GROUP (repeatable) or --all-groups")
+    return args.group
+
+
+def cmd_describe(cluster: Cluster, args) -> int:
+    for i, group in enumerate(_groups_of(cluster, args)):
+        if i:
+            _out("")
+        g = _describe(cluster, group)
+        if args.state:
+            table([[group, f"{cluster.coordinator_id(group)}", g.protocol_data or None,
+                    g.group_state, len(g.members)]],
+                  ["GROUP", "COORDINATOR (ID)", "ASSIGNMENT-STRATEGY", "STATE", "#MEMBERS"])
+        elif args.members:
+            rows = []
+            for m in g.members:
+                assigned = decode_consumer_assignment(m.member_assignment)
+                row = [group, m.member_id, m.group_instance_id, m.client_host, m.client_id,
+                       len(assigned)]
+                if args.verbose:
+                    row.append(",".join(f"{t}-{p}" for t, p in sorted(assigned)) or None)
+                rows.append(row)
+            header = ["GROUP", "CONSUMER-ID", "GROUP-INSTANCE-ID", "HOST", "CLIENT-ID",
+                      "#PARTITIONS"]
+            table(rows, header + (["ASSIGNMENT"] if args.verbose else []))
+        else:
+            _describe_offsets(cluster, group, g)
+    return 0
+
+
+def _describe_offsets(cluster: Cluster, group: str, g) -> None:
+    owner = {}
+    for m in g.members:
+        for tp in decode_consumer_assignment(m.member_assignment):
+            owner[tp] = m
+    committed = _committed(cluster, group)
+    partitions = sorted(set(committed) | set(owner))
+    if not partitions:
+        _out(f"Consumer group '{group}' has no active members and no committed offsets.")
+        return
+    latest = dict.fromkeys(partitions, LATEST)
+    leaders = cluster.partitions(sorted({t for t, _ in partitions}))
+    end = cluster.list_offsets(latest, leaders=leaders)
+    stable = cluster.list_offsets(latest, READ_COMMITTED, leaders=leaders)
+    rows = []
+    for tp in partitions:
+        current = committed.get(tp)
+        m = owner.get(tp)
+        rows.append([group, tp[0], tp[1], current, end[tp],
+                     None if current is None else max(end[tp] - current, 0),
+                     stable[tp], None if current is None else max(stable[tp] - current, 0),
+                     m.member_id if m else None, m.client_host if m else None,
+                     m.client_id if m else None])
+    table(rows, ["GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG",
+                 "LAST-STABLE-OFFSET", "READ-COMMITTED-LAG", "CONSUMER-ID", "HOST",
+                 "CLIENT-ID"])
+
+
+def _parse_datetime(text: str) -> int:
+    """Kafka's --to-datetime ('YYYY-MM-DDTHH:mm:SS.sss', optional zone; local time
+    without one) -> milliseconds since the epoch."""
+    try:
+        when = datetime.datetime.fromisoformat(text)
+    except ValueError:
+        raise ToolError(f"--to-datetime {text!r} is not YYYY-MM-DDTHH:mm:SS.sss "
+                        "(optionally with a zone, e.g. +01:00 or Z)") from None
+    if when.tzinfo is None:
+        when = when.astimezone()  # the local zone, as Kafka's tool assumes
+    return int(when.timestamp() * 1000)
+
+
+def _reset_partitions(cluster: Cluster, group: str, args,
+                      committed: dict[tuple[str, int], int]) -> list[tuple[str, int]]:
+    if args.all_topics:
+        return sorted(committed)
+    if not args.topic:
+        raise ToolError("give --topic TOPIC[:P,P...] (repeatable) or --all-topics")
+    wanted = []
+    names = [spec.split(":", 1)[0] for spec in args.topic]
+    known = cluster.partitions(sorted(set(names)))
+    for spec in args.topic:
+        topic, _, parts = spec.partition(":")
+        if parts:
+            try:
+                chosen = [int(p) for p in parts.split(",") if p.strip()]
+            except ValueError:
+                raise ToolError(f"--topic {spec!r}: partitions must be numbers") from None
+            missing = [p for p in chosen if p not in known[topic]]
+            if missing:
+                raise ToolError(f"--topic {spec!r}: {topic} has no partition "
+                                f"{', '.join(map(str, missing))}")
+        else:
+            chosen = sorted(known[topic])
+        wanted += [(topic, p) for p in chosen]
+    return sorted(set(wanted))
+
+
+def cmd_reset_offsets(cluster: Cluster, args) -> int:
+    if args.execute and args.dry_run:
+        raise ToolError("give --dry-run or --execute, not both")
+    groups = _groups_of(cluster, args)
+    plans = []
+    for group in groups:
+        g = _describe(cluster, group)
+        if g.group_state not in _INACTIVE:
+            # As Kafka's tool: a live member would overwrite the reset with its next commit.
+            raise ToolError(f"assignments can only be reset if the group '{group}' is "
+                            f"inactive, but the current state is {g.group_state}")
+        committed = _committed(cluster, group)
+        partitions = _reset_partitions(cluster, group, args, committed)
+        if not partitions:
+            raise ToolError(f"group {group!r} has no committed offsets to reset "
+                            "(name the partitions with --topic)")
+        leaders = cluster.partitions(sorted({t for t, _ in partitions}))
+        earliest = cluster.list_offsets(dict.fromkeys(partitions, EARLIEST), leaders=leaders)
+        latest = cluster.list_offsets(dict.fromkeys(partitions, LATEST), leaders=leaders)
+        if args.to_datetime is not None:
+            found = cluster.list_offsets(
+                dict.fromkeys(partitions, _parse_datetime(args.to_datetime)), leaders=leaders)
+        new = {}
+        for tp in partitions:
+            if args.to_earliest:
+                offset = earliest[tp]
+            elif args.to_latest:
+                offset = latest[tp]
+            elif args.to_offset is not None:
+                offset = args.to_offset
+            elif args.shift_by is not None:
+                # No committed offset: shift from the earliest, as a new consumer starts.
+                offset = committed.get(tp, earliest[tp]) + args.shift_by
+            else:  # --to-datetime: no record that late -> the end of the log
+                offset = found[tp] if found[tp] >= 0 else latest[tp]
+            # Kafka's tool clamps into the log's range, so a consumer never starts outside it.
+            new[tp] = min(max(offset, earliest[tp]), latest[tp])
+        plans.append((group, new))
+    for group, new in plans:
+        if args.execute:
+            _commit(cluster, group, new)
+    table([[group, t, p, offset] for group, new in plans for (t, p), offset in sorted(new.items())],
+          ["GROUP", "TOPIC", "PARTITION", "NEW-OFFSET"])
+    if not args.execute and not args.dry_run:
+        print("note: dry run (nothing changed); add --execute to reset the offsets",
+              file=sys.stderr)
+    return 0
+
+
+def _commit(cluster: Cluster, group: str, offsets: dict[tuple[str, int], int]) -> None:
+    topics: dict[str, list] = {}
+    for (topic, partition), offset in sorted(offsets.items()):
+        topics.setdefault(topic, []).append(oc.OffsetCommitRequestPartition(
+            partition_index=partition, committed_offset=offset, committed_leader_epoch=-1,
+            committed_metadata=""))
+    # Generation -1 and no member id: an admin commit, accepted for a group without members.
+    resp = cluster.coordinator(group).request(8, 7, oc.OffsetCommitRequest(
+        group_id=group, generation_id_or_member_epoch=-1, member_id="", group_instance_id=None,
+        topics=tuple(oc.OffsetCommitRequestTopic(name=t, partitions=tuple(ps))
+                     for t, ps in topics.items())))
+    errors = [f"{t.name}-{p.partition_index}: {error_name(p.error_code)}"
+              for t in resp.topics for p in t.partitions if p.error_code != ErrorCode.none]
+    if errors:
+        raise ToolError(f"cannot commit the offsets of group {group!r}: {'; '.join(errors)}")
+
+
+def cmd_delete(cluster: Cluster, args) -> int:
+    failed = 0
+    for group in _groups_of(cluster, args):
+        resp = cluster.coordinator(group).request(42, 2, dg.DeleteGroupsRequest(
+            groups_names=(group,)))
+        [result] = resp.results
+        if result.error_code != ErrorCode.none:
+            print(f"error: cannot delete group {group!r}: {error_name(result.error_code)}",
+                  file=sys.stderr)
+            failed = 1
+        else:
+            _out(f"Deletion of requested consumer groups ('{group}') was successful.")
+    return failed
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("groups", help="consumer groups, like kafka-consumer-groups.sh",
+                       description=__doc__.replace("``", ""), formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_client_options(p)
+    gsub = p.add_subparsers(dest="groups_command", required=True)
+    ls = gsub.add_parser("list", help="group ids (with --state: and their states)")
+    ls.add_argument("--state", nargs="*", metavar="STATE",
+                    help="show states; only groups in these states if given "
+                         "(Empty, Stable, PreparingRebalance, CompletingRebalance, Dead)")
+
+    def groups_option(parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("--group", action="append", help="(repeatable)")
+        parser.add_argument("--all-groups", action="store_true")
+
+    d = gsub.add_parser("describe", help="committed offset, log end, lag and read_committed "
+                                         "lag per partition, with its consumer "
+                                         "(--members: members; --state: the group)")
+    groups_option(d)
+    view = d.add_mutually_exclusive_group()
+    view.add_argument("--offsets", action="store_true", help="per partition (the default)")
+    view.add_argument("--members", action="store_true", help="per member")
+    view.add_argument("--state", action="store_true", help="the group's state")
+    d.add_argument("--verbose", action="store_true", help="with --members: each assignment")
+    r = gsub.add_parser("reset-offsets", help="move a group's committed offsets (a dry run "
+                                              "unless --execute)")
+    groups_option(r)
+    r.add_argument("--topic", action="append", metavar="TOPIC[:P,P...]",
+                   help="a topic, or some of its partitions (repeatable)")
+    r.add_argument("--all-topics", action="store_true",
+                   help="every partition the group has an offset for")
+    to = r.add_mutually_exclusive_group(required=True)
+    to.add_argument("--to-earliest", action="store_true")
+    to.add_argument("--to-latest", action="store_true")
+    to.add_argument("--to-offset", type=int, metavar="OFFSET")
+    to.add_argument("--to-datetime", metavar="YYYY-MM-DDTHH:mm:SS.sss",
+                    help="the first offset with a timestamp at or after this (local time "
+                         "unless a zone is given)")
+    to.add_argument("--shift-by", type=int, metavar="N", help="move by N (may be negative)")
+    r.add_argument("--dry-run", action="store_true", help="show the new offsets (the default)")
+    r.add_argument("--execute", action="store_true", help="commit the new offsets")
+    rm = gsub.add_parser("delete", help="delete groups (no active members) and their offsets")
+    groups_option(rm)
+
+
+def run(args) -> int:
+    commands = {"list": cmd_list, "describe": cmd_describe,
+                "reset-offsets": cmd_reset_offsets, "delete": cmd_delete}
+    return run_tool(args, commands, args.groups_command)

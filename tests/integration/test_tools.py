@@ -1,0 +1,264 @@
+"""``txbroker topics`` and ``txbroker groups`` against an in-process broker, with real
+clients making the state they show: records, an open transaction (HW above LSO),
+committed offsets (lag), a live consumer (members, reset refused)."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Producer
+from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+from kafka.structs import OffsetAndMetadata
+from txbroker.broker import cluster_client
+from txbroker.broker.cli import main as cli_main
+from txbroker.broker.groups_cli import decode_consumer_assignment
+
+from tests.helpers import wait_until
+
+from .clients import unique_topic
+
+
+@pytest.fixture
+def txbroker_config() -> dict[str, str]:
+    return {"group.initial.rebalance.delay.ms": "0"}
+
+
+def cli(*argv: str) -> subprocess.CompletedProcess:
+    out, err = io.StringIO(), io.StringIO()
+    saved = cluster_client.OUT
+    cluster_client.OUT = out
+    try:
+        with contextlib.redirect_stderr(err):
+            code = cli_main(list(argv))
+    finally:
+        cluster_client.OUT = saved
+    return subprocess.CompletedProcess(argv, code, out.getvalue(), err.getvalue())
+
+
+def table_rows(output: str) -> list[list[str]]:
+    return [line.split() for line in output.strip().splitlines()[1:]]
+
+
+def describe_partitions(bootstrap: str, topic: str) -> dict[int, dict[str, str]]:
+    r = cli("topics", "--bootstrap-server", bootstrap, "describe", "--topic", topic)
+    assert r.returncode == 0, r.stderr
+    out = {}
+    for line in r.stdout.splitlines():
+        if line.startswith("\t"):
+            fields = dict(f.split(": ", 1) for f in line.strip().split("\t"))
+            out[int(fields["Partition"])] = fields
+    return out
+
+
+def commit(bootstrap: str, group: str, offsets: dict[tuple[str, int], int]) -> None:
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id=group,
+                             enable_auto_commit=False)
+    try:
+        consumer.commit({TopicPartition(t, p): OffsetAndMetadata(o, "", -1)
+                         for (t, p), o in offsets.items()})
+    finally:
+        consumer.close()
+
+
+def test_topics_create_list_describe_alter_delete(txbroker):
+    b = txbroker.bootstrap
+    topic = unique_topic("tools-topic")
+    r = cli("topics", "--bootstrap-server", b, "create", "--topic", topic, "--partitions", "3",
+            "--config", "retention.ms=3600000")
+    assert (r.returncode, r.stdout) == (0, f"Created topic {topic}.\n"), r.stderr
+    r = cli("topics", "--bootstrap-server", b, "create", "--topic", topic)
+    assert r.returncode == 1 and "TOPIC_ALREADY_EXISTS" in r.stderr
+    assert cli("topics", "--bootstrap-server", b, "create", "--topic", topic,
+               "--if-not-exists").returncode == 0
+
+    producer = KafkaProducer(bootstrap_servers=b)
+    for i in range(5):
+        producer.send(topic, b"v%d" % i, partition=0)
+    producer.flush()
+    producer.close()
+    # An open transaction in partition 0: the LSO stays at its first offset.
+    txn = Producer({"bootstrap.servers": b, "transactional.id": unique_topic("tools-tid"),
+                    "transaction.timeout.ms": 60000})
+    txn.init_transactions(30)
+    txn.begin_transaction()
+    txn.produce(topic, b"t0", partition=0)
+    txn.produce(topic, b"t1", partition=0)
+    txn.flush(30)
+
+    r = cli("topics", "--bootstrap-server", b, "describe", "--topic", topic)
+    assert r.returncode == 0, r.stderr
+    header = r.stdout.splitlines()[0]
+    assert f"Topic: {topic}\t" in header and "PartitionCount: 3\tReplicationFactor: 1\t" in header
+    assert "Configs: retention.ms=3600000" in header
+    parts = describe_partitions(b, topic)
+    assert parts[0]["HighWatermark"] == "7" and parts[0]["LastStableOffset"] == "5"
+    assert parts[1]["HighWatermark"] == parts[1]["LastStableOffset"] == "0"
+    assert parts[0]["Leader"] == parts[0]["Replicas"] == parts[0]["Isr"] == "1"
+    txn.commit_transaction(30)
+    # The COMMIT marker is written after EndTxn is answered: then the LSO is past it.
+    assert wait_until(lambda: describe_partitions(b, topic)[0]["LastStableOffset"] == "8")
+
+    r = cli("topics", "--bootstrap-server", b, "list")
+    assert topic in r.stdout.split()
+    assert "__transaction_state" in r.stdout.split()
+    r = cli("topics", "--bootstrap-server", b, "list", "--exclude-internal")
+    assert "__transaction_state" not in r.stdout.split()
+
+    r = cli("topics", "--bootstrap-server", b, "alter", "--topic", topic, "--partitions", "4",
+            "--config", "cleanup.policy=compact", "--delete-config", "retention.ms")
+    assert r.returncode == 0, r.stderr
+    header = cli("topics", "--bootstrap-server", b, "describe", "--topic",
+                 topic).stdout.splitlines()[0]
+    assert "PartitionCount: 4" in header and header.endswith("Configs: cleanup.policy=compact")
+    r = cli("topics", "--bootstrap-server", b, "alter", "--topic", topic, "--partitions", "2")
+    assert r.returncode == 1 and "INVALID_PARTITIONS" in r.stderr
+    r = cli("topics", "--bootstrap-server", b, "alter", "--topic", topic,
+            "--config", "retention.ms=abc")
+    assert r.returncode == 1 and "INVALID_CONFIG" in r.stderr
+
+    r = cli("topics", "--bootstrap-server", b, "delete", "--topic", topic)
+    assert (r.returncode, r.stdout) == (0, f"Deleted topic {topic}.\n"), r.stderr
+    assert wait_until(lambda: topic not in cli("topics", "--bootstrap-server", b,
+                                               "list").stdout.split())
+    r = cli("topics", "--bootstrap-server", b, "describe", "--topic", topic)
+    assert r.returncode == 1 and "UNKNOWN_TOPIC_OR_PARTITION" in r.stderr
+    assert cli("topics", "--bootstrap-server", b, "delete", "--topic", topic,
+               "--if-exists").returncode == 0
+
+
+def test_groups_describe_lag_reset_and_delete(txbroker, tmp_path):
+    b = txbroker.bootstrap
+    topic = unique_topic("tools-group")
+    group = unique_topic("tools-g")
+    txbroker.create_topic(topic, 2)
+    producer = KafkaProducer(bootstrap_servers=b)
+    for i in range(5):
+        producer.send(topic, b"v%d" % i, partition=0)
+    producer.send(topic, b"w", partition=1)
+    producer.flush()
+    producer.close()
+    before_txn = int(time.time() * 1000)
+    time.sleep(0.05)
+    txn = Producer({"bootstrap.servers": b, "transactional.id": unique_topic("tools-tid"),
+                    "transaction.timeout.ms": 60000})
+    txn.init_transactions(30)
+    txn.begin_transaction()
+    txn.produce(topic, b"t0", partition=0)
+    txn.produce(topic, b"t1", partition=0)
+    txn.flush(30)
+    commit(b, group, {(topic, 0): 2})
+
+    # --command-config gives the bootstrap servers, as for Kafka's tools.
+    props = tmp_path / "client.properties"
+    props.write_text(f"bootstrap.servers={b}\nclient.id=ops\n")
+    r = cli("groups", "--command-config", str(props), "describe", "--group", group)
+    assert r.returncode == 0, r.stderr
+    assert "ignoring client.id" in r.stderr
+    header = r.stdout.splitlines()[0].split()
+    assert header[:8] == ["GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET",
+                          "LAG", "LAST-STABLE-OFFSET", "READ-COMMITTED-LAG"]
+    # committed 2, log end 7, LSO 5 (the open transaction's first offset)
+    assert table_rows(r.stdout) == [[group, topic, "0", "2", "7", "5", "5", "3", "-", "-", "-"]]
+
+    r = cli("groups", "--bootstrap-server", b, "list")
+    assert group in r.stdout.split()
+    r = cli("groups", "--bootstrap-server", b, "list", "--state", "Empty")
+    assert [group, "Empty"] in table_rows(r.stdout)
+    r = cli("groups", "--bootstrap-server", b, "describe", "--group", group, "--state")
+    assert table_rows(r.stdout)[0][-2:] == ["Empty", "0"]
+
+    def reset(*how: str) -> list[list[str]]:
+        r = cli("groups", "--bootstrap-server", b, "reset-offsets", "--group", group,
+                "--topic", f"{topic}:0", *how)
+        assert r.returncode == 0, r.stderr
+        return table_rows(r.stdout)
+
+    def committed() -> str:
+        r = cli("groups", "--bootstrap-server", b, "describe", "--group", group)
+        return {row[2]: row[3] for row in table_rows(r.stdout)}["0"]
+
+    # A dry run by default: shown, not committed.
+    assert reset("--to-earliest") == [[group, topic, "0", "0"]]
+    assert committed() == "2"
+    assert reset("--to-earliest", "--execute") == [[group, topic, "0", "0"]]
+    assert committed() == "0"
+    assert reset("--shift-by", "3", "--execute")[0][3] == "3"
+    assert reset("--shift-by", "-10", "--execute")[0][3] == "0"  # clamped to the log start
+    assert reset("--to-offset", "100", "--execute")[0][3] == "7"  # clamped to the log end
+    assert reset("--to-offset", "4", "--execute")[0][3] == "4"
+    assert reset("--to-latest", "--dry-run")[0][3] == "7"
+    assert committed() == "4"
+    when = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(before_txn / 1000))
+    assert reset("--to-datetime", f"{when}.{before_txn % 1000:03d}")[0][3] == "5"
+    assert reset("--to-datetime", "2000-01-01T00:00:00.000Z")[0][3] == "0"
+    r = cli("groups", "--bootstrap-server", b, "reset-offsets", "--group", group,
+            "--all-topics", "--to-earliest")
+    assert table_rows(r.stdout) == [[group, topic, "0", "0"]]
+    r = cli("groups", "--bootstrap-server", b, "reset-offsets", "--group", group,
+            "--topic", topic, "--to-earliest")
+    assert [row[2] for row in table_rows(r.stdout)] == ["0", "1"]
+    txn.abort_transaction(30)
+
+    # A live member: describe shows it and its partitions; reset is refused.
+    consumer = KafkaConsumer(topic, bootstrap_servers=b, group_id=group,
+                             enable_auto_commit=False, client_id="tools-consumer")
+    try:
+        assert wait_until(lambda: consumer.poll(100) is not None and
+                          len(consumer.assignment()) == 2, timeout=20)
+        r = cli("groups", "--bootstrap-server", b, "describe", "--group", group, "--members",
+                "--verbose")
+        [row] = table_rows(r.stdout)
+        assert row[0] == group and row[2] == "-"  # no group.instance.id
+        assert row[-3:] == ["tools-consumer", "2", f"{topic}-0,{topic}-1"], row
+        r = cli("groups", "--bootstrap-server", b, "describe", "--group", group)
+        rows = table_rows(r.stdout)
+        assert [x[2] for x in rows] == ["0", "1"] and all(x[-1] == "tools-consumer" for x in rows)
+        r = cli("groups", "--bootstrap-server", b, "reset-offsets", "--group", group,
+                "--all-topics", "--to-earliest", "--execute")
+        assert r.returncode == 1 and "current state is Stable" in r.stderr
+        r = cli("groups", "--bootstrap-server", b, "delete", "--group", group)
+        assert r.returncode == 1 and "NON_EMPTY_GROUP" in r.stderr
+    finally:
+        consumer.close()
+
+    assert wait_until(lambda: [group, "Empty"] in table_rows(
+        cli("groups", "--bootstrap-server", b, "list", "--state").stdout))
+    r = cli("groups", "--bootstrap-server", b, "delete", "--group", group)
+    assert r.returncode == 0, r.stderr
+    assert group not in cli("groups", "--bootstrap-server", b, "list").stdout.split()
+    r = cli("groups", "--bootstrap-server", b, "describe", "--group", group)
+    assert "has no active members and no committed offsets" in r.stdout
+
+
+def test_unreachable_cluster_and_bad_command_config_are_one_line(tmp_path):
+    r = cli("topics", "--bootstrap-server", "127.0.0.1:1", "list")
+    assert r.returncode == 1 and r.stderr.startswith("error: cannot reach 127.0.0.1:1")
+    props = tmp_path / "c.properties"
+    props.write_text("security.protocol=SASL_SSL\n")
+    r = cli("groups", "--command-config", str(props), "list")
+    assert r.returncode == 1 and "PLAINTEXT only" in r.stderr
+
+
+def test_decode_consumer_assignment():
+    data = (b"\x00\x00" + b"\x00\x00\x00\x01" + b"\x00\x01t" + b"\x00\x00\x00\x02"
+            + b"\x00\x00\x00\x00\x00\x00\x00\x03" + b"\xff\xff\xff\xff")
+    assert decode_consumer_assignment(data) == [("t", 0), ("t", 3)]
+    assert decode_consumer_assignment(b"") == []
+    assert decode_consumer_assignment(b"\x00\x00\x00\x00\x00\x05") == []
+
+
+def test_top_level_help_lists_every_command_on_one_line():
+    checkout = Path(__file__).resolve().parents[2]
+    out = subprocess.run([sys.executable, "-m", "txbroker", "--help"], cwd=checkout,
+                         capture_output=True, text=True, env={"COLUMNS": "80", "PATH": ""},
+                         timeout=60).stdout
+    assert "``" not in out
+    for command in ("serve", "topics", "groups", "transactions"):
+        [line] = [x for x in out.splitlines() if x.strip().startswith(command + " ")]
+        assert len(line.split()) > 2, line  # the name, then its description
