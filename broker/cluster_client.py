@@ -32,14 +32,23 @@ def error_name(code: ErrorCode) -> str:
     return code.name.upper()
 
 
-def add_client_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--bootstrap-server", metavar="HOST:PORT",
+def add_client_options(parser: argparse.ArgumentParser, *, subcommand: bool = False) -> None:
+    """--bootstrap-server and --command-config. Given to the tool and to each of its
+    subcommands (``subcommand=True``), so that they may come anywhere, as Kafka's
+    scripts take them; a subcommand's copy only sets the value when it is given."""
+    default = argparse.SUPPRESS if subcommand else None
+    parser.add_argument("--bootstrap-server", metavar="HOST:PORT", default=default,
                         help="host:port[,host:port] (default: bootstrap.servers of "
                              "--command-config, else 127.0.0.1:9092)")
-    parser.add_argument("--command-config", metavar="FILE",
+    parser.add_argument("--command-config", metavar="FILE", default=default,
                         help="client properties, as for Kafka's tools: bootstrap.servers and "
                              "request.timeout.ms are used, security.protocol must be "
                              "PLAINTEXT, other keys are ignored (with a note)")
+
+
+def add_client_options_to_subcommands(*parsers: argparse.ArgumentParser) -> None:
+    for parser in parsers:
+        add_client_options(parser, subcommand=True)
 
 
 def table(rows: Iterable[list[Any]], header: list[str]) -> None:

@@ -33,6 +33,7 @@ from .cluster_client import (
     Cluster,
     ToolError,
     add_client_options,
+    add_client_options_to_subcommands,
     error_name,
     run_tool,
     table,
@@ -340,6 +341,7 @@ def add_parser(sub) -> None:
     r.add_argument("--execute", action="store_true", help="commit the new offsets")
     rm = gsub.add_parser("delete", help="delete groups (no active members) and their offsets")
     groups_option(rm)
+    add_client_options_to_subcommands(ls, d, r, rm)
 
 
 def run(args) -> int:

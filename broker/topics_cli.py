@@ -25,6 +25,7 @@ from .cluster_client import (
     Cluster,
     ToolError,
     add_client_options,
+    add_client_options_to_subcommands,
     error_name,
     run_tool,
 )
@@ -202,6 +203,7 @@ def add_parser(sub) -> None:
     rm = tsub.add_parser("delete", help="delete a topic")
     rm.add_argument("--topic", required=True)
     rm.add_argument("--if-exists", action="store_true", help="succeed when there is no such topic")
+    add_client_options_to_subcommands(c, ls, d, a, rm)
 
 
 def run(args) -> int:

@@ -107,7 +107,8 @@ def test_topics_create_list_describe_alter_delete(txbroker):
     r = cli("topics", "--bootstrap-server", b, "list")
     assert topic in r.stdout.split()
     assert "__transaction_state" in r.stdout.split()
-    r = cli("topics", "--bootstrap-server", b, "list", "--exclude-internal")
+    # The client options may also follow the subcommand, as Kafka's scripts allow.
+    r = cli("topics", "list", "--exclude-internal", "--bootstrap-server", b)
     assert "__transaction_state" not in r.stdout.split()
 
     r = cli("topics", "--bootstrap-server", b, "alter", "--topic", topic, "--partitions", "4",
@@ -166,7 +167,7 @@ def test_groups_describe_lag_reset_and_delete(txbroker, tmp_path):
     # committed 2, log end 7, LSO 5 (the open transaction's first offset)
     assert table_rows(r.stdout) == [[group, topic, "0", "2", "7", "5", "5", "3", "-", "-", "-"]]
 
-    r = cli("groups", "--bootstrap-server", b, "list")
+    r = cli("groups", "list", "--command-config", str(props))
     assert group in r.stdout.split()
     r = cli("groups", "--bootstrap-server", b, "list", "--state", "Empty")
     assert [group, "Empty"] in table_rows(r.stdout)
