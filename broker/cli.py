@@ -68,9 +68,9 @@ async def serve(broker: Broker) -> None:
     except StartupError:
         await _abandon(broker)
         raise
-    except (OSError, ConfigError, ValueError) as e:
+    except Exception as e:  # noqa: BLE001 - any start-up failure is one line, not a traceback
         await _abandon(broker)
-        raise StartupError(str(e)) from e
+        raise StartupError(str(e) or type(e).__name__) from e
     await stop.wait()
     await broker.stop()
 

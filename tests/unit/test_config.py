@@ -329,3 +329,13 @@ def test_serve_help_shows_defaults(capsys):
     for default in ("(default: INFO)", "(default: ./txbroker-data)",
                     "(default: the listeners port, 9092)", "(default: the listeners host, 127.0.0.1)"):
         assert "".join(default.split()) in out
+
+
+def test_cli_data_dir_in_use_by_another_broker(tmp_path, capsys):
+    from txbroker.broker.testing import BrokerThread
+
+    with BrokerThread(str(tmp_path / "d")):
+        code, err = _cli(["serve", "--port", "0", "--data-dir", str(tmp_path / "d")], capsys)
+    assert code == 2
+    assert "cannot start:" in err and "in use by another broker" in err
+    assert err.count("\n") == 1
