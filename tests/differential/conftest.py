@@ -64,6 +64,11 @@ class Broker:
             self._admin = AdminClient({"bootstrap.servers": self.bootstrap})
         return self._admin
 
+    def close(self) -> None:
+        # Dropping the last reference destroys librdkafka's handle: no reconnect noise
+        # from a stopped broker.
+        self._admin = None
+
     def raw(self, timeout: float = 10) -> RawClient:
         return RawClient(self.host, self.port, timeout=timeout)
 
@@ -134,9 +139,11 @@ def broker(request, tmp_path_factory) -> Iterator[Broker]:
 
         thread = BrokerThread(str(tmp_path_factory.mktemp("txbroker-diff")), COMMON_CONFIG)
         thread.start()
+        b = Broker("txbroker", thread.host, thread.port)
         try:
-            yield Broker("txbroker", thread.host, thread.port)
+            yield b
         finally:
+            b.close()
             thread.stop()
         return
     why = _kafka_leg_unavailable()
@@ -146,8 +153,10 @@ def broker(request, tmp_path_factory) -> Iterator[Broker]:
     kafka.start()
     print(f"\nApache Kafka {kafka_version()} started in {kafka.startup_seconds:.1f}s"
           f" at {kafka.bootstrap}")
+    b = Broker("kafka", kafka.host, kafka.port)
     try:
-        yield Broker("kafka", kafka.host, kafka.port)
+        yield b
     finally:
+        b.close()
         if kafka.running:
             kafka.terminate()
