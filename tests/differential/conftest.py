@@ -21,6 +21,7 @@ from tests.helpers import RawClient
 from tests.integration.clients import unique_topic
 from tests.kafka_reference import KafkaProcess, jars_available, jars_dir, kafka_version
 
+LIST_OFFSETS = 2
 FIND_COORDINATOR = 10
 
 # The same settings on both brokers, where Kafka's default would only slow the tests:
@@ -85,11 +86,29 @@ class Broker:
         while True:
             md = self.admin.list_topics(name, timeout=5).topics.get(name)
             if (md is not None and md.error is None and len(md.partitions) == partitions
-                    and all(p.leader >= 0 and p.error is None for p in md.partitions.values())):
+                    and all(p.leader >= 0 and p.error is None for p in md.partitions.values())
+                    and self._leading(name, partitions)):
                 return name
             if time.monotonic() > deadline:
                 raise AssertionError(f"{self}: topic {name} has no leaders: {md}")
             time.sleep(0.1)
+
+    def _leading(self, topic: str, partitions: int) -> bool:
+        """Whether ListOffsets succeeds on every partition: Kafka's metadata shows a
+        leader a moment before that broker serves the partition (raw-wire tests would
+        get NOT_LEADER_OR_FOLLOWER, which clients retry)."""
+        m = request_module(LIST_OFFSETS, 7)
+        client = self.raw()
+        try:
+            r = client.request(LIST_OFFSETS, 7, build(
+                m.ListOffsetsRequest, replica_id=-1, isolation_level=0,
+                topics=(build(m.ListOffsetsTopic, name=topic, partitions=tuple(
+                    build(m.ListOffsetsPartition, partition_index=p, current_leader_epoch=-1,
+                          timestamp=-1, max_num_offsets=1)
+                    for p in range(partitions))),)))
+            return all(p.error_code == 0 for t in r.topics for p in t.partitions)
+        finally:
+            client.close()
 
     def topic(self, prefix: str, partitions: int = 1,
               configs: Mapping[str, str] | None = None) -> str:
