@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 SUDO := $(shell [ "$$(id -u)" = "0" ] || echo sudo)
 
-.PHONY: install system-deps test test-fast lint demo bench serve clean docs-config
+.PHONY: install system-deps kafka-jars test test-kafka test-fast lint demo bench serve clean docs-config
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -m venv $(VENV) 2>/dev/null || { \
@@ -23,13 +23,43 @@ system-deps:
 	  echo "installing kcat"; \
 	  $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq kcat; }
 
-install: $(STAMP) system-deps
+# Apache Kafka from Maven Central, the reference broker of the differential tests
+# (tests/differential/, tests/kafka_reference.py). Only the tests use it: txbroker itself
+# has no JVM dependency. Versions and why: docs/dependencies.md.
+KAFKA_VERSION := $(shell sed -n 's:.*<kafka.version>\(.*\)</kafka.version>.*:\1:p' tests/kafka/pom.xml)
+KAFKA_JARS := .jvm/kafka-$(KAFKA_VERSION)
+KAFKA_STAMP := $(KAFKA_JARS)/.complete
+
+# Flattened jars (one folder for `java -cp 'dir/*'`); the stamp is written last, so an
+# interrupted fetch is redone and a completed one is skipped.
+$(KAFKA_STAMP): tests/kafka/pom.xml
+	@command -v mvn >/dev/null 2>&1 || { \
+	  echo "installing maven"; \
+	  $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq maven; }
+	@echo "fetching Apache Kafka $(KAFKA_VERSION) jars into $(KAFKA_JARS)"
+	@rm -rf $(KAFKA_JARS) $(KAFKA_JARS).tmp
+	@mkdir -p .jvm
+	@mvn -q -B -f tests/kafka/pom.xml dependency:copy-dependencies -DincludeScope=runtime \
+	  -DoutputDirectory=$(CURDIR)/$(KAFKA_JARS).tmp >.jvm/maven.log 2>&1 || { \
+	  cat .jvm/maven.log; echo "make kafka-jars: Maven failed (log above, .jvm/maven.log)" >&2; \
+	  exit 1; }
+	@mv $(KAFKA_JARS).tmp $(KAFKA_JARS)
+	@touch $@
+
+kafka-jars: $(KAFKA_STAMP)
+
+install: $(STAMP) system-deps kafka-jars
 
 lint: install
 	$(PY) -m ruff check .
 
+# The Kafka leg of the differential tests is limited to those marked kafka_ci here
+# (Kafka starts once for them); `make test-kafka` runs every differential test on both.
 test: install lint
-	$(PY) -m pytest -q -p no:cacheprovider
+	$(PY) -m pytest -q -p no:cacheprovider -m "not kafka or kafka_ci"
+
+test-kafka: install
+	$(PY) -m pytest -q -p no:cacheprovider tests/differential
 
 test-fast: install
 	$(PY) -m pytest -q -x -p no:cacheprovider tests/unit
@@ -44,7 +74,7 @@ serve: install
 	$(VENV)/bin/txbroker serve --host 127.0.0.1 --port 9092 --data-dir ./txbroker-data
 
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache .hypothesis
+	rm -rf $(VENV) build *.egg-info .pytest_cache .hypothesis .jvm
 
 # Regenerate the key tables of docs/configuration.md from broker/config.py.
 docs-config: install

@@ -41,7 +41,10 @@ async def handle(ctx, request):
                 offset = plog.last_stable_offset if read_committed else plog.high_watermark
             elif lp.timestamp == EARLIEST:
                 offset = plog.log_start_offset
-            elif lp.timestamp == MAX_TIMESTAMP and ctx.version >= 7:
+            elif lp.timestamp == MAX_TIMESTAMP and ctx.version < 7:
+                # Kafka's answer to a query older versions cannot make (KIP-734).
+                error = ErrorCode.unsupported_version
+            elif lp.timestamp == MAX_TIMESTAMP:
                 found = plog.max_timestamp_offset()
                 if found is not None:
                     offset, timestamp = found

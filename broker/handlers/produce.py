@@ -77,12 +77,14 @@ async def handle(ctx, request):
             message = None
             error = ErrorCode.none
             plog = logs.get_log(topic.name, part.index)
-            if acks not in (0, 1, -1):
-                error = ErrorCode.invalid_required_acks
-            elif plog is None:
+            # Kafka looks the partition up before it checks acks: an unknown one is
+            # UNKNOWN_TOPIC_OR_PARTITION whatever the acks.
+            if plog is None:
                 error = ErrorCode.unknown_topic_or_partition
                 log.info("produce to unknown topic or partition %s-%d from %s", topic.name,
                          part.index, ctx.peer)
+            elif acks not in (0, 1, -1):
+                error = ErrorCode.invalid_required_acks
             else:
                 try:
                     records = part.records

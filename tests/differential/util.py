@@ -1,0 +1,22 @@
+"""Helpers of the differential tests that both brokers need the same way."""
+
+from __future__ import annotations
+
+import time
+
+from tests.integration.txn_util import RawTxn
+
+# What a client retries InitProducerId on: COORDINATOR_LOAD_IN_PROGRESS (Kafka, while it
+# loads a __transaction_state partition it just created), COORDINATOR_NOT_AVAILABLE,
+# NOT_COORDINATOR, CONCURRENT_TRANSACTIONS.
+RETRIABLE_INIT = {14, 15, 16, 51}
+
+
+def init_txn(txn: RawTxn, timeout: float = 30, **kwargs):
+    """InitProducerId retried as a client would; the last response."""
+    deadline = time.monotonic() + timeout
+    while True:
+        r = txn.init(expect_ok=False, **kwargs)
+        if int(r.error_code) not in RETRIABLE_INIT or time.monotonic() > deadline:
+            return r
+        time.sleep(0.1)
