@@ -9,6 +9,8 @@ import uuid
 from txbroker.protocol.errors import ErrorCode, KafkaError
 from txbroker.protocol.messages import build
 
+from ..context import CloseConnection
+
 API_KEY = 3
 MIN_VERSION = 0
 MAX_VERSION = 12
@@ -53,6 +55,12 @@ async def handle(ctx, request):
     else:
         allow_auto = getattr(request, "allow_auto_topic_creation", True)
         by_id = {info.topic_id: name for name, info in logs.topics.items()}
+        if ctx.version < 12 and any(item.name is None for item in requested):
+            # Versions 10 and 11 carry topic ids in the schema but cannot answer a topic
+            # without a name; Kafka refuses such a request as invalid.
+            log.warning("closing %s: Metadata v%d names a topic with a null name (topic "
+                        "ids need v12+)", ctx.peer, ctx.version)
+            raise CloseConnection
         for item in requested:
             name = item.name
             if name is None:
