@@ -32,8 +32,11 @@ def read_frames(path: Path) -> list[bytes]:
 
 
 def load() -> list[bytes]:
-    """Every seed frame, clients first."""
-    return [f for p in (CLIENTS, GENERATED) if p.exists() for f in read_frames(p)]
+    """Every seed frame, clients first. Client frames count four times: they are what
+    real traffic looks like, and the generated ones outnumber them."""
+    clients = read_frames(CLIENTS) if CLIENTS.exists() else []
+    generated = read_frames(GENERATED) if GENERATED.exists() else []
+    return clients * 4 + generated
 
 
 def api_of(frame: bytes) -> tuple[int, int]:
