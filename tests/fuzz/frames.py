@@ -129,7 +129,7 @@ class BrokerUnderTest:
         bad: list[str] = []
         for n, line in enumerate(lines):
             if BAD_LOG.search(line):
-                bad = lines[max(0, n - 3):n + context]
+                bad = lines[n:n + context]
                 break
         del out[:end]
         self._pos = 0
@@ -243,18 +243,28 @@ async def _exchange(conn, frame: bytes, timeout: float) -> str:
 
 
 async def send_frames(port: int, frames: Sequence[bytes], connections: int,
-                      timeout: float) -> Counter:
+                      timeout: float, max_seconds: float = 60) -> Counter:
     """Every frame once, over ``connections`` connections; a connection the broker
-    closed (or that went silent) is replaced by a new one."""
+    closed (or that went silent) is replaced by a new one. A broker that stopped
+    answering would make this last frames × timeout: after ``max_seconds`` the rest of
+    the frames are counted 'unsent' (and the health check says why)."""
     outcomes: Counter = Counter()
     it = iter(frames)
+    deadline = time.monotonic() + max_seconds
 
     async def worker() -> None:
         conn = None
         try:
             for frame in it:
+                if time.monotonic() > deadline:
+                    outcomes["unsent"] += 1
+                    continue
                 if conn is None:
-                    conn = await _open(port)
+                    try:
+                        conn = await asyncio.wait_for(_open(port), timeout)
+                    except (OSError, TimeoutError):
+                        outcomes["refused"] += 1  # not accepting: the health check says why
+                        continue
                 outcome = await _exchange(conn, frame, timeout)
                 outcomes[outcome] += 1
                 if outcome != "answered":
@@ -268,11 +278,12 @@ async def send_frames(port: int, frames: Sequence[bytes], connections: int,
     return outcomes
 
 
-def replay_each(frames: Sequence[bytes], timeout: float = 0.5, limit_s: float = 120
-                ) -> tuple[int | None, list[str]]:
+def replay_each(frames: Sequence[bytes], want: str | None = None, timeout: float = 0.5,
+                limit_s: float = 120) -> tuple[int | None, list[str]]:
     """Send the frames one by one (one connection, in order) to a fresh broker; the
-    index of the first after which the broker died or logged a bad line (None if no
-    single frame does it within ``limit_s``), and the log excerpt."""
+    index of the first after which the broker died or logged a bad line (of signature
+    ``want``, if given: another bug met on the way is not this one's culprit), None if
+    none does within ``limit_s``; and the log excerpt."""
     with tempfile.TemporaryDirectory(prefix="fuzz-replay-") as d:
         broker = BrokerUnderTest(d)
         broker.start()
@@ -296,7 +307,7 @@ def replay_each(frames: Sequence[bytes], timeout: float = 0.5, limit_s: float = 
                     if not broker.alive():
                         return i, broker.tail()
                     bad = broker.new_bad_lines()
-                    if bad:
+                    if bad and (want is None or signature("log", bad[0], bad) == want):
                         return i, bad
                 return None, []
 
@@ -336,8 +347,10 @@ def save(finding: Finding, seed: int, first_index: int, directory: Path) -> Path
 def fuzz(frames: int, seed: int = 1, connections: int = 8, chunk: int = 2000,
          timeout: float = 1.0, save_dir: Path | None = REGRESSIONS, minimize: bool = True,
          progress: bool = False, data_dir: str | None = None,
-         max_seconds: float = float("inf")) -> Result:
-    """Run the fuzzer; see the module docstring. Findings are saved when ``save_dir``."""
+         max_seconds: float = float("inf"), stop_when_broken: bool = False) -> Result:
+    """Run the fuzzer; see the module docstring. Findings are saved when ``save_dir``.
+    ``stop_when_broken``: end the run at the first crash or stalled normal client (what
+    follows, on a broken broker, says little and takes long)."""
     corpus = load()
     result = Result()
     tmp = None
@@ -362,11 +375,12 @@ def fuzz(frames: int, seed: int = 1, connections: int = 8, chunk: int = 2000,
                           count=len(batch))
         seen[sig] = finding
         if minimize and kind in ("crash", "log"):
-            culprit, _ = replay_each(batch)
+            want = sig if kind == "log" else None
+            culprit, _ = replay_each(batch, want)
             # A slow effect (a partition storm) shows up frames after its cause: only a
             # frame that does it again on its own, on a fresh broker, is the culprit.
             if culprit is not None:
-                again, replay_log = replay_each([batch[culprit]])
+                again, replay_log = replay_each([batch[culprit]], want)
                 if again is not None:
                     finding.frames, finding.labels = [batch[culprit]], [labels[culprit]]
                     finding.log, finding.minimized = replay_log or log, True
@@ -398,21 +412,26 @@ def fuzz(frames: int, seed: int = 1, connections: int = 8, chunk: int = 2000,
             built = [mutated(corpus, seed, i) for i in range(start, min(start + chunk, frames))]
             batch = [f for f, _ in built]
             labels = [w for _, w in built]
+            unsent_before = result.outcomes.get("unsent", 0)
             result.outcomes += asyncio.run(send_frames(broker.port, batch, connections, timeout))
-            result.frames += len(batch)
+            result.frames += len(batch) - result.outcomes.get("unsent", 0) + unsent_before
             time.sleep(0.05)  # the last frames' log lines
             if not broker.alive():
                 rc = broker.proc.proc.poll() if broker.proc.proc else None
                 record("crash", f"broker exited with {rc}", batch, labels, start, broker.tail())
+                if stop_when_broken:
+                    return result
                 if not restart(start):
                     return result
                 continue
             bad = broker.new_bad_lines()
             if bad:
-                record("log", bad[min(3, len(bad) - 1)].strip(), batch, labels, start, bad)
+                record("log", bad[0].strip(), batch, labels, start, bad)
             problem = canary.check()
             if problem:
                 record("canary", problem, batch, labels, start, broker.tail())
+                if stop_when_broken:
+                    return result
                 rc = broker.proc.terminate(60)
                 if rc != 0:
                     record("shutdown", f"SIGTERM exit code {rc}", [], [], start, broker.tail())

@@ -78,7 +78,8 @@ def test_bounded_fuzz(tmp_path: Path) -> None:
     """~30,000 mutated frames (seeded, deterministic frames) against a broker process:
     no crash, traceback, ERROR line or stalled normal client; clean SIGTERM; all data
     acknowledged to the normal client intact after a restart."""
-    result = fuzz(FRAMES, seed=SEED, save_dir=tmp_path, max_seconds=300)
+    result = fuzz(FRAMES, seed=SEED, save_dir=tmp_path, max_seconds=300,
+                  stop_when_broken=True)
     known = known_signatures()
     new = [f for f in result.findings if f.signature not in known]
     report = "\n".join(f"{f.signature}: {f.detail} ({len(f.frames)} frames, "
