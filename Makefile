@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 SUDO := $(shell [ "$$(id -u)" = "0" ] || echo sudo)
 
-.PHONY: install system-deps kafka-jars test test-kafka test-fast lint demo bench serve clean docs-config
+.PHONY: install system-deps kafka-jars test test-kafka test-fast lint demo bench bench-abuse fuzz serve clean docs-config
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -m venv $(VENV) 2>/dev/null || { \
@@ -69,6 +69,16 @@ demo: install
 
 bench: install
 	$(PY) -m bench.throughput
+
+# Hostile clients (issue 14): broker peak RSS and a normal client's acks=all latency.
+bench-abuse: install
+	$(PY) -m bench.abuse
+
+# The frame fuzzer, long-running: findings saved under tests/fuzz/regressions/.
+FUZZ_FRAMES ?= 1000000
+FUZZ_SEED ?= 1
+fuzz: install
+	$(PY) -m tests.fuzz.frames --frames $(FUZZ_FRAMES) --seed $(FUZZ_SEED)
 
 serve: install
 	$(VENV)/bin/txbroker serve --host 127.0.0.1 --port 9092 --data-dir ./txbroker-data

@@ -1,0 +1,93 @@
+"""The frame fuzzer, bounded for `make test`, and the replay of every saved case.
+
+Saved cases still marked ``"open"`` (the issue that tracks them) are strict xfails:
+the day the fix lands the test XPASSes and fails, and whoever fixed it removes the
+mark, so the case guards the fix from then on. The bounded run fails on any finding
+that is not such an open case.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.fuzz.frames import (
+    REGRESSIONS,
+    BrokerUnderTest,
+    Canary,
+    _exchange,
+    _open,
+    case_frames,
+    fuzz,
+    known_signatures,
+)
+
+CASES = sorted(REGRESSIONS.glob("*.json"))
+FRAMES = int(os.environ.get("FUZZ_TEST_FRAMES", "30000"))
+SEED = int(os.environ.get("FUZZ_TEST_SEED", "14"))
+
+
+def _case_param(path: Path):
+    case = json.loads(path.read_text())
+    marks = [pytest.mark.xfail(strict=True, reason=case["open"])] if case.get("open") else []
+    return pytest.param(path, marks=marks, id=path.stem)
+
+
+@pytest.mark.parametrize("path", [_case_param(p) for p in CASES])
+def test_regression_case(path: Path) -> None:
+    """Replay a saved input on one connection: the broker survives, logs no traceback or
+    ERROR, still serves acks=all produce + read back, and exits 0 on SIGTERM."""
+    case = json.loads(path.read_text())
+    frames = case_frames(case)
+    with tempfile.TemporaryDirectory(prefix="fuzz-case-") as d:
+        broker = BrokerUnderTest(d)
+        broker.start()
+        try:
+            canary = Canary(broker.proc.bootstrap)
+
+            async def replay() -> None:
+                conn = None
+                for frame in frames:
+                    if conn is None:
+                        conn = await _open(broker.port)
+                    if await _exchange(conn, frame, 2.0) != "answered":
+                        conn[1].close()
+                        conn = None
+                if conn is not None:
+                    conn[1].close()
+
+            asyncio.run(replay())
+            time.sleep(0.5)  # a slow effect's log lines
+            assert broker.alive(), "broker died:\n" + "".join(broker.tail())
+            bad = broker.new_bad_lines()
+            assert not bad, "bad log lines:\n" + "".join(bad)
+            problem = canary.check()
+            assert problem is None, problem
+            assert broker.proc.terminate(40) == 0, "SIGTERM exit code != 0"
+        finally:
+            broker.proc.kill()
+
+
+def test_bounded_fuzz(tmp_path: Path) -> None:
+    """~30,000 mutated frames (seeded, deterministic frames) against a broker process:
+    no crash, traceback, ERROR line or stalled normal client; clean SIGTERM; all data
+    acknowledged to the normal client intact after a restart."""
+    result = fuzz(FRAMES, seed=SEED, save_dir=tmp_path, max_seconds=300,
+                  stop_when_broken=True)
+    known = known_signatures()
+    new = [f for f in result.findings if f.signature not in known]
+    report = "\n".join(f"{f.signature}: {f.detail} ({len(f.frames)} frames, "
+                       f"{f.labels[:1]}) -> {f.saved_to}" for f in new)
+    assert not new, f"the fuzzer found new bugs (saved under {tmp_path}):\n{report}"
+    if result.findings:
+        pytest.xfail("known open bugs: " + "; ".join(sorted({known[f.signature]
+                                                              for f in result.findings})))
+    assert result.frames == FRAMES, f"only {result.frames} of {FRAMES} frames in 300 s"
+    assert result.outcomes["answered"] + result.outcomes["closed"] > FRAMES // 2
+    assert result.canary_acked > 0
