@@ -244,3 +244,32 @@ def test_large_frames_are_bounded_by_queued_max_request_bytes(tmp_path):
         _no_traceback(proc)
     finally:
         proc.kill()
+
+
+def test_a_large_valid_frame_is_read_whole_and_appended(tmp_path):
+    """Frames above 1 MiB take the chunked read path; their data lands intact."""
+    proc = BrokerProcess(str(tmp_path / "data")).start()
+    try:
+        admin = AdminClient({"bootstrap.servers": proc.bootstrap})
+        admin.create_topics([NewTopic("wide", 2)])["wide"].result(15)
+        del admin
+        batches = {p: batch(12, value_size=64 * 1024) for p in (0, 1)}  # ~770 KB each
+        request = frame(PRODUCE, 9, 1, produce_request({"wide": batches}))
+        assert len(request) > 3 << 19
+        client = _raw(proc, timeout=30)
+        client.send_frame(request)
+        body = client.recv_frame()
+        assert body is not None
+        _, response = decode_response(PRODUCE, 9, body)
+        assert [p.error_code for p in response.responses[0].partition_responses] == [0, 0]
+        client.send_frame(frame(FETCH, 12, 2, fetch_request({"wide": {0: 0, 1: 0}},
+                                                           partition_max_bytes=4 << 20)))
+        fetched = client.recv_frame()
+        assert fetched is not None
+        _, fetch = decode_response(FETCH, 12, fetched)
+        got = {p.partition_index: bytes(p.records) for p in fetch.responses[0].partitions}
+        for p, data in batches.items():
+            # The stored batch is the produced one but for its base offset (0 here).
+            assert got[p] == data
+    finally:
+        proc.kill()
