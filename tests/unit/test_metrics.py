@@ -1,8 +1,12 @@
 """broker/metrics.py: histograms, error codes found in responses, the text format."""
 
 import datetime
+import json
+import re
+from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
+from txbroker.broker import metrics as metrics_module
 from txbroker.broker.metrics import BrokerMetrics, Histogram, response_error_codes
 from txbroker.protocol.errors import ErrorCode
 from txbroker.protocol.messages import build, response_class, response_module
@@ -48,3 +52,30 @@ def test_request_done_counts_reported_codes_and_bytes():
     assert (stats.count, stats.bytes_in, stats.bytes_out) == (2, 158, 24)
     assert metrics.errors == {(26, ErrorCode.producer_fenced.value): 1}
     assert stats.time.count == 2
+
+
+DOCS = Path(__file__).resolve().parents[2] / "docs"
+
+
+def _emitted_families() -> set[str]:
+    source = Path(metrics_module.__file__).read_text()
+    names = set(re.findall(r'"(txbroker_[a-z_]+)"', source))
+    names |= {f"txbroker_partition_{name}" for name, _, _ in metrics_module._PARTITION_GAUGES}
+    return names
+
+
+def test_operations_doc_lists_every_metric():
+    text = (DOCS / "operations.md").read_text()
+    missing = [name for name in sorted(_emitted_families()) if f"`{name}`" not in text]
+    assert not missing, f"docs/operations.md does not describe {missing}"
+
+
+def test_grafana_dashboard_uses_metrics_the_broker_serves():
+    dashboard = json.loads((DOCS / "grafana-dashboard.json").read_text())
+    exprs = [t["expr"] for p in dashboard["panels"] for t in p.get("targets", [])]
+    assert exprs
+    emitted = _emitted_families()
+    for expr in exprs:
+        for name in re.findall(r"txbroker_[a-z_]+", expr):
+            family = re.sub(r"_(bucket|sum|count)$", "", name)
+            assert family in emitted, f"{name} in the dashboard is not served: {expr}"
