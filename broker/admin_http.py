@@ -1,8 +1,9 @@
 """Admin/metrics HTTP endpoint (aiohttp), off unless ``admin.http.port`` is set.
 
 GET /health   200 "ok" while the broker serves, 503 while it shuts down
-GET /metrics  Prometheus text format: requests per API, connections, flush rounds,
-              per-partition log start / high watermark / log end offsets and size
+GET /metrics  Prometheus text format (broker/metrics.py; docs/operations.md lists them):
+              requests, errors, bytes and latency per API; transactions by outcome;
+              per-partition offsets (HW, LSO); consumer-group lag; fsync latency
 GET /topics   JSON: topics with partitions, offsets and config overrides
 """
 
@@ -13,46 +14,17 @@ from typing import TYPE_CHECKING
 
 from aiohttp import web
 
+from .metrics import render
+
 if TYPE_CHECKING:
     from .server import Broker
 
 log = logging.getLogger(__name__)
 
 
-def _label(value: str) -> str:
-    return value.replace("\\", "\\\\").replace('"', '\\"')
-
-
 def render_metrics(broker: Broker) -> str:
-    lines = [
-        "# HELP txbroker_requests_total Requests handled, by API.",
-        "# TYPE txbroker_requests_total counter",
-    ]
-    for api, count in sorted(broker.request_counts.items()):
-        lines.append(f'txbroker_requests_total{{api="{_label(api)}"}} {count}')
-    flusher = broker.logs.flusher
-    lines += [
-        "# TYPE txbroker_connections gauge",
-        f"txbroker_connections {broker.connection_count}",
-        "# TYPE txbroker_flush_rounds_total counter",
-        f"txbroker_flush_rounds_total {flusher.rounds}",
-        "# TYPE txbroker_fsyncs_total counter",
-        f"txbroker_fsyncs_total {flusher.fsyncs}",
-    ]
-    gauges = {
-        "log_start_offset": lambda p: p.log_start_offset,
-        "high_watermark": lambda p: p.high_watermark,
-        "log_end_offset": lambda p: p.log_end_offset,
-        "log_size_bytes": lambda p: p.size_bytes,
-        "log_segments": lambda p: len(p.segments),
-    }
-    logs = sorted(broker.logs.logs.values(), key=lambda p: (p.topic, p.partition))
-    for name, getter in gauges.items():
-        lines.append(f"# TYPE txbroker_partition_{name} gauge")
-        for p in logs:
-            lines.append(f'txbroker_partition_{name}{{topic="{_label(p.topic)}",'
-                         f'partition="{p.partition}"}} {getter(p)}')
-    return "\n".join(lines) + "\n"
+    """The /metrics page (broker/metrics.py)."""
+    return render(broker)
 
 
 def build_app(broker: Broker) -> web.Application:

@@ -20,6 +20,9 @@ class RequestContext:
     broker: Broker
     header: RequestHeader
     peer: str
+    # Error codes of the response, set by a handler that encodes its own bytes (or knows
+    # there are none); None: the broker finds them in the response (broker/metrics.py).
+    error_codes: list[int] | tuple[()] | None = None
 
     @property
     def version(self) -> int:

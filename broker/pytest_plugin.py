@@ -7,12 +7,18 @@ Installed with the package, so any test suite can write::
 
 Each test gets a fresh in-process broker on an ephemeral port with its own
 temporary data directory. ``txbroker_config`` (a dict fixture you may override)
-passes broker config keys, e.g. ``{"num.partitions": "3"}``.
+passes broker config keys, e.g. ``{"num.partitions": "3"}``; they are applied over
+``FIXTURE_DEFAULTS``.
 """
 
 from __future__ import annotations
 
 import pytest
+
+# What differs from the broker's defaults in tests: a group's first rebalance does not
+# wait group.initial.rebalance.delay.ms (3 s) for more members to join, as a test
+# rarely has more than one arriving at once (Kafka's own test configs do the same).
+FIXTURE_DEFAULTS: dict[str, str] = {"group.initial.rebalance.delay.ms": "0"}
 
 
 @pytest.fixture
@@ -28,7 +34,8 @@ def txbroker(tmp_path, txbroker_config):
     # hypothesis strategies, and plugins must not do that before hypothesis is set up.
     from .testing import BrokerThread
 
-    broker = BrokerThread(str(tmp_path / "txbroker-data"), txbroker_config)
+    broker = BrokerThread(str(tmp_path / "txbroker-data"),
+                          {**FIXTURE_DEFAULTS, **(txbroker_config or {})})
     broker.start()
     try:
         yield broker

@@ -45,6 +45,7 @@ from txbroker.storage.manager import LogManager
 from .config import BrokerConfig, ConfigError, StartupError
 from .context import CloseConnection, RequestContext
 from .handlers import HANDLERS, accepts, api_versions, supported_versions
+from .metrics import BrokerMetrics
 
 log = logging.getLogger("txbroker")
 
@@ -375,6 +376,8 @@ class Broker:
         self.port = 0
         self.started_at = 0.0
         self.request_counts: dict[str, int] = {}
+        self.metrics = BrokerMetrics()
+        self.logs.flusher.on_round = self.metrics.observe_flush
         self.admin_http = None
         self._teardown: asyncio.Future | None = None  # after a crash fault (in-process)
 
@@ -577,6 +580,7 @@ class Broker:
             return CLOSE
 
     async def _handle(self, frame: bytes, peer: str) -> bytes | None:
+        started = time.perf_counter()
         try:
             api_key, version, correlation_id = parse_correlation_id(frame)
         except DecodeError:
@@ -609,6 +613,8 @@ class Broker:
         self.request_counts[name] = self.request_counts.get(name, 0) + 1
         ctx = RequestContext(self, header, peer)
         response = await HANDLERS[api_key].handle(ctx, request)
-        if response is None:
-            return None
-        return encode_response(api_key, version, correlation_id, response)
+        out = None if response is None else encode_response(api_key, version, correlation_id,
+                                                            response)
+        self.metrics.request_done(api_key, version, started, len(frame), response, out,
+                                  ctx.error_codes)
+        return out

@@ -85,8 +85,37 @@ class BrokerThread:
 
         return asyncio.run_coroutine_threadsafe(invoke(), self._loop).result(timeout=60)
 
-    def create_topic(self, name: str, partitions: int = 1, configs: Mapping[str, str] | None = None):
-        return self.call(lambda b: b.logs.create_topic(name, partitions, dict(configs or {})))
+    def create_topic(self, name: str, partitions: int = 1,
+                     configs: Mapping[str, str] | None = None, *, exist_ok: bool = False):
+        """Create a topic (TOPIC_ALREADY_EXISTS if it exists, unless ``exist_ok``: then the
+        existing topic is kept as it is, its partitions and configs not compared)."""
+
+        def create(broker):
+            if exist_ok and name in broker.logs.topics:
+                return broker.logs.topics[name]
+            return broker.logs.create_topic(name, partitions, dict(configs or {}))
+
+        return self.call(create)
+
+    def _partition(self, broker, topic: str, partition: int):
+        plog = broker.logs.get_log(topic, partition)
+        if plog is None:
+            raise KeyError(f"no partition {topic}-{partition}")
+        return plog
+
+    def high_watermark(self, topic: str, partition: int = 0) -> int:
+        """The partition's high watermark: the offset after the last record a
+        read_uncommitted consumer can read (on one broker, the log end offset)."""
+        return self.call(lambda b: self._partition(b, topic, partition).high_watermark)
+
+    def last_stable_offset(self, topic: str, partition: int = 0) -> int:
+        """The partition's last stable offset: where read_committed consumers stop (the
+        first offset of its oldest open transaction, else the high watermark)."""
+        return self.call(lambda b: self._partition(b, topic, partition).last_stable_offset)
+
+    def log_start_offset(self, topic: str, partition: int = 0) -> int:
+        """The partition's first offset still in the log (moves with retention)."""
+        return self.call(lambda b: self._partition(b, topic, partition).log_start_offset)
 
     @property
     def faults(self):

@@ -290,16 +290,18 @@ def _tps(tps) -> str:
     return ", ".join(f"{t}-{p}" for t, p in tps)
 
 
-def select_partitions(subscription: Subscription, topics: Mapping[str, Mapping[int, int]]
-                      ) -> list[TopicPartition]:
+def select_partitions(subscription: Subscription, topics: Mapping[str, Mapping[int, int]],
+                      *, missing_ok: bool = False) -> list[TopicPartition]:
     """The partitions a subscription names, given topic -> {partition: leader} of the
-    cluster (for subscribe/assign, only the named topics need to be present)."""
+    cluster (for subscribe/assign, only the named topics need to be present; with
+    ``missing_ok`` a subscribed topic not there has no partitions)."""
     if subscription.kind == "subscribePattern":
         pattern = re.compile(subscription.pattern or "")
         names = [t for t in topics if pattern.fullmatch(t)]
         return sorted((t, p) for t in names for p in topics[t])
     if subscription.kind == "subscribe":
-        return sorted((t, p) for t in subscription.topics for p in topics[t])
+        return sorted((t, p) for t in subscription.topics
+                      for p in (topics.get(t, {}) if missing_ok else topics[t]))
     missing = [tp for tp in subscription.assigned if tp[1] not in topics.get(tp[0], {})]
     if missing:
         raise _fail(f"assign names partitions that do not exist: {_tps(missing)}")

@@ -101,17 +101,20 @@ def _client(opts: SourceOptions) -> WireClient:
     return WireClient(opts.bootstrap_servers, timeout=opts.timeout, client_id=opts.client_id)
 
 
-def current_partitions(client: WireClient, opts: SourceOptions) -> list[TopicPartition]:
-    """The partitions the subscription names now (unknown topics raise, naming them)."""
+def current_partitions(client: WireClient, opts: SourceOptions, *,
+                       missing_ok: bool = False) -> list[TopicPartition]:
+    """The partitions the subscription names now. Unknown topics raise, naming them;
+    with ``missing_ok`` a subscribed topic that does not exist has no partitions yet."""
     sub = opts.subscription
     if sub.kind == "subscribe":
-        info = client.topics(list(sub.topics))
+        info = client.topics(list(sub.topics), missing_ok=missing_ok)
     elif sub.kind == "assign":
         info = client.topics(sorted({t for t, _ in sub.assigned}))
     else:
         # Kafka consumers leave internal topics out of pattern subscriptions by default.
         info = {n: i for n, i in client.topics(None).items() if not i.internal}
-    return select_partitions(sub, {name: i.leaders for name, i in info.items()})
+    return select_partitions(sub, {name: i.leaders for name, i in info.items()},
+                             missing_ok=missing_ok)
 
 
 def _ranges(start: OffsetMap, end: OffsetMap, opts: SourceOptions) -> list[OffsetRangePartition]:
@@ -162,6 +165,7 @@ class TxBrokerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._wire: WireClient | None = None
         self._target: OffsetMap | None = None  # availableNow: the end of this run
         self._latest: OffsetMap | None = None
+        self._waiting: set[str] = set()  # subscribed topics not created yet
 
     def __getstate__(self) -> dict:
         state = dict(self.__dict__)
@@ -173,9 +177,25 @@ class TxBrokerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             self._wire = _client(self.opts)
         return self._wire
 
+    def _partitions(self, client: WireClient) -> list[TopicPartition]:
+        """A stream subscribed to topics that do not exist yet waits for them, as Spark's
+        Kafka source does: they have no partitions until they are created, and are then
+        read from their first offset (a job can start before its topics)."""
+        tps = current_partitions(client, self.opts, missing_ok=True)
+        if self.opts.subscription.kind == "subscribe":
+            present = {t for t, _ in tps}
+            missing = set(self.opts.subscription.topics) - present
+            for topic in sorted(missing - self._waiting):
+                log.warning("topic %r does not exist (yet) on %s: waiting for it",
+                            topic, self.opts.bootstrap_servers)
+            for topic in sorted(self._waiting - missing):
+                log.info("topic %r now exists: reading it from its first offset", topic)
+            self._waiting = missing
+        return tps
+
     def initialOffset(self) -> dict:
         client = self._client()
-        tps = current_partitions(client, self.opts)
+        tps = self._partitions(client)
         spec = self.opts.starting
         earliest = client.earliest(tps) if spec != "latest" else {}
         latest = client.latest(tps) if spec != "earliest" else {}
@@ -188,12 +208,12 @@ class TxBrokerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def prepareForTriggerAvailableNow(self) -> None:
         client = self._client()
-        self._target = client.latest(current_partitions(client, self.opts))
+        self._target = client.latest(self._partitions(client))
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
         client = self._client()
         begin = offsets_from_json(start)
-        tps = current_partitions(client, self.opts)
+        tps = self._partitions(client)
         gone = sorted(set(begin) - set(tps))
         if gone:
             names = ", ".join(f"{t}-{p}" for t, p in gone)

@@ -281,9 +281,11 @@ class WireClient:
             out[t.name] = TopicInfo(t.name, bool(t.is_internal), leaders)
         return out
 
-    def topics(self, names: list[str] | None = None) -> dict[str, TopicInfo]:
+    def topics(self, names: list[str] | None = None, *,
+               missing_ok: bool = False) -> dict[str, TopicInfo]:
         """Metadata of ``names`` (all topics if None). A name that does not exist raises
-        TxBrokerSourceError naming it; other errors are retried."""
+        TxBrokerSourceError naming it (with ``missing_ok``, it is left out of the
+        result); other errors are retried."""
 
         def attempt():
             found = self._refresh_metadata(names)
@@ -292,6 +294,8 @@ class WireClient:
                 if isinstance(info, TopicInfo):
                     result[name] = info
                 elif info == ErrorCode.unknown_topic_or_partition:
+                    if missing_ok:
+                        continue
                     raise TxBrokerSourceError(
                         f"topic {name!r} does not exist on {self.bootstrap_servers}",
                         "UNKNOWN_TOPIC_OR_PARTITION")

@@ -19,6 +19,8 @@ import socket
 import subprocess
 import sys
 import threading
+import time
+from collections.abc import Callable
 
 from . import fsync_helper
 from .log import PartitionLog, now_ms
@@ -262,6 +264,8 @@ class Flusher:
         self._postponed = False  # a log's files could not be opened for the last round
         self.rounds = 0
         self.fsyncs = 0
+        # Told each round's duration (seconds) and file count, e.g. for a histogram.
+        self.on_round: Callable[[float, int], None] | None = None
 
     def start(self, logs: list[PartitionLog]) -> None:
         self._wake = asyncio.Event()
@@ -394,6 +398,7 @@ class Flusher:
             return
         if self._pool is None:
             self._pool = ProcessFsyncPool(self._workers)
+        started = time.perf_counter()
         try:
             results = await self._pool.run(asyncio.get_running_loop(), fd_jobs)
         except BaseException:
@@ -405,6 +410,8 @@ class Flusher:
             for plog, _, _, _ in jobs:
                 self._inflight.pop(plog, None)
         self.rounds += 1
+        if self.on_round is not None:
+            self.on_round(time.perf_counter() - started, taken_fds)
         now = now_ms()
         for (plog, target, count, taken), result in zip(jobs, results, strict=True):
             if result is not None:

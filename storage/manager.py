@@ -132,6 +132,7 @@ class LogManager:
         self._lock_fd = -1
         self._tasks: list[asyncio.Task] = []
         self.was_clean_shutdown = False
+        self.new_data_dir = False
         self._creating: asyncio.Lock | None = None  # one creation at a time (Kafka's controller)
         self._pending_partitions = 0  # being built by a creation, not yet in self.logs
 
@@ -172,8 +173,10 @@ class LogManager:
                           recovery_point=recovery.get((info.name, p)),
                           clean=self.was_clean_shutdown)
                 self.logs[(info.name, p)] = plog
-        log.info("opened %d topic(s), %d partition(s) in %s (%s shutdown)", len(self.topics),
-                 len(self.logs), self.data_dir, "clean" if self.was_clean_shutdown else "unclean")
+        how = ("new data directory" if self.new_data_dir
+               else "clean shutdown" if self.was_clean_shutdown else "unclean shutdown")
+        log.info("opened %d topic(s), %d partition(s) in %s (%s)", len(self.topics),
+                 len(self.logs), self.data_dir, how)
 
     def _remove_orphan_partitions(self) -> None:
         """Delete partition directories topics.json does not list: what a creation that
@@ -204,6 +207,8 @@ class LogManager:
                     if "=" in line and not line.startswith("#"):
                         k, v = line.strip().split("=", 1)
                         props[k] = v
+        # No meta.properties yet: a brand-new data directory, not an unclean shutdown.
+        self.new_data_dir = "cluster.id" not in props
         if "cluster.id" not in props:
             props["cluster.id"] = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
             props["node.id"] = str(self.node_id)

@@ -18,5 +18,6 @@ async def handle(ctx, request):
         request.transactional_id, request.producer_id, request.producer_epoch,
         request.group_id, ctx.version)
     if ctx.version in fast_responses.ADD_OFFSETS_VERSIONS:
+        ctx.error_codes = (int(result.error),) if result.error else ()  # for /metrics
         return fast_responses.add_offsets_to_txn(ctx.version, result.error)
     return build(ctx.response_type, throttle_time=ZERO, error_code=code(result.error))

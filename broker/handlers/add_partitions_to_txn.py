@@ -32,6 +32,7 @@ async def handle(ctx, request):
         grouped: dict[str, list[tuple[int, int]]] = {}
         for (topic, partition), error in errors.items():
             grouped.setdefault(topic, []).append((partition, int(error)))
+        ctx.error_codes = [int(e) for e in errors.values() if e]  # for /metrics
         return fast_responses.add_partitions_to_txn(ctx.version, grouped.items())
     by_topic: dict[str, list] = {}
     for (topic, partition), error in errors.items():

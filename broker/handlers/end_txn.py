@@ -22,5 +22,6 @@ async def handle(ctx, request):
     if await broker.faults.hit("drop_end_txn_response"):
         raise CloseConnection
     if ctx.version in fast_responses.END_TXN_VERSIONS:
+        ctx.error_codes = (int(result.error),) if result.error else ()  # for /metrics
         return fast_responses.end_txn(ctx.version, result.error)
     return build(ctx.response_type, throttle_time=ZERO, error_code=code(result.error))

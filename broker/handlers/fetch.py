@@ -137,5 +137,7 @@ async def handle(ctx, request):
                 plog.remove_waiter(wake)
             if not wake.done():
                 wake.cancel()
+    if not any_error:
+        ctx.error_codes = ()  # for /metrics: no partition of this response to look at
     return build(ctx.response_type, throttle_time=_ZERO, error_code=ErrorCode.none,
                  session_id=0, responses=topics)

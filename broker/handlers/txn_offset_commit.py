@@ -31,6 +31,7 @@ async def handle(ctx, request):
             member_id=getattr(request, "member_id", "") or "",
             group_instance_id=getattr(request, "group_instance_id", None), entries=entries)
     if ctx.version in fast_responses.TXN_OFFSET_COMMIT_VERSIONS:
+        ctx.error_codes = [int(e) for e in results.values() if e]  # for /metrics
         return fast_responses.txn_offset_commit(ctx.version, [
             (topic.name, [(p.partition_index, int(results[(topic.name, p.partition_index)]))
                           for p in topic.partitions])

@@ -47,6 +47,7 @@ from .state import (
     Effects,
     GroupConfig,
     GroupCoordinatorState,
+    GroupEvent,
     JoinResult,
     PersistRequest,
     SyncResult,
@@ -93,6 +94,7 @@ class GroupCoordinator:
         self._tasks = TaskSet()
         self._load_task: asyncio.Task | None = None
         self._expiry_task: asyncio.Task | None = None
+        self.rebalances = 0  # completed join phases (new generations), for /metrics
 
     @staticmethod
     def _new_member_id(prefix: str) -> str:
@@ -163,6 +165,8 @@ class GroupCoordinator:
     # --- effects, persistence and timers --------------------------------------------
 
     def _apply(self, effects: Effects) -> None:
+        for event in effects.events:
+            self._report(event)
         for token, result in effects.responses.items():
             fut = self._futures.pop(token, None)
             if fut is not None and not fut.done():
@@ -170,6 +174,18 @@ class GroupCoordinator:
         for request in effects.persist:
             self._persist(request)
         self._reschedule()
+
+    def _report(self, e: GroupEvent) -> None:
+        if e.kind == "preparing_rebalance":
+            log.info("preparing to rebalance group %r in state %s with old generation %d "
+                     "(%d member(s))", e.group_id, e.old_state, e.generation_id, e.members)
+        elif e.kind == "new_generation":
+            self.rebalances += 1
+            if e.members:
+                log.info("group %r rebalanced: generation %d with %d member(s), protocol %s",
+                         e.group_id, e.generation_id, e.members, e.protocol)
+            else:
+                log.info("group %r is now Empty (generation %d)", e.group_id, e.generation_id)
 
     def _persist(self, request: PersistRequest) -> None:
         # Appended now, in the order asked; acknowledged once durable.

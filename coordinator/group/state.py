@@ -150,11 +150,28 @@ class PersistRequest:
     record: GroupMetadataValue  # ``value`` decoded, for logging and tests
 
 
+@dataclass(frozen=True)
+class GroupEvent:
+    """A rebalance step, for the shell's log and metrics (no effect on state).
+
+    ``preparing_rebalance``: the group leaves ``generation_id`` (members: those it had);
+    ``new_generation``: the join phase ended with ``generation_id`` and ``members``
+    (0: the group is Empty), ``protocol`` chosen."""
+
+    kind: str
+    group_id: str
+    generation_id: int
+    members: int
+    protocol: str | None = None
+    old_state: str = ""
+
+
 @dataclass
 class Effects:
     responses: dict[Token, JoinResult | SyncResult] = field(default_factory=dict)
     persist: list[PersistRequest] = field(default_factory=list)
     wake_at_ms: int | None = None
+    events: list[GroupEvent] = field(default_factory=list)
 
     @property
     def persist_group(self) -> list[str]:
@@ -298,6 +315,7 @@ class _Fx:
     def __init__(self) -> None:
         self.responses: dict[Token, JoinResult | SyncResult] = {}
         self.persist: list[PersistRequest] = []
+        self.events: list[GroupEvent] = []
 
     def respond(self, token: Token, result: JoinResult | SyncResult) -> None:
         assert token not in self.responses, f"token {token!r} answered twice"
@@ -607,6 +625,8 @@ class GroupCoordinatorState:
             self._prepare_rebalance(fx, g, now)
 
     def _prepare_rebalance(self, fx: _Fx, g: _Group, now: int) -> None:
+        fx.events.append(GroupEvent("preparing_rebalance", g.group_id, g.generation_id,
+                                    len(g.members), old_state=g.state.value))
         if g.state is _S.COMPLETING_REBALANCE:
             # Members waiting for their assignment must rejoin instead.
             self._reset_and_propagate_assignment_error(fx, g, _E.rebalance_in_progress.value, now)
@@ -645,6 +665,8 @@ class GroupCoordinatorState:
             self._set_join_deadline(g, now + g.rebalance_timeout_ms())
             return
         self._init_next_generation(g, now)
+        fx.events.append(GroupEvent("new_generation", g.group_id, g.generation_id,
+                                    len(g.members), g.protocol_name))
         if g.state is _S.EMPTY:
             self._persist(fx, g, _Write(kind="empty", group_id=g.group_id, generation_id=g.generation_id))
             return
@@ -1419,7 +1441,7 @@ class GroupCoordinatorState:
         heapq.heappush(self._timers, (deadline, next(self._timer_seq), group_id, kind, member_id))
 
     def _finish(self, fx: _Fx) -> Effects:
-        return Effects(fx.responses, fx.persist, self.next_wake_ms())
+        return Effects(fx.responses, fx.persist, self.next_wake_ms(), fx.events)
 
 
 @dataclass(frozen=True)

@@ -40,6 +40,7 @@ from .state import (
     PersistRequest,
     TransactionCoordinatorState,
     TxnConfig,
+    TxnEvent,
     coordinator_append_error,
 )
 
@@ -51,6 +52,7 @@ _PREPARE_STATES = ("PrepareCommit", "PrepareAbort")
 COMPLETION_WAIT_S = 1.0  # longest an AddPartitionsToTxn waits for the previous commit
 MARKER_RETRY_BACKOFF_S = 0.1  # between a failed marker write and its retry
 _E = ErrorCode
+TXN_OUTCOMES = ("committed", "aborted", "timed_out", "fenced")
 
 
 def now_ms() -> int:
@@ -82,6 +84,8 @@ class TransactionCoordinator:
         self._timer = WakeTimer(self._tick)
         self._load_task: asyncio.Task | None = None
         self._stopped = False
+        # Finished transactions by outcome, for /metrics (this process's lifetime).
+        self.outcomes: dict[str, int] = dict.fromkeys(TXN_OUTCOMES, 0)
 
     def _new_state(self) -> TransactionCoordinatorState:
         return TransactionCoordinatorState(
@@ -212,6 +216,8 @@ class TransactionCoordinator:
     # --- effects ----------------------------------------------------------------------
 
     def _apply(self, effects: Effects) -> None:
+        for event in effects.events:
+            self._report(event)
         for token, result in effects.responses.items():
             fut = self._futures.pop(token, None)
             if fut is not None and not fut.done():
@@ -225,6 +231,41 @@ class TransactionCoordinator:
         if self._completion_waiters:
             self._release_completion_waiters()
         self._reschedule()
+
+    def _report(self, e: TxnEvent) -> None:
+        """Log an event of the state machine for operators, and count outcomes."""
+        tid, pid, epoch = e.transactional_id, e.producer_id, e.producer_epoch
+        if e.kind == "completed":
+            self.outcomes[e.outcome] = self.outcomes.get(e.outcome, 0) + 1
+            if e.recovered:
+                log.info("recovery: transaction of transactional.id %r (producer id %d, epoch "
+                         "%d) completed (%s), %d marker(s) written", tid, pid, epoch,
+                         e.outcome, e.markers)
+            else:
+                log.debug("transaction of %r (producer id %d, epoch %d) %s after %d ms, "
+                          "%d marker(s)", tid, pid, epoch, e.outcome, e.age_ms, e.markers)
+        elif e.kind == "timed_out":
+            log.info("aborting the transaction of transactional.id %r (producer id %d, epoch "
+                     "%d): open for %.1fs, past its transaction timeout; epoch bumped to %d, "
+                     "so that producer is fenced", tid, pid, epoch, e.age_ms / 1000,
+                     e.new_epoch)
+        elif e.kind == "fenced":
+            log.info("producer fenced: InitProducerId for transactional.id %r bumped producer "
+                     "id %d from epoch %d to %d; its ongoing transaction (open for %.1fs) is "
+                     "aborted", tid, pid, epoch, e.new_epoch, e.age_ms / 1000)
+        elif e.kind == "rejected_fenced":
+            log.info("producer fenced: a request of transactional.id %r with producer id %d, "
+                     "epoch %d (current epoch %d) was answered PRODUCER_FENCED", tid, pid,
+                     epoch, e.new_epoch)
+        elif e.kind == "expired":
+            log.info("transactional.id %r expired after %.0fs without a transaction "
+                     "(transactional.id.expiration.ms); producer id %d, epoch %d forgotten",
+                     tid, e.age_ms / 1000, pid, epoch)
+        elif e.kind == "recovering":
+            log.info("recovery: completing the %s of transactional.id %r (producer id %d, "
+                     "epoch %d): writing %d %s marker(s)",
+                     "commit" if e.outcome == "committed" else "abort", tid, pid, epoch,
+                     e.markers, "COMMIT" if e.outcome == "committed" else "ABORT")
 
     def _spawn(self, coro) -> None:
         self._tasks.spawn(coro)

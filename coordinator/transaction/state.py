@@ -118,6 +118,7 @@ __all__ = [
     "PersistRequest",
     "MarkerRequest",
     "Effects",
+    "TxnEvent",
     "TxnDescription",
     "TxnListing",
     "ListTransactionsResult",
@@ -193,6 +194,13 @@ def _client_error(api: str, api_version: int, error: int) -> int:
     if error == _E.producer_fenced.value and api_version < _FENCED_SINCE[api]:
         return _E.invalid_producer_epoch.value
     return error
+
+
+def _outcome_of(txn: _Txn) -> str:
+    # After a replay the reason is not known: the decision is.
+    if txn.outcome is not None:
+        return txn.outcome
+    return "committed" if _S.PREPARE_COMMIT in (txn.state, txn.pending) else "aborted"
 
 
 def coordinator_append_error(storage_error: int) -> int:
@@ -287,6 +295,35 @@ class MarkerRequest:
     coordinator_epoch: int
 
 
+@dataclass(frozen=True)
+class TxnEvent:
+    """What the shell tells operators about (log lines, metrics); no effect on state.
+
+    kind:
+    * ``timed_out``: an Ongoing transaction passed its timeout and is being aborted
+      with an epoch bump (``age_ms``: since it started; ``new_epoch``: the bump).
+    * ``fenced``: InitProducerId of a new producer instance found the id's
+      transaction Ongoing: aborted with an epoch bump (``new_epoch``).
+    * ``rejected_fenced``: a request with an old epoch was answered PRODUCER_FENCED
+      (``new_epoch``: the current one).
+    * ``expired``: an idle transactional id was removed (``age_ms``: idle time).
+    * ``recovering``: recovery found a decided transaction (PrepareCommit/PrepareAbort)
+      and writes its ``markers`` again.
+    * ``completed``: Complete* is durable (``outcome``, ``markers`` written,
+      ``age_ms``: duration, ``recovered``: finished by recovery).
+    """
+
+    kind: str
+    transactional_id: str
+    producer_id: int
+    producer_epoch: int
+    age_ms: int = -1
+    new_epoch: int = -1
+    outcome: str = ""  # committed | aborted | timed_out | fenced
+    markers: int = 0
+    recovered: bool = False
+
+
 @dataclass
 class Effects:
     responses: dict[Token, Result] = field(default_factory=dict)
@@ -295,6 +332,7 @@ class Effects:
     wake_at_ms: int | None = None
     # expire_now(): the transactional ids acted on (aborted now, or once their write in flight is done)
     expired: list[str] = field(default_factory=list)
+    events: list[TxnEvent] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -392,6 +430,10 @@ class _Txn:
     orphans: frozenset = frozenset()
     # Of the Prepare* record (see _Transit); None in other states and in old records.
     first_offsets: dict[TopicPartition, int] | None = None
+    # Why the decided transaction ends (TxnEvent.outcome); None after a replay.
+    outcome: str | None = None
+    recovering: bool = False  # recovery is completing it (TxnEvent.recovered)
+    marker_count: int = 0  # partitions the decided transaction's markers go to
 
     def to_transit(self) -> _Transit:
         return _Transit(
@@ -421,6 +463,7 @@ class _Fx:
         self.persist: list[PersistRequest] = []
         self.markers: list[MarkerRequest] = []
         self.expired: list[str] = []
+        self.events: list[TxnEvent] = []
 
     def respond(self, token: Token, result: Result) -> None:
         assert token not in self.responses, f"token {token!r} answered twice"
@@ -540,8 +583,12 @@ class TransactionCoordinatorState:
             self._abort_orphans(fx, now_ms, open_transactions)
         for txn in self._txns.values():
             if txn.state in _PREPARE and txn.pending is None:
-                self._send_markers(fx, txn, self._prepare_complete(txn, now_ms),
-                                   txn.partitions - txn.orphans)
+                marked = txn.partitions - txn.orphans
+                txn.recovering = True
+                fx.events.append(TxnEvent("recovering", txn.transactional_id, txn.producer_id,
+                                          txn.producer_epoch, outcome=_outcome_of(txn),
+                                          markers=len(marked)))
+                self._send_markers(fx, txn, self._prepare_complete(txn, now_ms), marked)
             self._arm(txn)
         return self._finish(fx)
 
@@ -588,7 +635,7 @@ class TransactionCoordinatorState:
                                 start_ms=now if txn.state in _IDLE else txn.start_ms,
                                 last_update_ms=now)
         self._complete_transition(txn, transit)
-        self._fence_and_abort(fx, txn, now, None, 0)
+        self._fence_and_abort(fx, txn, now, None, 0, "aborted")
         fx.expired.append(txn.transactional_id)
 
     @property
@@ -652,6 +699,7 @@ class TransactionCoordinatorState:
         if txn.pending is not None:
             return fail(_E.concurrent_transactions.value)
         if expected is not None and not self._valid_expected_producer(txn, *expected):
+            self._note_fenced(fx, _E.producer_fenced.value, transactional_id, *expected)
             return fail(_E.producer_fenced.value)
         if txn.state in _PREPARE:
             return fail(_E.concurrent_transactions.value)
@@ -659,7 +707,11 @@ class TransactionCoordinatorState:
             # Abort the ongoing transaction with a bumped epoch (fencing its producer) and
             # answer CONCURRENT_TRANSACTIONS once PrepareAbort is durable; the retry then
             # finds CompleteAbort and bumps the epoch a second time.
-            self._fence_and_abort(fx, txn, now_ms, token, api_version)
+            old_epoch = txn.producer_epoch
+            self._fence_and_abort(fx, txn, now_ms, token, api_version, "fenced")
+            fx.events.append(TxnEvent("fenced", transactional_id, txn.producer_id, old_epoch,
+                                      age_ms=now_ms - txn.start_ms,
+                                      new_epoch=txn.producer_epoch))
             return self._finish(fx)
         if txn.state not in _IDLE:
             raise IllegalTransitionError(f"{transactional_id}: InitProducerId in state {txn.state.value}")
@@ -677,6 +729,8 @@ class TransactionCoordinatorState:
         else:
             bumped = self._next_epochs(txn, None if expected is None else expected[1])
             if bumped is None:
+                assert expected is not None
+                self._note_fenced(fx, _E.producer_fenced.value, transactional_id, *expected)
                 return fail(_E.producer_fenced.value)
             epoch, last_epoch = bumped
             transit = self._prepare(
@@ -762,6 +816,7 @@ class TransactionCoordinatorState:
             )
             self._write(fx, _Write("add", txn, transit, token, api, api_version, parts))
         else:
+            self._note_fenced(fx, error, tid, producer_id, producer_epoch)
             fx.respond(token, self._result(api, api_version, error, parts))
         return self._finish(fx)
 
@@ -811,8 +866,10 @@ class TransactionCoordinatorState:
             txn = self._txns[transactional_id]
             target = _S.PREPARE_COMMIT if commit else _S.PREPARE_ABORT
             transit = self._prepare(txn, target, last_update_ms=now_ms)
+            txn.outcome = "committed" if commit else "aborted"
             self._write(fx, _Write("prepare", txn, transit, token, api, api_version))
         else:
+            self._note_fenced(fx, error, transactional_id, producer_id, producer_epoch)
             fx.respond(token, EndTxnResult(_client_error(api, api_version, error)))
         return self._finish(fx)
 
@@ -845,8 +902,9 @@ class TransactionCoordinatorState:
         raise IllegalTransitionError(f"{tid}: EndTxn in state {st.value}")
 
     def _fence_and_abort(self, fx: _Fx, txn: _Txn, now: int, token: Token | None,
-                         api_version: int) -> None:
+                         api_version: int, outcome: str) -> None:
         """Kafka's prepareFenceProducerEpoch + endTransaction(ABORT, isFromClient=false)."""
+        txn.outcome = outcome
         epoch = txn.producer_epoch
         # No second bump after a failed fence (that epoch was never handed out), and
         # never past Short.MaxValue.
@@ -875,6 +933,12 @@ class TransactionCoordinatorState:
             raise IllegalTransitionError(f"write {write_id} outlived its transaction metadata")
         if w.kind == "complete":
             if error == NONE:
+                fx.events.append(TxnEvent(
+                    "completed", txn.transactional_id, txn.producer_id, txn.producer_epoch,
+                    age_ms=now_ms - txn.start_ms, outcome=_outcome_of(txn),
+                    markers=txn.marker_count,
+                    recovered=txn.recovering))
+                txn.outcome, txn.recovering = None, False
                 self._complete_transition(txn, w.transit)
                 txn.complete = None
                 self._arm(txn)
@@ -889,6 +953,9 @@ class TransactionCoordinatorState:
                 if txn.pending is not _S.DEAD:
                     raise IllegalTransitionError(f"{txn.transactional_id}: tombstone without pending Dead")
                 check_transition(txn.state, _S.DEAD)
+                fx.events.append(TxnEvent("expired", txn.transactional_id, txn.producer_id,
+                                          txn.producer_epoch,
+                                          age_ms=now_ms - txn.last_update_ms))
                 txn.state, txn.pending = _S.DEAD, None
                 del self._txns[txn.transactional_id]
             else:
@@ -921,7 +988,7 @@ class TransactionCoordinatorState:
             # expire_now() came while this write was in flight.
             txn.expire_requested = False
             if txn.state is _S.ONGOING:
-                self._fence_and_abort(fx, txn, now_ms, None, 0)
+                self._fence_and_abort(fx, txn, now_ms, None, 0, "timed_out")
         return self._finish(fx)
 
     def markers_written(self, now_ms: int, marker_id: int, error: int = NONE,
@@ -956,6 +1023,7 @@ class TransactionCoordinatorState:
                       partitions: frozenset[TopicPartition] | None = None) -> None:
         txn.complete = complete
         partitions = txn.partitions if partitions is None else partitions
+        txn.marker_count = len(partitions)
         if partitions:
             self._request_markers(fx, txn, partitions)
         else:
@@ -988,7 +1056,11 @@ class TransactionCoordinatorState:
             return self._finish(fx)
         for txn in self._due("timeout", now_ms, self.config.abort_timed_out_check_interval_ms):
             # Kafka's abortTimedOutTransactions: nobody waits for the outcome.
-            self._fence_and_abort(fx, txn, now_ms, None, 0)
+            old_epoch = txn.producer_epoch
+            self._fence_and_abort(fx, txn, now_ms, None, 0, "timed_out")
+            fx.events.append(TxnEvent("timed_out", txn.transactional_id, txn.producer_id,
+                                      old_epoch, age_ms=now_ms - txn.start_ms,
+                                      new_epoch=txn.producer_epoch))
         for txn in self._due("expire", now_ms, self.config.remove_expired_check_interval_ms):
             transit = self._prepare(txn, _S.DEAD, partitions=frozenset())
             self._write(fx, _Write("dead", txn, transit))
@@ -1019,7 +1091,7 @@ class TransactionCoordinatorState:
                 continue
             fx.expired.append(txn.transactional_id)
             if txn.pending is None:
-                self._fence_and_abort(fx, txn, now_ms, None, 0)
+                self._fence_and_abort(fx, txn, now_ms, None, 0, "timed_out")
             else:
                 txn.expire_requested = True
         return self._finish(fx)
@@ -1242,6 +1314,18 @@ class TransactionCoordinatorState:
             "orphans": sorted(txn.orphans),
         }
 
+    def open_transaction_starts(self) -> list[int]:
+        """Start times (ms) of the transactions not yet complete (Ongoing, Prepare*)."""
+        return [txn.start_ms for txn in self._txns.values()
+                if txn.state is _S.ONGOING or txn.state in _PREPARE]
+
+    def state_counts(self) -> dict[str, int]:
+        """Transactional ids per state (DescribeTransactions' state names)."""
+        out: dict[str, int] = {}
+        for txn in self._txns.values():
+            out[txn.state.value] = out.get(txn.state.value, 0) + 1
+        return out
+
     def held_tokens(self) -> set[Token]:
         """Tokens whose answer waits for a write."""
         return {w.token for w in self._writes.values() if w.token is not None}
@@ -1323,6 +1407,13 @@ class TransactionCoordinatorState:
         fx.persist.append(PersistRequest(write_id, tid, encode_key(tid), encode_value(record), record,
                                          adds_data_partitions=w.api == "add_partitions"))
 
+    def _note_fenced(self, fx: _Fx, error: int, tid: str, producer_id: int,
+                     producer_epoch: int) -> None:
+        if error == _E.producer_fenced.value:
+            txn = self._txns.get(tid)
+            fx.events.append(TxnEvent("rejected_fenced", tid, producer_id, producer_epoch,
+                                      new_epoch=txn.producer_epoch if txn else -1))
+
     def _first_offsets(self, txn: _Txn) -> dict[TopicPartition, int] | None:
         if self._txn_first_offset is None:
             return None
@@ -1354,4 +1445,5 @@ class TransactionCoordinatorState:
         return InitProducerIdResult(error)
 
     def _finish(self, fx: _Fx) -> Effects:
-        return Effects(fx.responses, fx.persist, fx.markers, self.next_wake_ms(), fx.expired)
+        return Effects(fx.responses, fx.persist, fx.markers, self.next_wake_ms(), fx.expired,
+                       fx.events)

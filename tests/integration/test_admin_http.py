@@ -32,7 +32,7 @@ def test_health_metrics_and_topics(txbroker):
     assert status == 200
     assert 'txbroker_partition_high_watermark{topic="http-topic",partition="1"} 5' in body
     assert 'txbroker_partition_log_end_offset{topic="http-topic",partition="0"} 0' in body
-    assert 'txbroker_requests_total{api="produce"}' in body
+    assert 'txbroker_requests_total{api="produce",version=' in body
 
     status, body = _get(txbroker, "/topics")
     topics = json.loads(body)

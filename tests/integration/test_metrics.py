@@ -1,0 +1,179 @@
+"""/metrics with real clients: transactions by outcome, LSO, group lag, request
+histograms and errors, checked with prometheus_client's own parser."""
+
+import time
+import urllib.request
+
+import pytest
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from prometheus_client.parser import text_string_to_metric_families
+
+
+@pytest.fixture
+def txbroker_config():
+    return {"admin.http.port": "0", "transaction.abort.timed.out.transaction.cleanup.interval.ms":
+            "100"}
+
+
+def scrape(txbroker) -> dict:
+    """family name -> list of (sample name, labels, value), parsed by prometheus_client."""
+    port = txbroker.call(lambda b: b.admin_http.port)
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as resp:
+        assert resp.headers["Content-Type"].startswith("text/plain")
+        text = resp.read().decode()
+    families = {}
+    for family in text_string_to_metric_families(text):
+        families[family.name] = (family.type, [(s.name, s.labels, s.value)
+                                               for s in family.samples])
+    return families
+
+
+def value(families, family, name=None, **labels):
+    kind, samples = families[family]
+    name = name or family
+    found = [v for n, lab, v in samples
+             if n == name and all(lab.get(k) == str(v2) for k, v2 in labels.items())]
+    assert len(found) == 1, (family, name, labels, samples)
+    return found[0]
+
+
+def scrape_until(txbroker, check, timeout=10.0) -> dict:
+    """Scrape until ``check(families)`` holds: a transaction is counted once its markers
+    are written, which follows the EndTxn answer."""
+    deadline = time.monotonic() + timeout
+    while True:
+        families = scrape(txbroker)
+        try:
+            if check(families):
+                return families
+        except (AssertionError, KeyError):
+            pass
+        if time.monotonic() > deadline:
+            return families
+        time.sleep(0.05)
+
+
+def outcome(families, name):
+    return value(families, "txbroker_transactions", "txbroker_transactions_total",
+                 outcome=name)
+
+
+def txn_producer(txbroker, tid, **extra):
+    p = Producer({"bootstrap.servers": txbroker.bootstrap, "transactional.id": tid,
+                  "metadata.recovery.strategy": "none", **extra})
+    p.init_transactions(10)
+    return p
+
+
+def test_transactions_offsets_lag_and_requests(txbroker):
+    txbroker.create_topic("m-topic", 1)
+    committed = txn_producer(txbroker, "m-committed")
+    committed.begin_transaction()
+    for i in range(3):
+        committed.produce("m-topic", value=b"c%d" % i, partition=0)
+    committed.commit_transaction(10)
+    committed.begin_transaction()
+    committed.produce("m-topic", value=b"a", partition=0)
+    committed.flush(10)  # else the abort is the client's alone (nothing was sent)
+    committed.abort_transaction(10)
+
+    # An open transaction holds the LSO back: 3 committed + COMMIT + 1 aborted + ABORT
+    # = offset 6, then 2 open records.
+    hanging = txn_producer(txbroker, "m-open", **{"transaction.timeout.ms": "60000"})
+    hanging.begin_transaction()
+    hanging.produce("m-topic", value=b"o1", partition=0)
+    hanging.produce("m-topic", value=b"o2", partition=0)
+    hanging.flush(10)
+
+    consumer = Consumer({"bootstrap.servers": txbroker.bootstrap, "group.id": "m-group",
+                         "enable.auto.commit": False, "isolation.level": "read_committed"})
+    consumer.commit(offsets=[TopicPartition("m-topic", 0, 2)], asynchronous=False)
+    consumer.close()
+
+    f = scrape_until(txbroker, lambda f: outcome(f, "aborted") == 1)
+    assert f["txbroker_transactions"][0] == "counter"
+    assert outcome(f, "committed") == 1
+    assert outcome(f, "aborted") == 1
+    assert value(f, "txbroker_transactions_ongoing") == 1
+    assert value(f, "txbroker_transaction_oldest_age_seconds") >= 0
+    assert value(f, "txbroker_partition_high_watermark", topic="m-topic", partition=0) == 8
+    assert value(f, "txbroker_partition_last_stable_offset", topic="m-topic", partition=0) == 6
+    assert value(f, "txbroker_partition_last_stable_offset_lag", topic="m-topic",
+                 partition=0) == 2
+    assert value(f, "txbroker_consumergroup_current_offset", group="m-group", topic="m-topic",
+                 partition=0) == 2
+    assert value(f, "txbroker_consumergroup_lag", group="m-group", topic="m-topic",
+                 partition=0) == 6
+    assert value(f, "txbroker_consumergroup_lag_read_committed", group="m-group",
+                 topic="m-topic", partition=0) == 4
+
+    # Request histograms per API and version: buckets cumulative, count = requests.
+    kind, samples = f["txbroker_request_total_time_seconds"]
+    assert kind == "histogram"
+    end_txn = [(n, lab, v) for n, lab, v in samples if lab.get("api") == "end_txn"]
+    assert end_txn, "EndTxn was sent"
+    version = end_txn[0][1]["version"]
+    count = value(f, "txbroker_request_total_time_seconds",
+                  "txbroker_request_total_time_seconds_count", api="end_txn", version=version)
+    assert count == value(f, "txbroker_requests", "txbroker_requests_total", api="end_txn",
+                          version=version) == 2
+    assert value(f, "txbroker_request_total_time_seconds",
+                 "txbroker_request_total_time_seconds_bucket", api="end_txn", version=version,
+                 le="+Inf") == count
+    assert value(f, "txbroker_network_incoming_bytes", "txbroker_network_incoming_bytes_total",
+                 api="produce") > 0
+    assert value(f, "txbroker_network_outgoing_bytes", "txbroker_network_outgoing_bytes_total",
+                 api="produce") > 0
+    # acks=all produce and transaction state are fsynced: flush rounds were timed.
+    assert value(f, "txbroker_log_flush_time_seconds",
+                 "txbroker_log_flush_time_seconds_count") > 0
+
+    # The hanging transaction times out: counted as timed_out, the LSO moves on.
+    txbroker.expire_transactions("m-open")
+    f = scrape_until(txbroker, lambda f: outcome(f, "timed_out") == 1)
+    assert outcome(f, "timed_out") == 1
+    assert value(f, "txbroker_transactions_ongoing") == 0
+    assert value(f, "txbroker_partition_last_stable_offset_lag", topic="m-topic",
+                 partition=0) == 0
+
+
+def test_fenced_transactions_and_error_counts(txbroker):
+    txbroker.create_topic("f-topic", 1)
+    zombie = txn_producer(txbroker, "f-id")
+    zombie.begin_transaction()
+    zombie.produce("f-topic", value=b"z", partition=0)
+    zombie.flush(10)
+    # A new instance of the same transactional.id fences the first and aborts its
+    # transaction.
+    successor = txn_producer(txbroker, "f-id")
+    with pytest.raises(KafkaException):
+        zombie.commit_transaction(10)
+    f = scrape_until(txbroker, lambda f: outcome(f, "fenced") == 1)
+    assert outcome(f, "fenced") == 1
+    _, errors = f["txbroker_request_errors"]
+    names = {(lab["api"], lab["error"]) for _, lab, _ in errors}
+    # The successor's first InitProducerId is told to retry while the abort completes;
+    # the zombie's EndTxn is fenced.
+    assert ("init_producer_id", "CONCURRENT_TRANSACTIONS") in names, names
+    assert any(api == "end_txn" and err in ("PRODUCER_FENCED", "INVALID_PRODUCER_EPOCH")
+               for api, err in names), names
+    successor.begin_transaction()
+    successor.produce("f-topic", value=b"s", partition=0)
+    successor.commit_transaction(10)
+
+
+def test_produce_errors_are_counted_from_the_fast_path(txbroker):
+    """Produce answers are encoded by hand (protocol/fast_responses.py): the handler
+    reports its error codes itself."""
+    txbroker.create_topic("e-topic", 1, {"max.message.bytes": "2000"})
+    p = Producer({"bootstrap.servers": txbroker.bootstrap, "acks": "all",
+                  "message.max.bytes": "100000", "retries": 0})
+    failures = []
+    p.produce("e-topic", value=b"x" * 10_000, partition=0,
+              on_delivery=lambda err, msg: failures.append(err))
+    p.produce("e-topic", value=b"ok", partition=0)
+    assert p.flush(10) == 0
+    assert failures and failures[0] is not None
+    f = scrape(txbroker)
+    assert value(f, "txbroker_request_errors", "txbroker_request_errors_total", api="produce",
+                 error="MESSAGE_TOO_LARGE") == 1
