@@ -221,14 +221,21 @@ class Connection:
         buf = bytearray(size)
         view = memoryview(buf)
         pos = 0
-        while pos < size:
-            chunk = await self.reader.read(min(size - pos, 1 << 20))
-            if not chunk:
-                log.info("connection %s closed by the client mid-request (%d of %d bytes "
-                         "received)", self.peer, pos, size)
-                raise ConnectionResetError
-            view[pos:pos + len(chunk)] = chunk
-            pos += len(chunk)
+        try:
+            while pos < size:
+                chunk = await self.reader.read(min(size - pos, 1 << 20))
+                if not chunk:
+                    log.info("connection %s closed by the client mid-request (%d of %d bytes "
+                             "received)", self.peer, pos, size)
+                    raise ConnectionResetError
+                view[pos:pos + len(chunk)] = chunk
+                pos += len(chunk)
+        except BaseException:
+            # Free it now: the traceback would keep it until the connection is gone,
+            # while queued.max.request.bytes already lets the next frame in.
+            view.release()
+            buf.clear()
+            raise
         return view.toreadonly()
 
     async def _wait_for_room(self) -> None:
