@@ -145,7 +145,8 @@ def header_garbage(rng: random.Random, f: bytearray, _c: Sequence[bytes]) -> byt
         struct.pack_into(">i", f, 4, rng.choice((0, -1, 0x7FFFFFFF, rng.getrandbits(31))))
         return f
     n = struct.unpack_from(">h", f, 8)[0]
-    struct.pack_into(">h", f, 8, rng.choice((-2, -1, 0x7FFF, n + 1, n + 100, -0x8000)))
+    lie = rng.choice((-2, -1, 0x7FFF, n + 1, n + 100, -0x8000))
+    struct.pack_into(">h", f, 8, max(-0x8000, min(0x7FFF, lie)))  # an int16 whatever n was
     return f
 
 
