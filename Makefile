@@ -80,12 +80,14 @@ lint: install
 	$(PY) -m ruff check .
 
 # The Kafka leg of the differential tests is limited to those marked kafka_ci here
-# (Kafka starts once for them); `make test-kafka` runs every differential test on both.
+# (Kafka starts once for them); `make test-kafka` runs every differential test on both,
+# and the Spark tests against Apache Kafka (the ingestion job's third place).
 test: install lint
 	$(PY) -m pytest -q -p no:cacheprovider -m "not kafka or kafka_ci"
 
 test-kafka: install
 	$(PY) -m pytest -q -p no:cacheprovider tests/differential
+	$(PY) -m pytest -q -p no:cacheprovider -m kafka tests/integration/spark
 
 test-fast: install
 	$(PY) -m pytest -q -x -p no:cacheprovider tests/unit

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import pytest
 from txbroker.spark_jobs.ingest import ingest
 
+from tests.helpers import wait_until
 from tests.integration.spark.conftest import connector_missing
 
 TOPIC = "three-places"
@@ -63,34 +64,48 @@ SCRIPT: tuple[Txn, ...] = (
 )
 
 
-def expected_rows() -> list[tuple]:
-    """What read_committed ingestion must write, computed from SCRIPT alone: per partition,
-    offsets advance by one per record and one per marker; nothing at or past the first
-    record of the open transaction."""
+def layout() -> list[tuple[Txn, list[int], dict[int, int]]]:
+    """Per step of SCRIPT: its records' offsets and the end offset (high watermark) of
+    every partition once the step is complete. Offsets advance by one per record and
+    by one per transaction marker in each partition the transaction touched."""
     next_offset = dict.fromkeys(range(PARTITIONS), 0)
+    steps = []
+    for txn in SCRIPT:
+        offsets = []
+        for r in txn.records:
+            offsets.append(next_offset[r.partition])
+            next_offset[r.partition] += 1
+        if txn.end in ("commit", "abort"):
+            for p in {r.partition for r in txn.records}:
+                next_offset[p] += 1
+        steps.append((txn, offsets, dict(next_offset)))
+    return steps
+
+
+def expected_rows() -> list[tuple]:
+    """What read_committed ingestion must write, computed from SCRIPT alone: committed and
+    non-transactional records, none at or past the first record of the open transaction."""
     lso: dict[int, int] = {}
     rows = []
-    for txn in SCRIPT:
-        touched = set()
-        for r in txn.records:
-            offset = next_offset[r.partition]
-            next_offset[r.partition] += 1
-            touched.add(r.partition)
+    for txn, offsets, _ in layout():
+        for r, offset in zip(txn.records, offsets, strict=True):
             if txn.end == "open":
                 lso.setdefault(r.partition, offset)
             if txn.end in ("commit", "plain"):
                 rows.append((r.partition, offset, r.key, r.value, r.timestamp_ms))
-        if txn.end in ("commit", "abort"):
-            for p in touched:
-                next_offset[p] += 1
     return sorted(
         (TOPIC, p, o, k, v, ms, 0, dt.datetime.fromtimestamp(ms / 1000, dt.UTC).date().isoformat())
         for p, o, k, v, ms in rows if o < lso.get(p, 2**63))
 
 
 def write_script(bootstrap: str) -> list:
-    """Write SCRIPT; returns the producers (the open transaction's must stay alive)."""
-    from confluent_kafka import Producer
+    """Write SCRIPT; returns the producers (the open transaction's must stay alive).
+
+    After each step it waits until every partition's high watermark is where layout()
+    puts it: commit_transaction returns once the coordinator has decided, and Kafka
+    writes the markers after that, so without the wait the next step's records could
+    land before a marker and the offsets would differ from broker to broker."""
+    from confluent_kafka import Consumer, Producer, TopicPartition
 
     def producer(transactional: bool) -> Producer:
         conf = {"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 5}
@@ -105,20 +120,42 @@ def write_script(bootstrap: str) -> list:
     committer, aborter, opener, plain = (producer(True), producer(True), producer(True),
                                          producer(False))
     by_end = {"commit": committer, "abort": aborter, "open": opener, "plain": plain}
+    # read_uncommitted: the high watermark, not the last stable offset.
+    watermarks = Consumer({"bootstrap.servers": bootstrap, "group.id": "three-places",
+                           "isolation.level": "read_uncommitted"})
     errors: list = []
-    for txn in SCRIPT:
-        p = by_end[txn.end]
-        if txn.end != "plain":
-            p.begin_transaction()
-        for r in txn.records:
-            p.produce(TOPIC, key=r.key, value=r.value, partition=r.partition,
-                      timestamp=r.timestamp_ms,
-                      on_delivery=lambda err, _msg: err and errors.append(err))
-        assert p.flush(30) == 0 and not errors, errors
-        if txn.end == "commit":
-            p.commit_transaction(30)
-        elif txn.end == "abort":
-            p.abort_transaction(30)
+    delivered: dict[int, int] = {}  # record's index in the step -> its offset
+    try:
+        for txn, offsets, ends in layout():
+            p = by_end[txn.end]
+            if txn.end != "plain":
+                p.begin_transaction()
+            delivered.clear()
+            for i, r in enumerate(txn.records):
+                def report(err, msg, i: int = i) -> None:
+                    if err is not None:
+                        errors.append(err)
+                    else:
+                        delivered[i] = msg.offset()
+
+                p.produce(TOPIC, key=r.key, value=r.value, partition=r.partition,
+                          timestamp=r.timestamp_ms, on_delivery=report)
+            assert p.flush(30) == 0 and not errors, errors
+            # The same offsets on every broker, or the outputs could not be identical.
+            assert [delivered[i] for i in range(len(offsets))] == offsets, txn
+            if txn.end == "commit":
+                p.commit_transaction(30)
+            elif txn.end == "abort":
+                p.abort_transaction(30)
+
+            def written(ends: dict[int, int] = ends) -> bool:
+                return all(watermarks.get_watermark_offsets(
+                    TopicPartition(TOPIC, part), timeout=10, cached=False)[1] == end
+                    for part, end in ends.items())
+
+            assert wait_until(written, timeout=30, interval=0.05), (txn, ends)
+    finally:
+        watermarks.close()
     return [committer, aborter, opener, plain]
 
 
