@@ -41,7 +41,8 @@ def error_line(error: BaseException) -> str:
     """user_message, plus how to get Spark's connector when ``format("kafka")`` lacks it
     (Spark's own message says only that the data source was not found)."""
     message = user_message(error)
-    if "DATA_SOURCE_NOT_FOUND" in message and "kafka" in message:
+    if ("KAFKA_DATA_SOURCE_NOT_ENABLED" in message
+            or "DATA_SOURCE_NOT_FOUND" in message and "kafka" in message):
         from pyspark import __version__ as spark_version
         from txbroker.spark_jobs.session import CONNECTOR_JARS_ENV
 

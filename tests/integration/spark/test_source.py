@@ -165,3 +165,55 @@ def test_spark_kafka_sink_writes_into_txbroker(spark, txbroker, topic, tmp_path)
     copied = reader(spark, txbroker, copy).collect()
     assert sorted((bytes(r.key).decode(), bytes(r.value).decode(), r.partition)
                   for r in copied) == sorted((k, v.upper(), p) for k, v, p, _ in rows)
+
+
+USER_JOB = """
+import sys
+from pyspark.sql import SparkSession
+from txbroker.spark_jobs.source import TxBrokerDataSource
+
+bootstrap, topic, checkpoint = sys.argv[1:]
+spark = SparkSession.builder.master("local[1]").config("spark.ui.enabled", "false").getOrCreate()
+spark.sparkContext.setLogLevel("OFF")
+spark.dataSource.register(TxBrokerDataSource)
+batch = (spark.read.format("txbroker").option("kafka.bootstrap.servers", bootstrap)
+         .option("subscribe", topic).load().count())
+query = (spark.readStream.format("txbroker").option("kafka.bootstrap.servers", bootstrap)
+         .option("subscribe", topic).option("startingOffsets", "earliest").load()
+         .writeStream.format("memory").queryName("user_job")
+         .option("checkpointLocation", checkpoint).trigger(availableNow=True).start())
+query.awaitTermination()
+print("rows", batch, spark.table("user_job").count())
+spark.stop()
+"""
+
+
+def test_own_session_without_pyspark_python(txbroker, topic, tmp_path):
+    """A user's own local SparkSession, PYSPARK_PYTHON unset and this venv not on PATH:
+    Spark would start the workers with another ``python3``; registering the source makes
+    them use the driver's interpreter."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    txbroker.create_topic(topic, 1)
+    ledger = Ledger()
+    plain = Producer(txbroker.bootstrap, ledger, transactional=False)
+    for i in range(7):
+        plain.send(topic, 0, b"%d" % i)
+    plain.commit()
+    root = Path(__file__).resolve().parents[3]
+    script = tmp_path / "user_job.py"
+    script.write_text(USER_JOB)
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON")}
+    venv_bin = str(Path(sys.executable).parent)
+    env["PATH"] = os.pathsep.join(p for p in env.get("PATH", "").split(os.pathsep)
+                                  if p != venv_bin)
+    env["PYTHONPATH"] = str(root)  # this checkout's txbroker, in the driver and workers
+    job = subprocess.run([sys.executable, str(script), txbroker.bootstrap, topic,
+                          str(tmp_path / "ck")], cwd=tmp_path, env=env, capture_output=True,
+                         text=True, timeout=300)
+    assert job.returncode == 0, job.stdout + job.stderr[-3000:]
+    assert "rows 7 7" in job.stdout
