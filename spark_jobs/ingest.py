@@ -43,12 +43,11 @@ def error_line(error: BaseException) -> str:
     message = user_message(error)
     if ("KAFKA_DATA_SOURCE_NOT_ENABLED" in message
             or "DATA_SOURCE_NOT_FOUND" in message and "kafka" in message):
-        from pyspark import __version__ as spark_version
-        from txbroker.spark_jobs.session import CONNECTOR_JARS_ENV
+        from txbroker.spark_jobs.session import CONNECTOR_JARS_ENV, connector_version
 
         return ("--format kafka needs Spark's Kafka connector on the classpath: run "
                 f"`make spark-kafka-jars`, set {CONNECTOR_JARS_ENV} to a folder of its jars, "
-                f"or spark-submit --packages {CONNECTOR}:{spark_version}")
+                f"or spark-submit --packages {CONNECTOR}:{connector_version()}")
     return message
 
 

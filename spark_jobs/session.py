@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -15,6 +16,19 @@ _LOG4J = Path(__file__).with_name("log4j2.properties")
 # the environment variable points elsewhere (a folder of jars) for other installs.
 CONNECTOR_JARS_ENV = "TXBROKER_SPARK_KAFKA_JARS"
 _JVM_DIR = Path(__file__).resolve().parent.parent / ".jvm"
+
+
+def connector_version() -> str:
+    """The connector version `make` fetches (spark_jobs/connector/pom.xml), else pyspark's:
+    they differ while Maven Central lacks the connector of pyspark's version."""
+    pom = Path(__file__).with_name("connector") / "pom.xml"
+    if pom.exists():
+        found = re.search(r"<spark\.version>([^<]+)</spark\.version>", pom.read_text())
+        if found:
+            return found.group(1)
+    from pyspark import __version__
+
+    return __version__
 
 
 def connector_jars() -> list[str]:
