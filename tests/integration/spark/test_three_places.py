@@ -197,7 +197,20 @@ def test_txbroker_source_and_connector_on_txbroker(spark, txbroker, tmp_path):
     expected = expected_rows()
     assert run_job(spark, txbroker.bootstrap, "txbroker", tmp_path) == expected
     assert run_job(spark, txbroker.bootstrap, "kafka", tmp_path) == expected
+    # The checkpoints hold the same offsets JSON: where each query stopped (the last
+    # stable offset of each partition), in Spark's Kafka source format.
+    ends = {fmt: _last_offsets(tmp_path / f"ckpt-{fmt}") for fmt in ("txbroker", "kafka")}
+    assert ends["txbroker"] == ends["kafka"]
     del producers
+
+
+def _last_offsets(checkpoint) -> dict:
+    """The source offsets of the checkpoint's last micro-batch, as parsed JSON."""
+    import json
+
+    last = max((p for p in (checkpoint / "offsets").iterdir() if p.name.isdigit()),
+               key=lambda p: int(p.name))
+    return json.loads(last.read_text().splitlines()[-1])
 
 
 @pytest.mark.kafka
