@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 SUDO := $(shell [ "$$(id -u)" = "0" ] || echo sudo)
 
-.PHONY: install system-deps kafka-jars test test-kafka test-fast lint demo bench bench-abuse fuzz serve clean docs-config
+.PHONY: install system-deps kafka-jars spark-kafka-jars test test-kafka test-fast lint demo bench bench-abuse fuzz serve clean docs-config
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -m venv $(VENV) 2>/dev/null || { \
@@ -48,24 +48,54 @@ $(KAFKA_STAMP): tests/kafka/pom.xml
 
 kafka-jars: $(KAFKA_STAMP)
 
-install: $(STAMP) system-deps kafka-jars
+# Spark's Kafka connector (spark-sql-kafka-0-10) and the jars it needs that pyspark does
+# not ship, for `format("kafka")` (spark_jobs/session.py passes them as spark.jars).
+# Its version is spark.version in spark_jobs/connector/pom.xml; why not pyspark's own:
+# docs/dependencies.md. Same stamp pattern as kafka-jars.
+SPARK_KAFKA_POM := spark_jobs/connector/pom.xml
+SPARK_KAFKA_VERSION := $(shell sed -n 's:.*<spark.version>\(.*\)</spark.version>.*:\1:p' $(SPARK_KAFKA_POM))
+SPARK_KAFKA_JARS := .jvm/spark-kafka-$(SPARK_KAFKA_VERSION)
+SPARK_KAFKA_STAMP := $(SPARK_KAFKA_JARS)/.complete
+
+$(SPARK_KAFKA_STAMP): $(SPARK_KAFKA_POM)
+	@command -v mvn >/dev/null 2>&1 || { \
+	  echo "installing maven"; \
+	  $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq maven; }
+	@echo "fetching Spark's Kafka connector $(SPARK_KAFKA_VERSION) into $(SPARK_KAFKA_JARS)"
+	@rm -rf $(SPARK_KAFKA_JARS) $(SPARK_KAFKA_JARS).tmp
+	@mkdir -p .jvm
+	@mvn -q -B -f $(SPARK_KAFKA_POM) dependency:copy-dependencies -DincludeScope=runtime \
+	  -DoutputDirectory=$(CURDIR)/$(SPARK_KAFKA_JARS).tmp >.jvm/maven-spark-kafka.log 2>&1 || { \
+	  cat .jvm/maven-spark-kafka.log; \
+	  echo "make spark-kafka-jars: Maven failed (log above, .jvm/maven-spark-kafka.log)" >&2; \
+	  exit 1; }
+	@mv $(SPARK_KAFKA_JARS).tmp $(SPARK_KAFKA_JARS)
+	@touch $@
+
+spark-kafka-jars: $(SPARK_KAFKA_STAMP)
+
+install: $(STAMP) system-deps kafka-jars spark-kafka-jars
 
 lint: install
 	$(PY) -m ruff check .
 
 # The Kafka leg of the differential tests is limited to those marked kafka_ci here
-# (Kafka starts once for them); `make test-kafka` runs every differential test on both.
+# (Kafka starts once for them); `make test-kafka` runs every differential test on both,
+# and the Spark tests against Apache Kafka (the ingestion job's third place).
 test: install lint
 	$(PY) -m pytest -q -p no:cacheprovider -m "not kafka or kafka_ci"
 
 test-kafka: install
 	$(PY) -m pytest -q -p no:cacheprovider tests/differential
+	$(PY) -m pytest -q -p no:cacheprovider -m kafka tests/integration/spark
 
 test-fast: install
 	$(PY) -m pytest -q -x -p no:cacheprovider tests/unit
 
+# `make demo SOURCE=kafka` ingests with Spark's Kafka connector instead of the txbroker source.
+SOURCE ?= txbroker
 demo: install
-	$(PY) -m txbroker.spark_jobs.demo
+	$(PY) -m txbroker.spark_jobs.demo --source $(SOURCE)
 
 bench: install
 	$(PY) -m bench.throughput

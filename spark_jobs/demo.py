@@ -1,6 +1,6 @@
 """``make demo``: an exactly-once payments pipeline on txbroker, ingested and proven by Spark.
 
-    python -m spark_jobs.demo [--orders N] [--seed S] [--keep DIR] [-v]
+    python -m spark_jobs.demo [--orders N] [--seed S] [--keep DIR] [--source kafka] [-v]
 
 1. starts the broker as a real process (``python -m broker serve``, embedded
    defaults, a temporary data directory);
@@ -12,7 +12,8 @@
 3. counts the payments log with a read_uncommitted and a read_committed consumer
    (the aborted records are there, and hidden);
 4. ingests both output topics with Spark (``txbroker.spark_jobs.ingest``, the ``txbroker``
-   source, read_committed, ``availableNow``) into a Parquet table;
+   source or, with ``--source kafka`` (``make demo SOURCE=kafka``), Spark's own Kafka
+   connector; read_committed, ``availableNow``) into a Parquet table;
 5. verifies the Parquet with Spark (``payments/verify.py``) and prints the checks;
 6. stops the broker with SIGTERM. Exit code 0 only if every check passed.
 
@@ -39,6 +40,9 @@ from txbroker.spark_jobs.payments.pipeline import (
     run_pipeline,
 )
 from txbroker.spark_jobs.payments.verify import Check, VerifyResult, verify
+
+# The ingest job's two sources; kept here so that --help works without importing pyspark.
+FORMATS = ("txbroker", "kafka")
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -69,7 +73,8 @@ def _say(label: str, text: str) -> None:
     print(f"{label:<10} {text}", flush=True)
 
 
-def run_demo(workdir: Path, config: PipelineConfig, verbose: bool = False) -> bool:
+def run_demo(workdir: Path, config: PipelineConfig, verbose: bool = False,
+             source: str = "txbroker") -> bool:
     started = time.monotonic()
     checks: list[Check] = []
     broker = BrokerProcess(str(workdir / "data"))
@@ -87,7 +92,7 @@ def run_demo(workdir: Path, config: PipelineConfig, verbose: bool = False) -> bo
         checks.append(_count_logs(bootstrap, result))
 
         spark = spark_future.result()
-        verified = _ingest_and_verify(spark, bootstrap, workdir, result)
+        verified = _ingest_and_verify(spark, bootstrap, workdir, result, source)
         checks.extend(verified.checks)
     except BaseException:
         if spark_log.exists() and spark_log.stat().st_size:
@@ -142,7 +147,7 @@ def _count_logs(bootstrap: str, r: PipelineResult) -> Check:
 
 
 def _ingest_and_verify(spark: SparkSession, bootstrap: str, workdir: Path,
-                       r: PipelineResult) -> VerifyResult:
+                       r: PipelineResult, source: str) -> VerifyResult:
     from txbroker.spark_jobs.ingest import ingest
 
     c = r.config
@@ -152,10 +157,12 @@ def _ingest_and_verify(spark: SparkSession, bootstrap: str, workdir: Path,
     # table is partitioned by topic.
     ingested = ingest(spark, bootstrap_servers=bootstrap,
                       topic=f"{c.payments_topic},{c.rejected_topic}", output=table,
-                      checkpoint=str(workdir / "checkpoints" / "payments"))
+                      checkpoint=str(workdir / "checkpoints" / "payments"),
+                      source_format=source)
     _say("spark", f"ingested {ingested.rows_written} rows of {c.payments_topic} and "
                   f"{c.rejected_topic} into Parquet in {time.monotonic() - t0:.1f}s")
-    _say("", "(txbroker source, read_committed, trigger availableNow, checkpointed)")
+    what = "txbroker source" if source == "txbroker" else "Spark's Kafka connector"
+    _say("", f"({what}, read_committed, trigger availableNow, checkpointed)")
     t0 = time.monotonic()
     result = verify(spark, table, ledger=r.ledger, aborted_attempts=r.aborted_attempts,
                     committed_attempts=r.attempts.committed, order_ids=r.order_ids,
@@ -171,17 +178,25 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--orders", type=int, default=PipelineConfig.orders)
     p.add_argument("--seed", type=int, default=PipelineConfig.seed)
     p.add_argument("--keep", metavar="DIR", help="work in DIR and keep it (data, Parquet)")
+    p.add_argument("--source", choices=FORMATS, default="txbroker",
+                   help="Spark source of the ingestion: txbroker (this package, default) or "
+                        "kafka (Spark's connector, fetched by make spark-kafka-jars)")
     p.add_argument("-v", "--verbose", action="store_true", help="echo the processors' lines")
     a = p.parse_args(argv)
+    from txbroker.spark_jobs.session import connector_jars
+
+    if a.source == "kafka" and not connector_jars():
+        p.error("--source kafka: Spark's Kafka connector was not fetched "
+                "(run make spark-kafka-jars)")
     config = PipelineConfig(orders=a.orders, seed=a.seed)
     if a.keep:
         workdir = Path(a.keep)
         workdir.mkdir(parents=True, exist_ok=True)
         if any(workdir.iterdir()):
             p.error(f"--keep {workdir}: the directory must be empty")
-        return 0 if run_demo(workdir, config, a.verbose) else 1
+        return 0 if run_demo(workdir, config, a.verbose, a.source) else 1
     with tempfile.TemporaryDirectory(prefix="txbroker-demo-") as tmp:
-        return 0 if run_demo(Path(tmp), config, a.verbose) else 1
+        return 0 if run_demo(Path(tmp), config, a.verbose, a.source) else 1
 
 
 if __name__ == "__main__":

@@ -34,6 +34,21 @@ from pyspark.sql import functions as F  # noqa: E402
 from txbroker.spark_jobs.source import user_message  # noqa: E402
 
 FORMATS = ("txbroker", "kafka")
+CONNECTOR = "org.apache.spark:spark-sql-kafka-0-10_2.13"
+
+
+def error_line(error: BaseException) -> str:
+    """user_message, plus how to get Spark's connector when ``format("kafka")`` lacks it
+    (Spark's own message says only that the data source was not found)."""
+    message = user_message(error)
+    if ("KAFKA_DATA_SOURCE_NOT_ENABLED" in message
+            or "DATA_SOURCE_NOT_FOUND" in message and "kafka" in message):
+        from txbroker.spark_jobs.session import CONNECTOR_JARS_ENV, connector_version
+
+        return ("--format kafka needs Spark's Kafka connector on the classpath: run "
+                f"`make spark-kafka-jars`, set {CONNECTOR_JARS_ENV} to a folder of its jars, "
+                f"or spark-submit --packages {CONNECTOR}:{connector_version()}")
+    return message
 
 
 @dataclass
@@ -187,7 +202,7 @@ def main(argv: list[str] | None = None) -> int:
                         max_offsets_per_trigger=args.max_offsets_per_trigger,
                         starting_offsets=args.starting_offsets, options=options, stop=stop)
     except Exception as e:
-        print(f"ingest: error: {user_message(e)}", file=sys.stderr)
+        print(f"ingest: error: {error_line(e)}", file=sys.stderr)
         return 1
     finally:
         spark.stop()

@@ -20,7 +20,9 @@ makes the sink exactly-once). See docs/spark.md.
 from __future__ import annotations
 
 import logging
+import os
 import re
+import sys
 from collections.abc import Iterator, Sequence
 
 from pyspark.sql.datasource import (
@@ -264,6 +266,7 @@ class TxBrokerDataSource(DataSource):
 
     @classmethod
     def name(cls) -> str:
+        _use_this_python()
         return "txbroker"
 
     def schema(self) -> StructType:
@@ -277,6 +280,27 @@ class TxBrokerDataSource(DataSource):
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         return TxBrokerStreamReader(parse_options(self.options, streaming=True))
+
+
+def _use_this_python() -> None:
+    """Make a user's own local SparkSession run this source's Python workers with the
+    driver's interpreter, unless told otherwise.
+
+    Without PYSPARK_PYTHON, Spark's workers run whatever ``python3`` is first on PATH,
+    often one without this package (the read then fails in the worker with
+    ModuleNotFoundError). ``spark.dataSource.register`` calls ``name()`` in the driver
+    just before it pickles the class together with the context's interpreter, and the
+    driver has imported this package, so its interpreter can run the source. Only in
+    local mode: on a cluster the driver's path may not exist on the executors."""
+    if os.environ.get("PYSPARK_PYTHON"):
+        return
+    from pyspark import SparkContext
+
+    sc = SparkContext._active_spark_context
+    if sc is None or not sc.master.startswith("local") or \
+            sc.getConf().contains("spark.pyspark.python"):
+        return
+    sc.pythonExec = sys.executable
 
 
 _ERROR_LINE = re.compile(r"TxBrokerSourceError: (.+)")

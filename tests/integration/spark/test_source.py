@@ -1,7 +1,8 @@
-"""The txbroker Spark data source against a live broker and real transactional
-producers: batch and streaming reads see exactly the committed records, never past
-the last stable offset; restarts from a checkpoint are exactly-once; errors are one
-clear line."""
+"""Spark reads of a live txbroker with real transactional producers, through the
+``txbroker`` source and through Spark's own Kafka connector (the ``source`` fixture,
+``kafka.isolation.level=read_committed``): batch and streaming reads see exactly the
+committed records, never past the last stable offset; restarts from a checkpoint are
+exactly-once. Errors of the txbroker source are one clear line."""
 
 from __future__ import annotations
 
@@ -12,19 +13,22 @@ from txbroker.spark_jobs.source import user_message
 from tests.integration.spark_util import Ledger, Producer, produce_mixed, rows_of
 
 
-def reader(spark, txbroker, topic, **options):
-    r = (spark.read.format("txbroker").option("kafka.bootstrap.servers", txbroker.bootstrap)
+def reader(spark, txbroker, topic, source="txbroker", **options):
+    r = (spark.read.format(source).option("kafka.bootstrap.servers", txbroker.bootstrap)
          .option("subscribe", topic))
+    if source == "kafka":
+        r = r.option("kafka.isolation.level", "read_committed")  # the connector's default
+        # is read_uncommitted
     for k, v in options.items():
         r = r.option(k, v)
     return r.load()
 
 
-def test_batch_read_sees_exactly_the_committed_records(spark, txbroker, topic):
+def test_batch_read_sees_exactly_the_committed_records(spark, txbroker, topic, source):
     txbroker.create_topic(topic, 2)
     ledger = Ledger()
     produce_mixed(txbroker.bootstrap, topic, 2, ledger, tag="b")
-    df = reader(spark, txbroker, topic, includeHeaders="true")
+    df = reader(spark, txbroker, topic, source, includeHeaders="true")
     assert df.columns == ["key", "value", "topic", "partition", "offset", "timestamp",
                           "timestampType", "headers"]
     rows = df.collect()
@@ -37,13 +41,13 @@ def test_batch_read_sees_exactly_the_committed_records(spark, txbroker, topic):
     assert headers[b"b-c0-1"] is None
     # endingOffsets / startingOffsets as JSON per partition, and minPartitions splitting.
     lso = ledger.open_first_offsets()
-    part = reader(spark, txbroker, topic, startingOffsets=f'{{"{topic}":{{"0":5,"1":-2}}}}',
+    part = reader(spark, txbroker, topic, source, startingOffsets=f'{{"{topic}":{{"0":5,"1":-2}}}}',
                   endingOffsets=f'{{"{topic}":{{"0":{lso[0] - 3},"1":-1}}}}', minPartitions="5")
     assert rows_of(part) == [r for r in ledger.visible()
                              if (r[0] == 0 and 5 <= r[1] < lso[0] - 3) or r[0] == 1]
 
 
-def test_streaming_is_exactly_once_across_restarts(spark, txbroker, topic, tmp_path):
+def test_streaming_is_exactly_once_across_restarts(spark, txbroker, topic, tmp_path, source):
     from confluent_kafka.admin import AdminClient, NewPartitions
 
     txbroker.create_topic(topic, 2)
@@ -53,7 +57,7 @@ def test_streaming_is_exactly_once_across_restarts(spark, txbroker, topic, tmp_p
 
     def run(**kw):
         return ingest(spark, bootstrap_servers=txbroker.bootstrap, topic=topic, output=out,
-                      checkpoint=ckpt, **kw)
+                      checkpoint=ckpt, source_format=source, **kw)
 
     first = run(max_offsets_per_trigger=25)
     assert first.batches >= 3, first  # the limit splits the backlog into micro-batches
@@ -78,19 +82,20 @@ def test_streaming_is_exactly_once_across_restarts(spark, txbroker, topic, tmp_p
     assert len(dates) >= 1
 
 
-def test_streaming_starts_at_latest_by_default(spark, txbroker, topic, tmp_path):
+def test_streaming_starts_at_latest_by_default(spark, txbroker, topic, tmp_path, source):
     txbroker.create_topic(topic, 1)
     ledger = Ledger()
     old = Producer(txbroker.bootstrap, ledger, transactional=False)
     old.send(topic, 0, b"before")
     old.commit()
-    query = (spark.readStream.format("txbroker")
+    name = f"latest_default_{source}"
+    query = (spark.readStream.format(source)
              .option("kafka.bootstrap.servers", txbroker.bootstrap).option("subscribe", topic)
-             .load().writeStream.format("memory").queryName("latest_default")
+             .load().writeStream.format("memory").queryName(name)
              .option("checkpointLocation", str(tmp_path / "ck"))
              .trigger(availableNow=True).start())
     query.awaitTermination(120)
-    assert spark.table("latest_default").count() == 0
+    assert spark.table(name).count() == 0
 
 
 @pytest.mark.parametrize(("options", "message"), [
@@ -158,3 +163,95 @@ def test_streaming_ingest_started_before_its_topic_exists(spark, txbroker, topic
     stop.set()
     job.join(60)
     assert result["r"].rows_written == 5
+
+
+def test_spark_kafka_sink_writes_into_txbroker(spark, txbroker, topic, tmp_path):
+    """``df.write.format("kafka")`` (Spark's connector, an idempotent Java producer) into
+    txbroker, batch and streaming: every row arrives once, in its partition, headers
+    included."""
+    from tests.integration.spark.conftest import connector_missing
+
+    why = connector_missing()
+    if why:
+        pytest.skip(why)
+    txbroker.create_topic(topic, 2)
+    rows = [(f"k{i}", f"v{i}", i % 2, [("h", b"%d" % i)] if i % 3 == 0 else None)
+            for i in range(300)]
+    df = spark.createDataFrame(rows, "key STRING, value STRING, partition INT, "
+                                     "headers ARRAY<STRUCT<key: STRING, value: BINARY>>")
+    (df.write.format("kafka").option("kafka.bootstrap.servers", txbroker.bootstrap)
+     .option("topic", topic).save())
+    back = reader(spark, txbroker, topic, includeHeaders="true").collect()
+    got = sorted((bytes(r.key).decode(), bytes(r.value).decode(), r.partition,
+                  [(h.key, bytes(h.value)) for h in r.headers] if r.headers else None)
+                 for r in back)
+    assert got == sorted(rows)
+    assert sorted(r.offset for r in back if r.partition == 0) == list(range(150))
+
+    # Streaming: the txbroker source into the Kafka sink, a topic copied with its keys.
+    copy = f"{topic}-copy"
+    txbroker.create_topic(copy, 2)
+    query = (spark.readStream.format("txbroker")
+             .option("kafka.bootstrap.servers", txbroker.bootstrap).option("subscribe", topic)
+             .option("startingOffsets", "earliest").load()
+             .selectExpr("key", "upper(CAST(value AS STRING)) AS value", "partition")
+             .writeStream.format("kafka").option("kafka.bootstrap.servers", txbroker.bootstrap)
+             .option("topic", copy).option("checkpointLocation", str(tmp_path / "ck"))
+             .trigger(availableNow=True).start())
+    query.awaitTermination(120)
+    assert query.exception() is None
+    copied = reader(spark, txbroker, copy).collect()
+    assert sorted((bytes(r.key).decode(), bytes(r.value).decode(), r.partition)
+                  for r in copied) == sorted((k, v.upper(), p) for k, v, p, _ in rows)
+
+
+USER_JOB = """
+import sys
+from pyspark.sql import SparkSession
+from txbroker.spark_jobs.source import TxBrokerDataSource
+
+bootstrap, topic, checkpoint = sys.argv[1:]
+spark = SparkSession.builder.master("local[1]").config("spark.ui.enabled", "false").getOrCreate()
+spark.sparkContext.setLogLevel("OFF")
+spark.dataSource.register(TxBrokerDataSource)
+batch = (spark.read.format("txbroker").option("kafka.bootstrap.servers", bootstrap)
+         .option("subscribe", topic).load().count())
+query = (spark.readStream.format("txbroker").option("kafka.bootstrap.servers", bootstrap)
+         .option("subscribe", topic).option("startingOffsets", "earliest").load()
+         .writeStream.format("memory").queryName("user_job")
+         .option("checkpointLocation", checkpoint).trigger(availableNow=True).start())
+query.awaitTermination()
+print("rows", batch, spark.table("user_job").count())
+spark.stop()
+"""
+
+
+def test_own_session_without_pyspark_python(txbroker, topic, tmp_path):
+    """A user's own local SparkSession, PYSPARK_PYTHON unset and this venv not on PATH:
+    Spark would start the workers with another ``python3``; registering the source makes
+    them use the driver's interpreter."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    txbroker.create_topic(topic, 1)
+    ledger = Ledger()
+    plain = Producer(txbroker.bootstrap, ledger, transactional=False)
+    for i in range(7):
+        plain.send(topic, 0, b"%d" % i)
+    plain.commit()
+    root = Path(__file__).resolve().parents[3]
+    script = tmp_path / "user_job.py"
+    script.write_text(USER_JOB)
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON")}
+    venv_bin = str(Path(sys.executable).parent)
+    env["PATH"] = os.pathsep.join(p for p in env.get("PATH", "").split(os.pathsep)
+                                  if p != venv_bin)
+    env["PYTHONPATH"] = str(root)  # this checkout's txbroker, in the driver and workers
+    job = subprocess.run([sys.executable, str(script), txbroker.bootstrap, topic,
+                          str(tmp_path / "ck")], cwd=tmp_path, env=env, capture_output=True,
+                         text=True, timeout=300)
+    assert job.returncode == 0, job.stdout + job.stderr[-3000:]
+    assert "rows 7 7" in job.stdout
