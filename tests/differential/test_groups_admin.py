@@ -28,7 +28,7 @@ def assigned(consumer) -> set[int]:
 def test_group_rebalance_and_offset_commits(broker):
     """Two consumers share four partitions two and two; each reads and commits its
     records; when one leaves, the other is given all four and resumes from the
-    committed offsets (it reads nothing twice)."""
+    committed offsets (it reads nothing twice after the commit)."""
     from confluent_kafka import TopicPartition
 
     topic = broker.topic("group", partitions=4)
@@ -48,7 +48,9 @@ def test_group_rebalance_and_offset_commits(broker):
                 for m in c.consume(num_messages=100, timeout=0.2):
                     assert m.error() is None, m.error()
                     seen.append(m.value())
-        assert sorted(seen) == sorted(f"{p}-{i}".encode() for p in range(4) for i in range(3))
+        # Before the group settles a partition may move to the other consumer before
+        # anything was committed and be read again (at-least-once, on both brokers).
+        assert set(seen) == {f"{p}-{i}".encode() for p in range(4) for i in range(3)}
         for c in (a, b):
             c.commit(asynchronous=False)
         committed = a.committed([TopicPartition(topic, p) for p in range(4)], timeout=10)
