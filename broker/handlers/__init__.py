@@ -9,6 +9,7 @@ from types import ModuleType
 from . import (
     add_offsets_to_txn,
     add_partitions_to_txn,
+    alter_configs,
     api_versions,
     create_partitions,
     create_topics,
@@ -51,6 +52,7 @@ HANDLER_MODULES: list[ModuleType] = [
     delete_topics,
     delete_records,
     describe_configs,
+    alter_configs,
     create_partitions,
     incremental_alter_configs,
     describe_cluster,
