@@ -20,6 +20,7 @@ from . import (
     describe_configs,
     describe_groups,
     describe_producers,
+    describe_topic_partitions,
     describe_transactions,
     end_txn,
     fetch,
@@ -76,6 +77,7 @@ HANDLER_MODULES: list[ModuleType] = [
     describe_producers,
     describe_transactions,
     list_transactions,
+    describe_topic_partitions,
 ]
 
 HANDLERS: dict[int, ModuleType] = {m.API_KEY: m for m in HANDLER_MODULES}
