@@ -224,3 +224,38 @@ def test_list_groups_types_filter(broker):
         assert group not in listed(("consumer",))
     finally:
         client.close()
+
+
+def test_delete_topic_removes_its_committed_offsets(broker):
+    """Kafka's group coordinator forgets the offsets of a deleted topic (and a group left
+    Empty without offsets): a topic created again under the name starts uncommitted,
+    while the group's offsets of other topics stay."""
+    from confluent_kafka import OFFSET_INVALID, Consumer, TopicPartition
+
+    doomed = broker.topic("deleted-offsets")
+    kept = broker.topic("kept-offsets")
+    group = unique("deleted-offsets")
+    broker.wait_coordinator(group, key_type=0)
+
+    def consumer():
+        return Consumer({"bootstrap.servers": broker.bootstrap, "group.id": group})
+
+    c = consumer()
+    try:
+        c.commit(offsets=[TopicPartition(doomed, 0, 3), TopicPartition(kept, 0, 4)],
+                 asynchronous=False)
+    finally:
+        c.close()
+    broker.admin.delete_topics([doomed], operation_timeout=30)[doomed].result(30)
+    assert wait_until(lambda: doomed not in broker.admin.list_topics(timeout=5).topics, 30)
+    broker.create_topic(doomed)
+
+    def committed() -> list[int]:
+        c = consumer()
+        try:
+            return [tp.offset for tp in c.committed(
+                [TopicPartition(doomed, 0), TopicPartition(kept, 0)], timeout=10)]
+        finally:
+            c.close()
+
+    assert wait_until(lambda: committed() == [OFFSET_INVALID, 4], 30), committed()
