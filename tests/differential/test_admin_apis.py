@@ -1,7 +1,8 @@
-"""The admin APIs Kafka's tools and the Java Admin need, on the raw wire and through
-confluent-kafka: DeleteRecords (21), AlterConfigs (33), DescribeConfigs synonyms (32),
-DescribeTopicPartitions (75) pagination and ListGroups v5's types filter, with
-Kafka 4.3.1's answers as the reference."""
+"""The admin APIs Kafka's tools and the Java clients need, on the raw wire and through
+confluent-kafka: DeleteRecords (21), OffsetForLeaderEpoch (23), AlterConfigs (33),
+DescribeConfigs synonyms (32), DescribeTopicPartitions (75) pagination, ListGroups v5's
+types filter, and DeleteTopics dropping committed offsets, with Kafka 4.3.1's answers
+as the reference."""
 
 from __future__ import annotations
 
@@ -17,10 +18,10 @@ from tests.integration.txn_util import unique
 from .test_list_offsets import EARLIEST, LATEST, list_offsets
 
 DELETE_RECORDS, DESCRIBE_CONFIGS, ALTER_CONFIGS, LIST_GROUPS = 21, 32, 33, 16
-DESCRIBE_TOPIC_PARTITIONS = 75
+DESCRIBE_TOPIC_PARTITIONS, OFFSET_FOR_LEADER_EPOCH = 75, 23
 TOPIC, GROUP = 2, 32
 NONE, OFFSET_OUT_OF_RANGE, UNKNOWN_TOPIC_OR_PARTITION, POLICY_VIOLATION = 0, 1, 3, 44
-INVALID_REQUEST, INVALID_CONFIG = 42, 40
+INVALID_REQUEST, INVALID_CONFIG, UNKNOWN_LEADER_EPOCH = 42, 40, 75
 
 
 def delete_records(client, topic: str, offsets: dict[int, int]) -> dict[int, tuple[int, int]]:
@@ -259,3 +260,36 @@ def test_delete_topic_removes_its_committed_offsets(broker):
             c.close()
 
     assert wait_until(lambda: committed() == [OFFSET_INVALID, 4], 30), committed()
+
+
+def test_offset_for_leader_epoch(broker):
+    """One leader epoch (0) per partition: it ends at the log end offset."""
+    full = broker.topic("epoch-full")
+    empty = broker.topic("epoch-empty")
+    produce("confluent", broker.bootstrap, full, [Msg(b"k", b"v", partition=0)] * 5)
+    client = broker.raw()
+    try:
+        for version in (2, 3, 4):
+            m = request_module(OFFSET_FOR_LEADER_EPOCH, version)
+
+            def part(index: int, current: int, epoch: int, m=m):
+                return build(m.OffsetForLeaderPartition, partition=index,
+                             current_leader_epoch=current, leader_epoch=epoch)
+
+            r = client.request(OFFSET_FOR_LEADER_EPOCH, version, build(
+                m.OffsetForLeaderEpochRequest, replica_id=-1, topics=(
+                    build(m.OffsetForLeaderTopic, topic=full, partitions=(
+                        part(0, -1, 0), part(0, 0, 0), part(0, -1, 5), part(0, 1, 0),
+                        part(0, -1, -1), part(3, -1, 0))),
+                    build(m.OffsetForLeaderTopic, topic=empty, partitions=(part(0, -1, 0),)),
+                    build(m.OffsetForLeaderTopic, topic=unique("no-topic"),
+                          partitions=(part(0, -1, 0),)))))
+            got = [[(int(p.error_code), p.leader_epoch, p.end_offset) for p in t.partitions]
+                   for t in r.topics]
+            assert got == [
+                [(NONE, 0, 5), (NONE, 0, 5), (NONE, -1, -1), (UNKNOWN_LEADER_EPOCH, -1, -1),
+                 (NONE, -1, -1), (UNKNOWN_TOPIC_OR_PARTITION, -1, -1)],
+                [(NONE, 0, 0)],
+                [(UNKNOWN_TOPIC_OR_PARTITION, -1, -1)]], (version, got)
+    finally:
+        client.close()
