@@ -33,6 +33,7 @@ TOOLS = {
     "kafka-transactions": "org.apache.kafka.tools.TransactionsCommand",
     "kafka-get-offsets": "org.apache.kafka.tools.GetOffsetShell",
     "kafka-delete-records": "org.apache.kafka.tools.DeleteRecordsCommand",
+    "kafka-log-dirs": "org.apache.kafka.tools.LogDirsCommand",
     "kafka-producer-perf-test": "org.apache.kafka.tools.ProducerPerformance",
 }
 

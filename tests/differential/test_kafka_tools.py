@@ -1,7 +1,7 @@
 """Kafka's own command-line tools (the kafka-tools and kafka_2.13 jars of 4.3.1) against
 txbroker and Apache Kafka, run as users run them and judged by what they print:
 kafka-topics, kafka-configs, kafka-console-producer/-consumer, kafka-consumer-groups,
-kafka-transactions, kafka-get-offsets, kafka-delete-records and
+kafka-transactions, kafka-get-offsets, kafka-delete-records, kafka-log-dirs and
 kafka-producer-perf-test. Each test runs its commands in one JVM (tests/differential/jvm.py).
 """
 
@@ -74,12 +74,13 @@ def test_topics_configs_offsets_and_delete_records(broker, jvm_classes, tmp_path
          "--all"],
         ["kafka-delete-records", *b, "--offset-json-file", str(delete_all)],
         ["kafka-get-offsets", *b, "--topic", topic, "--time", "-2"],
+        ["kafka-log-dirs", *b, "--describe", "--topic-list", f"{topic},{topic}-missing"],
         ["kafka-topics", *b, "--delete", "--topic", topic],
     ], stdin={4: "".join(f"v{i}\n" for i in range(6))})
     for result in r:
         assert result.exit == 0, result
     (created, described, altered, described3, produced, latest, configs, _, _, configs2,
-     broker_configs, deleted, earliest, _) = r
+     broker_configs, deleted, earliest, log_dirs, _) = r
     assert created.lines() == [f"Created topic {topic}."]
 
     head = described.lines()[0]
@@ -116,6 +117,16 @@ def test_topics_configs_offsets_and_delete_records(broker, jvm_classes, tmp_path
     assert low == {f"partition: {topic}-{p}": f"low_watermark: {hw[p]}" for p in range(3)}, \
         deleted.output
     assert offsets(earliest) == offsets(latest)
+
+    # kafka-log-dirs prints JSON: one log directory holding the topic's partitions (the
+    # missing topic is left out), sizes in bytes, no lag, no future logs.
+    [broker_dirs] = json.loads(log_dirs.lines()[-1])["brokers"]
+    [log_dir] = broker_dirs["logDirs"]
+    assert log_dir["error"] is None
+    parts = {p["partition"]: p for p in log_dir["partitions"]}
+    assert sorted(parts) == [f"{topic}-{p}" for p in range(3)]
+    assert all(p["offsetLag"] == 0 and p["isFuture"] is False for p in parts.values())
+    assert sum(p["size"] > 0 for p in parts.values()) == sum(v > 0 for v in hw.values())
     wait_topic_gone(broker, topic)
 
 
