@@ -11,8 +11,11 @@ import json
 import time
 
 from tests.differential.jvm import ToolResult, run_tools
+from tests.helpers import wait_until
 from tests.integration.clients import unique_topic
-from tests.integration.txn_util import unique
+from tests.integration.txn_util import describe_transaction, unique
+
+from .test_list_offsets import list_offsets
 
 
 def offsets(result: ToolResult) -> dict[int, int]:
@@ -195,31 +198,25 @@ def test_transactions_tool_and_transactional_perf_test(broker, jvm_classes, tmp_
     topic = broker.topic("tools-tx")
     tid = unique("tools-perf")
     broker.wait_coordinator(tid)
-    describe_producers = ["kafka-transactions", *b, "describe-producers", "--topic", topic,
-                          "--partition", "0"]
-    r = run_tools(jvm_classes, tmp_path / "run1", [
+    [perf] = run_tools(jvm_classes, tmp_path / "run1", [
         ["kafka-producer-perf-test", *b, "--topic", topic, "--num-records", "500",
          "--record-size", "50", "--throughput", "-1", "--transactional-id", tid,
-         "--transaction-duration-ms", "100", "--command-property", "acks=all"],
-        ["kafka-transactions", *b, "list"],
-        ["kafka-transactions", *b, "describe", "--transactional-id", tid],
-        describe_producers,
-        ["kafka-get-offsets", *b, "--topic", topic],
-    ])
-    for result in r:
-        assert result.exit == 0, result
-    perf, listed, described, producers, latest = r
+         "--transaction-duration-ms", "100", "--command-property", "acks=all"]])
+    assert perf.exit == 0, perf
     assert any(line.startswith("500 records sent") for line in perf.lines()), perf.output
-    # TransactionalId Coordinator ProducerId TransactionState
-    [row] = rows(listed, tid)
-    assert row[1] == "1" and row[3] == "CompleteCommit"
-    # CoordinatorId TransactionalId ProducerId ProducerEpoch TransactionState ...
-    [row] = [r for r in described.table() if len(r) > 4 and r[1] == tid]
-    assert row[4] == "CompleteCommit"
-    # ProducerId ProducerEpoch LatestCoordinatorEpoch LastSequence LastTimestamp
-    # CurrentTransactionStartOffset: the perf producer's transactions are all closed.
-    assert all(r[-1] == "None" for r in producers.table()[1:]), producers.output
-    start = offsets(latest)[0]
+    # Markers are written after EndTxn is answered, and the coordinator completes the
+    # transaction after them: wait for both before looking.
+    client = broker.raw()
+    try:
+        def complete() -> bool:
+            state = describe_transaction(broker.host, broker.port, tid)
+            return state.transaction_state == "CompleteCommit" and (
+                list_offsets(client, topic, -1, isolation_level=1)[1]
+                == list_offsets(client, topic, -1)[1])
+        assert wait_until(complete, 30)
+        start = list_offsets(client, topic, -1)[1]
+    finally:
+        client.close()
     assert start > 500  # the records and a commit marker per transaction
 
     producer = transactional_producer(broker, unique("tools-open"))
@@ -227,7 +224,11 @@ def test_transactions_tool_and_transactional_perf_test(broker, jvm_classes, tmp_
         producer.begin_transaction()
         producer.produce(topic, b"open", partition=0)
         producer.flush(30)
+        describe_producers = ["kafka-transactions", *b, "describe-producers", "--topic", topic,
+                              "--partition", "0"]
         r = run_tools(jvm_classes, tmp_path / "run2", [
+            ["kafka-transactions", *b, "list"],
+            ["kafka-transactions", *b, "describe", "--transactional-id", tid],
             describe_producers,
             ["kafka-transactions", *b, "find-hanging", "--topic", topic,
              "--max-transaction-timeout", "0"],
@@ -237,12 +238,22 @@ def test_transactions_tool_and_transactional_perf_test(broker, jvm_classes, tmp_
         ])
         for result in r:
             assert result.exit == 0, result
-        before, hanging, aborted, after = r
-        assert [row[-1] for row in before.table()[1:] if row[-1] != "None"] == [str(start)]
-        # Topic Partition ProducerId ProducerEpoch CoordinatorEpoch StartOffset ...: the
-        # header only, since the coordinator knows the transaction as Ongoing.
-        assert len(hanging.lines()) == 1 and hanging.lines()[0].startswith("Topic")
-        assert aborted.lines() == []
-        assert all(row[-1] == "None" for row in after.table()[1:]), after.output
+        listed, described, before, hanging, aborted, after = r
     finally:
         del producer
+    # TransactionalId Coordinator ProducerId TransactionState
+    [row] = rows(listed, tid)
+    assert row[1] == "1" and row[3] == "CompleteCommit"
+    # CoordinatorId TransactionalId ProducerId ProducerEpoch TransactionState ...
+    [row] = [r for r in described.table() if len(r) > 4 and r[1] == tid]
+    assert row[4] == "CompleteCommit"
+    # ProducerId ProducerEpoch LatestCoordinatorEpoch LastSequence LastTimestamp
+    # CurrentTransactionStartOffset: the perf producer's transactions are all closed, the
+    # open one started at `start`.
+    assert [row[-1] for row in before.table()[1:] if row[-1] != "None"] == [str(start)]
+    assert len(before.table()) == 3, before.output
+    # Topic Partition ProducerId ProducerEpoch CoordinatorEpoch StartOffset ...: the
+    # header only, since the coordinator knows the transaction as Ongoing.
+    assert len(hanging.lines()) == 1 and hanging.lines()[0].startswith("Topic")
+    assert aborted.lines() == []
+    assert all(row[-1] == "None" for row in after.table()[1:]), after.output
