@@ -119,8 +119,15 @@ public class JavaClients {
                 admin.incrementalAlterConfigs(Map.of(inResource, List.of(
                     new AlterConfigOp(new ConfigEntry("retention.ms", "3600000"), AlterConfigOp.OpType.SET))))
                     .all().get(20, TimeUnit.SECONDS);
-                ConfigEntry e = admin.describeConfigs(List.of(inResource)).all().get(20, TimeUnit.SECONDS)
-                    .get(inResource).get("retention.ms");
+                // Kafka's controller applies the change: its broker shows it a moment later.
+                ConfigEntry e = null;
+                long deadline = System.currentTimeMillis() + 15000;
+                while (System.currentTimeMillis() < deadline) {
+                    e = admin.describeConfigs(List.of(inResource)).all().get(20, TimeUnit.SECONDS)
+                        .get(inResource).get("retention.ms");
+                    if (e.value().equals("3600000")) break;
+                    Thread.sleep(100);
+                }
                 check(e.value().equals("3600000"), "retention.ms " + e);
                 check(e.source() == ConfigEntry.ConfigSource.DYNAMIC_TOPIC_CONFIG, "source " + e.source());
                 return "retention.ms=" + e.value();
@@ -180,8 +187,16 @@ public class JavaClients {
                     p.sendOffsetsToTransaction(offsets, c.groupMetadata());
                     p.commitTransaction();
                 }
-                Map<TopicPartition, OffsetAndMetadata> committed = admin.listConsumerGroupOffsets(group)
-                    .partitionsToOffsetAndMetadata().get(20, TimeUnit.SECONDS);
+                // The offsets become visible with the marker in __consumer_offsets, which
+                // is written after commitTransaction returns.
+                Map<TopicPartition, OffsetAndMetadata> committed = Map.of();
+                long deadline = System.currentTimeMillis() + 15000;
+                while (System.currentTimeMillis() < deadline) {
+                    committed = admin.listConsumerGroupOffsets(group)
+                        .partitionsToOffsetAndMetadata().get(20, TimeUnit.SECONDS);
+                    if (committed.get(in0) != null) break;
+                    Thread.sleep(100);
+                }
                 check(committed.get(in0) != null && committed.get(in0).offset() == 10, "committed " + committed);
                 return "committed " + committed.get(in0).offset();
             });
