@@ -232,9 +232,11 @@ class PartitionLog:
 
     @property
     def last_stable_offset(self) -> int:
-        """First offset of the oldest open transaction, else the high watermark."""
+        """First offset of the oldest open transaction, else the high watermark; never
+        below the log start offset (DeleteRecords may pass an open transaction)."""
         if self.ongoing_txns:
-            return min(min(self.ongoing_txns.values()), self.high_watermark)
+            first = max(min(self.ongoing_txns.values()), self.log_start_offset)
+            return min(first, self.high_watermark)
         return self.high_watermark
 
     # --- appending --------------------------------------------------------------
@@ -544,6 +546,24 @@ class PartitionLog:
         log.info("%s: retention deleted %d segment(s); log start offset now %d", self.name,
                  len(deletable), self.log_start_offset)
         return len(deletable)
+
+    def delete_records_before(self, offset: int) -> int:
+        """DeleteRecords: move the log start offset up to ``offset`` (at most the high
+        watermark) and delete the segments wholly below it; returns the new log start
+        offset. A lower ``offset`` than the current start changes nothing, as in Kafka.
+        The caller checks the topic's cleanup.policy and the range."""
+        if offset <= self.log_start_offset:
+            return self.log_start_offset
+        self.log_start_offset = offset
+        self.aborted.drop_below(offset)
+        # The active segment stays even when everything is deleted: appends go there.
+        while len(self.segments) > 1 and self.segments[1].base_offset <= offset:
+            seg = self.segments.pop(0)
+            if seg in self.pending_sync:
+                self.pending_sync.remove(seg)
+            seg.delete()
+        log.info("%s: records deleted below offset %d", self.name, offset)
+        return offset
 
     def simulate_power_loss(self, durable: int | None = None) -> int:
         """Fault injection: cut the segment files back to what was fsynced, as a power

@@ -625,6 +625,12 @@ class LogManager:
     def write_checkpoints(self) -> None:
         self._write_checkpoint_rows(self._checkpoint_rows())
 
+    async def write_checkpoints_now(self) -> None:
+        """The checkpoints, written off the event loop (DeleteRecords makes its new log
+        start offsets durable before it answers)."""
+        rows = self._checkpoint_rows()
+        await asyncio.get_running_loop().run_in_executor(None, self._write_checkpoint_rows, rows)
+
     def _write_checkpoint_rows(self, rows: tuple[list, list]) -> None:
         recovery, starts = rows
         for fname, rows in (("recovery-point-offset-checkpoint", recovery),

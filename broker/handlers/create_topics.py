@@ -107,7 +107,7 @@ async def handle(ctx, request):
             entries = tuple(
                 build(schema.CreatableTopicConfigs, name=name, value=value, read_only=False,
                       config_source=CONFIG_SOURCE[source], is_sensitive=False)
-                for name, value, source, _doc in topic_config_entries(logs, topic.name)
+                for name, value, source, _doc, _synonyms in topic_config_entries(logs, topic.name)
             )
         results.append(build(
             schema.CreatableTopicResult, name=topic.name,

@@ -28,6 +28,7 @@ async def handle(ctx, request):
         wanted = [(name, None) for name in request.topic_names]
     by_id = {info.topic_id: name for name, info in logs.topics.items()}
     results = []
+    deleted: set[str] = set()
     for name, topic_id in wanted:
         error, message = ErrorCode.none, None
         if name is None and topic_id not in (None, _NO_UUID):
@@ -41,10 +42,12 @@ async def handle(ctx, request):
                     raise KafkaError("topic deletion is disabled (delete.topic.enable=false)",
                                      ErrorCode.topic_deletion_disabled)
                 logs.delete_topic(name or "")
+                deleted.add(name or "")
             except KafkaError as e:
                 error, message = e.code, str(e)
                 log.info("delete topic %r refused: %s", name, e)
         results.append(build(schema.DeletableTopicResult, name=name,
                              topic_id=info.topic_id if info else (topic_id or _NO_UUID),
                              error_code=error, error_message=message))
+    await broker.groups.delete_topic_offsets(deleted)
     return build(ctx.response_type, throttle_time=_ZERO, responses=tuple(results))

@@ -1,4 +1,5 @@
-"""DescribeConfigs (key 32): topic and broker configs with their sources."""
+"""DescribeConfigs (key 32): topic and broker configs with their sources and, when asked,
+their synonyms (KIP-226): every level that sets the value, highest precedence first."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ MAX_VERSION = 4
 TOPIC = 2
 BROKER = 4
 BROKER_LOGGER = 8
+GROUP = 32
 
 # Kafka's ConfigSource ids.
 CONFIG_SOURCE = {"topic": 1, "dynamic-broker": 2, "broker": 4, "default": 5}
@@ -32,25 +34,47 @@ _TYPES = {
 _ZERO = datetime.timedelta(0)
 
 
+Synonym = tuple[str, str, str]  # name, value, source
+
+
 def topic_config_entries(logs, topic: str):
-    """(name, value, source, doc) of every topic config, effective values."""
+    """(name, value, source, doc, synonyms) of every topic config, effective values.
+    The synonyms are the topic's override, then the broker key of the same config
+    (log.cleanup.policy for cleanup.policy) as set and as defaulted."""
+    overrides = logs.topics[topic].configs
     for name, (value, source) in sorted(logs.effective_topic_configs(topic).items()):
-        yield name, value, source, TOPIC_CONFIGS[name].doc
+        d = TOPIC_CONFIGS[name]
+        synonyms: list[Synonym] = []
+        if name in overrides:
+            synonyms.append((name, overrides[name], "topic"))
+        if d.broker_name:
+            if name in logs.broker_defaults:
+                synonyms.append((d.broker_name, logs.broker_defaults[name], "broker"))
+            synonyms.append((d.broker_name, d.default, "default"))
+        yield name, value, source, d.doc, synonyms
 
 
 def broker_config_entries(config):
     for name, key in sorted(BROKER_KEYS.items()):
-        yield name, config.raw(name), "broker" if name in config.values else "default", key.doc
+        source = "broker" if name in config.values else "default"
+        yield name, config.raw(name), source, key.doc, _broker_synonyms(
+            name, config.raw(name), source, key.default)
     for name, d in sorted(TOPIC_DEFAULT_KEYS.items()):
         value = config.raw(name)
         source = "broker" if name in config.values or value != d.default else "default"
-        yield name, value, source, d.doc
+        yield name, value, source, d.doc, _broker_synonyms(name, value, source, d.default)
+
+
+def _broker_synonyms(name: str, value: str, source: str, default) -> list[Synonym]:
+    out: list[Synonym] = [(name, value, "broker")] if source == "broker" else []
+    return out + [(name, default, "default")]
 
 
 async def handle(ctx, request):
     broker = ctx.broker
     schema = ctx.schema
     include_docs = getattr(request, "include_documentation", False)
+    include_synonyms = getattr(request, "include_synonyms", False)
     results = []
     for res in request.resources:
         error, message, entries = ErrorCode.none, None, []
@@ -68,7 +92,9 @@ async def handle(ctx, request):
             else:
                 entries = list(broker_config_entries(broker.config))
                 read_only = True  # no dynamic broker configs
-        elif res.resource_type == BROKER_LOGGER:
+        elif res.resource_type in (BROKER_LOGGER, GROUP):
+            # Group configs (KIP-848) tune the consumer, share and streams group
+            # protocols, which are not implemented here: a group has none to show.
             entries = []
         else:
             error = ErrorCode.invalid_request
@@ -79,11 +105,19 @@ async def handle(ctx, request):
         configs = tuple(
             build(schema.DescribeConfigsResourceResult, name=name, value=value,
                   read_only=read_only, config_source=CONFIG_SOURCE[source],
-                  is_default=source == "default", is_sensitive=False, synonyms=(),
+                  is_default=source == "default", is_sensitive=False,
+                  synonyms=_synonyms(schema, synonyms) if include_synonyms else (),
                   config_type=_TYPES.get(name, 5), documentation=doc if include_docs else None)
-            for name, value, source, doc in entries
+            for name, value, source, doc, synonyms in entries
         )
         results.append(build(schema.DescribeConfigsResult, error_code=error, error_message=message,
                              resource_type=res.resource_type, resource_name=res.resource_name,
                              configs=configs))
     return build(ctx.response_type, throttle_time=_ZERO, results=tuple(results))
+
+
+def _synonyms(schema, synonyms: list[Synonym]) -> tuple:
+    if not hasattr(schema, "DescribeConfigsSynonym"):  # v0 has no synonyms
+        return ()
+    return tuple(build(schema.DescribeConfigsSynonym, name=name, value=value,
+                       source=CONFIG_SOURCE[source]) for name, value, source in synonyms)

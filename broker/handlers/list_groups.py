@@ -1,4 +1,5 @@
-"""ListGroups (key 16), with the states filter of v4 (KIP-518)."""
+"""ListGroups (key 16), with the states filter of v4 (KIP-518) and the types filter of
+v5 (KIP-848): every group here is a classic group."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from ._groups import ZERO
 
 API_KEY = 16
 MIN_VERSION = 0
-MAX_VERSION = 4
+MAX_VERSION = 5
 
 
 async def handle(ctx, request):
@@ -18,6 +19,9 @@ async def handle(ctx, request):
         return build(ctx.response_type, throttle_time=ZERO,
                      error_code=ErrorCode.coordinator_load_in_progress, groups=())
     listing = groups.state.list_groups(getattr(request, "states_filter", None) or None)
+    types = getattr(request, "types_filter", None)
+    if types and "classic" not in {t.lower() for t in types}:
+        listing = []
     out = tuple(build(ctx.schema.ListedGroup, group_id=g.group_id, protocol_type=g.protocol_type,
                       group_state=g.state, group_type="classic") for g in listing)
     return build(ctx.response_type, throttle_time=ZERO, error_code=ErrorCode.none, groups=out)

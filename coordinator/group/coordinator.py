@@ -472,6 +472,23 @@ class GroupCoordinator:
         await self._write_tombstones(keys, groups)
         return _E.none.value, results
 
+    async def delete_topic_offsets(self, topics: set[str]) -> None:
+        """DeleteTopics: as Kafka, every group forgets its offsets of the deleted topics
+        (tombstones), and a group left Empty without offsets goes too. A topic created
+        again under the same name starts with no committed offsets."""
+        if not self.loaded or not topics:
+            return
+        keys = []
+        for group in self.offsets.groups():
+            doomed = [tp for tp in self.offsets.group_offsets(group) if tp[0] in topics]
+            if doomed:
+                keys += self.offsets.delete(group, doomed)
+        groups = self.state.cleanup_groups(self.offsets.has_offsets)
+        if keys or groups:
+            await self._write_tombstones(keys, groups)
+            log.info("deleted topic(s) %s: removed %d committed offset(s), %d empty group(s)",
+                     sorted(topics), len(keys), len(groups))
+
     async def _expiry_loop(self) -> None:
         while True:
             await asyncio.sleep(self.config.offsets_retention_check_interval_ms / 1000)

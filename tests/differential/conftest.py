@@ -179,3 +179,14 @@ def broker(request, tmp_path_factory) -> Iterator[Broker]:
         b.close()
         if kafka.running:
             kafka.terminate()
+
+
+@pytest.fixture(scope="session")
+def jvm_classes(tmp_path_factory):
+    """tests/jvm/*.java compiled once per session (tests/differential/jvm.py)."""
+    from tests.differential.jvm import compile_sources, jvm_available
+
+    why = jvm_available()
+    if why:
+        pytest.skip(why)
+    return compile_sources(tmp_path_factory.mktemp("jvm-classes"))
