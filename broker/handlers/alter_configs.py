@@ -11,7 +11,7 @@ from txbroker.protocol.errors import ErrorCode, KafkaError
 from txbroker.protocol.messages import build
 from txbroker.storage.log_config import TOPIC_CONFIGS
 
-from .describe_configs import BROKER, GROUP, TOPIC
+from .describe_configs import TOPIC, refuse_alter
 
 API_KEY = 33
 MIN_VERSION = 0
@@ -48,17 +48,8 @@ async def handle(ctx, request):
                                      ErrorCode.unknown_topic_or_partition)
                 broker.logs.alter_topic_configs(res.resource_name, replacement(res.configs),
                                                 validate_only=request.validate_only)
-            elif res.resource_type == BROKER:
-                raise KafkaError("broker configs are static here: set them in the properties "
-                                 "file, environment or command line and restart",
-                                 ErrorCode.invalid_config)
-            elif res.resource_type == GROUP:
-                raise KafkaError("group configs tune the consumer, share and streams group "
-                                 "protocols (KIP-848), which txbroker does not implement",
-                                 ErrorCode.invalid_config)
             else:
-                raise KafkaError(f"unsupported resource type {res.resource_type}",
-                                 ErrorCode.invalid_request)
+                refuse_alter(res.resource_type)
         except KafkaError as e:
             error, message = e.code, str(e)
             log.info("alter configs of %r refused: %s", res.resource_name, e)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import datetime
 
-from txbroker.protocol.errors import ErrorCode
+from txbroker.protocol.errors import ErrorCode, KafkaError
 from txbroker.protocol.messages import build
 from txbroker.storage.log_config import TOPIC_CONFIGS
 
@@ -121,3 +121,15 @@ def _synonyms(schema, synonyms: list[Synonym]) -> tuple:
         return ()
     return tuple(build(schema.DescribeConfigsSynonym, name=name, value=value,
                        source=CONFIG_SOURCE[source]) for name, value, source in synonyms)
+
+
+def refuse_alter(resource_type: int) -> None:
+    """AlterConfigs' and IncrementalAlterConfigs' answer for a resource other than a
+    topic: Kafka's error code, with the reason."""
+    if resource_type == BROKER:
+        raise KafkaError("broker configs are static here: set them in the properties file, "
+                         "environment or command line and restart", ErrorCode.invalid_config)
+    if resource_type == GROUP:
+        raise KafkaError("group configs tune the consumer, share and streams group protocols "
+                         "(KIP-848), which txbroker does not implement", ErrorCode.invalid_config)
+    raise KafkaError(f"unsupported resource type {resource_type}", ErrorCode.invalid_request)
