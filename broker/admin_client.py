@@ -14,6 +14,7 @@ from txbroker.protocol.messages import decode_response, encode_request
 class AdminConnection:
     def __init__(self, bootstrap: str, timeout: float = 30) -> None:
         self.address = bootstrap
+        self.timeout = timeout
         host, _, port = bootstrap.rpartition(":")
         self.sock = socket.create_connection((host or "127.0.0.1", int(port)), timeout=timeout)
         self._correlation = 0

@@ -16,7 +16,7 @@ from kio.schema.list_offsets.v7 import request as lo
 from kio.schema.metadata.v12 import request as md
 
 from .admin_client import AdminConnection
-from .transactions_cli import _client_settings
+from .transactions_cli import bootstrap_connection
 
 OUT = sys.stdout  # tests swap it for a buffer
 
@@ -155,22 +155,10 @@ class Cluster:
 def run_tool(args, commands: dict[str, Any], command: str) -> int:
     """Connect as --bootstrap-server/--command-config say and run ``commands[command]``:
     errors are one line on stderr (exit 1)."""
-    settings = _client_settings(args)
-    if isinstance(settings, str):
-        print(f"error: {settings}", file=sys.stderr)
-        return 1
-    servers, timeout = settings
-    bootstrap, failures = None, []
-    for server in servers:  # the first that answers, as a Kafka client bootstraps
-        try:
-            bootstrap = AdminConnection(server, timeout)
-            break
-        except (OSError, ValueError) as e:
-            failures.append(f"{server}: {e}")
+    bootstrap = bootstrap_connection(args)
     if bootstrap is None:
-        print(f"error: cannot reach {'; '.join(failures)}", file=sys.stderr)
         return 1
-    cluster = Cluster(bootstrap, timeout)
+    cluster = Cluster(bootstrap, bootstrap.timeout)
     try:
         return commands[command](cluster, args)
     except ToolError as e:

@@ -391,24 +391,31 @@ def _client_settings(args) -> tuple[list[str], float] | str:
     return [s.strip() for s in servers.split(",") if s.strip()], timeout
 
 
+def bootstrap_connection(args) -> AdminConnection | None:
+    """A connection to the first of --bootstrap-server (or --command-config's
+    bootstrap.servers) that answers, as a Kafka client bootstraps; None after printing
+    the one-line error."""
+    settings = _client_settings(args)
+    if isinstance(settings, str):
+        print(f"error: {settings}", file=sys.stderr)
+        return None
+    servers, timeout = settings
+    failures = []
+    for server in servers:
+        try:
+            return AdminConnection(server, timeout)
+        except (OSError, ValueError) as e:
+            failures.append(f"{server}: {e}")
+    print(f"error: cannot reach {'; '.join(failures)}", file=sys.stderr)
+    return None
+
+
 def run(args) -> int:
     commands = {"list": cmd_list, "describe": cmd_describe,
                 "describe-producers": cmd_describe_producers,
                 "find-hanging": cmd_find_hanging, "abort": cmd_abort}
-    settings = _client_settings(args)
-    if isinstance(settings, str):
-        print(f"error: {settings}", file=sys.stderr)
-        return 1
-    servers, timeout = settings
-    conn, failures = None, []
-    for server in servers:  # the first that answers, as a Kafka client bootstraps
-        try:
-            conn = AdminConnection(server, timeout)
-            break
-        except (OSError, ValueError) as e:
-            failures.append(f"{server}: {e}")
+    conn = bootstrap_connection(args)
     if conn is None:
-        print(f"error: cannot reach {'; '.join(failures)}", file=sys.stderr)
         return 1
     try:
         with conn:
