@@ -375,6 +375,7 @@ class Broker:
             raise ConfigError(f"queued.max.request.bytes={queued_bytes} must be -1 or at least "
                               f"socket.request.max.bytes={config.get('socket.request.max.bytes')}")
         self.request_memory = RequestMemory(queued_bytes)
+        self.fetch_max_bytes: int = config.get("fetch.max.bytes")  # read once: hot path
         self._server: asyncio.AbstractServer | None = None
         self._connections: set[Connection] = set()
         self._reaper: asyncio.Task | None = None

@@ -51,7 +51,7 @@ def _collect(ctx, request, read_committed: bool, partitions: list[tuple[str, lis
     if remaining <= 0:
         remaining = INT32_MAX
     # The broker's own cap (fetch.max.bytes), whatever the client asked for.
-    remaining = min(remaining, ctx.broker.config.get("fetch.max.bytes"))
+    remaining = min(remaining, ctx.broker.fetch_max_bytes)
     min_one = True
     total = 0
     any_error = False
