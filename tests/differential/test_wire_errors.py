@@ -98,3 +98,29 @@ def test_produce_invalid_acks(broker, existing, expected):
         assert int(partition_response(got[1], topic, 0).error_code) == expected
     finally:
         client.close()
+
+
+@pytest.mark.kafka_ci
+def test_fetch_listing_a_partition_many_times_reads_it_once(broker):
+    """A Fetch naming one partition 40 times (the amplification of issue 14) gets that
+    partition once, with its records, as Kafka keys a fetch by partition."""
+    import dataclasses
+
+    from tests.integration.wire_util import FETCH, fetch_request
+
+    topic = broker.topic("dupfetch")
+    client = broker.raw(timeout=15)
+    try:
+        client.send_frame(frame(PRODUCE, 9, 1, produce_request({topic: {0: batch(3)}})))
+        _, produced = recv_response(client, PRODUCE, 9)
+        assert partition_response(produced, topic, 0).error_code == 0
+        request = fetch_request({topic: {0: 0}}, max_wait_ms=500)
+        request = dataclasses.replace(request, topics=request.topics * 40)
+        client.send_frame(frame(FETCH, 12, 2, request))
+        _, response = recv_response(client, FETCH, 12)
+    finally:
+        client.close()
+    listed = [(t.topic, p.partition_index, p.error_code, len(p.records or b""))
+              for t in response.responses for p in t.partitions]
+    assert len(listed) == 1, listed
+    assert listed[0][:3] == (topic, 0, 0) and listed[0][3] > 0
