@@ -1,6 +1,7 @@
 """The `txbroker` fixture users get (docs/testing.md, docs/fault-injection.md)."""
 
 import threading
+import time
 
 import pytest
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
@@ -85,6 +86,12 @@ def test_documented_crash_and_restart_example(txbroker):
     transform(2)  # the next transaction, on the restarted broker
     producer.commit_transaction(10)
     consumer.close()
+    # The markers are written after EndTxn answers (as in Kafka): the LSO reaches the
+    # high watermark shortly after commit_transaction returns, not necessarily at once.
+    deadline = time.monotonic() + 10
+    while any(txbroker.last_stable_offset("out", p) != txbroker.high_watermark("out", p)
+              for p in (0, 1)) and time.monotonic() < deadline:
+        time.sleep(0.05)
     for p in (0, 1):
         assert txbroker.last_stable_offset("out", p) == txbroker.high_watermark("out", p)
     check = Consumer({"bootstrap.servers": txbroker.bootstrap, "group.id": "app",
