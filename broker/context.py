@@ -15,14 +15,40 @@ class CloseConnection(Exception):
     """Raised where Kafka would close the connection instead of answering."""
 
 
+ANONYMOUS = "User:ANONYMOUS"
+
+
+@dataclass(slots=True)
+class Session:
+    """Who is on a connection, as Kafka's RequestContext/Session knows it: the
+    authenticated principal (``User:<name>``, KafkaPrincipal's string form), the
+    client's address, and the listener it came in on. PLAINTEXT connections are
+    ``User:ANONYMOUS``, as in Kafka."""
+
+    peer: str  # "host:port", for log lines
+    client_host: str  # the host part alone, which ACLs match
+    principal: str = ANONYMOUS
+    listener_name: str = "PLAINTEXT"
+    security_protocol: str = "PLAINTEXT"
+    authenticated: bool = True  # False on a SASL listener until SaslAuthenticate succeeds
+
+
 @dataclass(slots=True)
 class RequestContext:
     broker: Broker
     header: RequestHeader
-    peer: str
+    session: Session
     # Error codes of the response, set by a handler that encodes its own bytes (or knows
     # there are none); None: the broker finds them in the response (broker/metrics.py).
     error_codes: list[int] | tuple[()] | None = None
+
+    @property
+    def peer(self) -> str:
+        return self.session.peer
+
+    @property
+    def principal(self) -> str:
+        return self.session.principal
 
     @property
     def version(self) -> int:

@@ -43,7 +43,7 @@ from txbroker.protocol.primitives import DecodeError
 from txbroker.storage.manager import LogManager
 
 from .config import BrokerConfig, ConfigError, StartupError
-from .context import CloseConnection, RequestContext
+from .context import CloseConnection, RequestContext, Session
 from .handlers import HANDLERS, accepts, api_versions, supported_versions
 from .metrics import BrokerMetrics
 
@@ -122,6 +122,7 @@ class Connection:
         self.writer = writer
         peer = writer.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
+        self.session = Session(self.peer, peer[0] if isinstance(peer, tuple) else str(peer))
         self.last_active = time.monotonic()
         self.in_flight = 0
         self._max_queued = max(1, broker.config.get("queued.max.requests"))
@@ -201,7 +202,7 @@ class Connection:
                 # One Fetch at a time per connection: each may build up to fetch.max.bytes.
                 await asyncio.wait([self._last_fetch])
             await self._wait_for_room()
-            task = self.broker.dispatch(frame, self.peer)
+            task = self.broker.dispatch(frame, self.session)
             task.add_done_callback(functools.partial(self._on_done, size))
             if is_fetch:
                 self._last_fetch = task
@@ -573,22 +574,23 @@ class Broker:
 
     # --- request routing ---------------------------------------------------------
 
-    def dispatch(self, frame: bytes, peer: str) -> asyncio.Task:
+    def dispatch(self, frame: bytes, session: Session) -> asyncio.Task:
         """Start handling one request frame; the task yields the response bytes, None
         for no response, or CLOSE to close the connection."""
-        return asyncio.ensure_future(self._answer(frame, peer))
+        return asyncio.ensure_future(self._answer(frame, session))
 
-    async def _answer(self, frame: bytes, peer: str) -> bytes | object | None:
+    async def _answer(self, frame: bytes, session: Session) -> bytes | object | None:
         # CloseConnection becomes a value: a task that ends in an exception keeps its
         # traceback, and so the request frame, alive in a cycle until a garbage
         # collection (40 MB frames piled up in the RSS).
         try:
-            return await self._handle(frame, peer)
+            return await self._handle(frame, session)
         except CloseConnection:
             return CLOSE
 
-    async def _handle(self, frame: bytes, peer: str) -> bytes | None:
+    async def _handle(self, frame: bytes, session: Session) -> bytes | None:
         started = time.perf_counter()
+        peer = session.peer
         try:
             api_key, version, correlation_id = parse_correlation_id(frame)
         except DecodeError:
@@ -619,7 +621,7 @@ class Broker:
             raise CloseConnection
         name = api_name(api_key)
         self.request_counts[name] = self.request_counts.get(name, 0) + 1
-        ctx = RequestContext(self, header, peer)
+        ctx = RequestContext(self, header, session)
         response = await HANDLERS[api_key].handle(ctx, request)
         out = None if response is None else encode_response(api_key, version, correlation_id,
                                                             response)
