@@ -1,22 +1,28 @@
 """A minimal blocking Kafka client for the command line's admin commands
 (``txbroker transactions ...``). It speaks the same wire protocol as any client,
-so the commands also work against Apache Kafka brokers that serve these APIs."""
+so the commands also work against Apache Kafka brokers that serve these APIs.
+TLS and SASL come from protocol/client_security.py (``--command-config``)."""
 
 from __future__ import annotations
 
-import socket
 import struct
 from typing import Any
 
+from txbroker.protocol.client_security import ClientSecurity
 from txbroker.protocol.messages import decode_response, encode_request
 
 
 class AdminConnection:
-    def __init__(self, bootstrap: str, timeout: float = 30) -> None:
+    def __init__(self, bootstrap: str, timeout: float = 30,
+                 security: ClientSecurity | None = None) -> None:
+        """Connect to ``host:port``; with ``security``, TLS and SASL are done here
+        (SecurityError when they fail)."""
         self.address = bootstrap
         self.timeout = timeout
+        self.security = security or ClientSecurity()
         host, _, port = bootstrap.rpartition(":")
-        self.sock = socket.create_connection((host or "127.0.0.1", int(port)), timeout=timeout)
+        self.sock = self.security.connect(host.strip("[]") or "127.0.0.1", int(port), timeout,
+                                          "txbroker-cli")
         self._correlation = 0
 
     def request(self, api_key: int, version: int, message: Any) -> Any:

@@ -1,5 +1,5 @@
 """Command line: ``txbroker serve``, and Kafka-style admin tools (``topics``, ``groups``,
-``transactions``) that talk to any Kafka broker over the wire."""
+``transactions``, ``users``) that talk to any Kafka broker over the wire."""
 
 from __future__ import annotations
 
@@ -127,11 +127,12 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--override", action="append", type=_parse_override, default=[],
                    metavar="KEY=VALUE", help="set any config key (repeatable; default: none)")
     s.add_argument("--log-level", default="INFO", help=f"{', '.join(LOG_LEVELS)} (default: INFO)")
-    from . import groups_cli, topics_cli, transactions_cli
+    from . import groups_cli, topics_cli, transactions_cli, users_cli
 
     topics_cli.add_parser(sub)
     groups_cli.add_parser(sub)
     transactions_cli.add_parser(sub)
+    users_cli.add_parser(sub)
     return parser
 
 
@@ -157,6 +158,10 @@ def main(argv: list[str] | None = None) -> int:
         return run(args)
     if args.command == "groups":
         from .groups_cli import run
+
+        return run(args)
+    if args.command == "users":
+        from .users_cli import run
 
         return run(args)
     return 2

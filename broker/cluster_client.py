@@ -14,9 +14,10 @@ from kio.schema.errors import ErrorCode
 from kio.schema.find_coordinator.v3 import request as fc
 from kio.schema.list_offsets.v7 import request as lo
 from kio.schema.metadata.v12 import request as md
+from txbroker.protocol.client_security import SecurityError
 
 from .admin_client import AdminConnection
-from .transactions_cli import bootstrap_connection
+from .transactions_cli import COMMAND_CONFIG_HELP, bootstrap_connection
 
 OUT = sys.stdout  # tests swap it for a buffer
 
@@ -41,9 +42,7 @@ def add_client_options(parser: argparse.ArgumentParser, *, subcommand: bool = Fa
                         help="host:port[,host:port] (default: bootstrap.servers of "
                              "--command-config, else 127.0.0.1:9092)")
     parser.add_argument("--command-config", metavar="FILE", default=default,
-                        help="client properties, as for Kafka's tools: bootstrap.servers and "
-                             "request.timeout.ms are used, security.protocol must be "
-                             "PLAINTEXT, other keys are ignored (with a note)")
+                        help=COMMAND_CONFIG_HELP)
 
 
 def add_client_options_to_subcommands(*parsers: argparse.ArgumentParser) -> None:
@@ -88,8 +87,9 @@ class Cluster:
             return self.bootstrap
         if node_id not in self._conns:
             try:
-                self._conns[node_id] = AdminConnection(address, self.timeout)
-            except OSError as e:
+                self._conns[node_id] = AdminConnection(address, self.timeout,
+                                                       self.bootstrap.security)
+            except (OSError, SecurityError) as e:
                 raise ToolError(f"cannot reach broker {node_id} at {address}: {e}") from None
         return self._conns[node_id]
 
@@ -162,6 +162,9 @@ def run_tool(args, commands: dict[str, Any], command: str) -> int:
     try:
         return commands[command](cluster, args)
     except ToolError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    except SecurityError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
     except OSError as e:

@@ -24,7 +24,7 @@ import socket
 import subprocess
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -87,10 +87,19 @@ class KafkaProcess:
     """``kafka.Kafka`` (broker and controller in one JVM) in a child process."""
 
     def __init__(self, work_dir: str | os.PathLike, overrides: Mapping[str, str] | None = None,
-                 heap: str = "512m") -> None:
+                 heap: str = "512m", extra_listeners: Mapping[str, str] | None = None,
+                 scram: Sequence[str] = ()) -> None:
+        """``extra_listeners``: listener name -> security protocol (e.g. {"SASL_SSL":
+        "SASL_SSL"}), each on a free port (``ports[name]``), next to PLAINTEXT; their
+        SASL/TLS keys go in ``overrides``. ``scram``: SCRAM credentials written at format
+        time, as ``kafka-storage.sh format --add-scram`` takes them
+        ('SCRAM-SHA-256=[name=alice,password=alice-secret]')."""
         self.work_dir = Path(work_dir)
         self.overrides = dict(overrides or {})
         self.heap = heap
+        self.extra_listeners = dict(extra_listeners or {})
+        self.scram = list(scram)
+        self.ports: dict[str, int] = {}
         self.host = "127.0.0.1"
         self.port = 0
         self.controller_port = 0
@@ -120,12 +129,21 @@ class KafkaProcess:
         self.port, self.controller_port = free_port(), free_port()
         while self.controller_port == self.port:
             self.controller_port = free_port()
+        taken = {self.port, self.controller_port}
+        self.ports = {"PLAINTEXT": self.port}
+        for name in self.extra_listeners:
+            port = free_port()
+            while port in taken:
+                port = free_port()
+            taken.add(port)
+            self.ports[name] = port
+        listeners = "".join(f"{name}://{self.host}:{port}," for name, port in self.ports.items())
         config = dict(BASE_CONFIG)
+        config["listener.security.protocol.map"] += "".join(
+            f",{name}:{protocol}" for name, protocol in self.extra_listeners.items())
         config.update({
-            "listeners": f"PLAINTEXT://{self.host}:{self.port},"
-                         f"CONTROLLER://{self.host}:{self.controller_port}",
-            "advertised.listeners": f"PLAINTEXT://{self.host}:{self.port},"
-                                    f"CONTROLLER://{self.host}:{self.controller_port}",
+            "listeners": f"{listeners}CONTROLLER://{self.host}:{self.controller_port}",
+            "advertised.listeners": f"{listeners}CONTROLLER://{self.host}:{self.controller_port}",
             # A dynamic quorum (KIP-853) of this one controller: Kafka 4's way, formatted
             # with --standalone below (controller.quorum.voters would be the static way).
             "controller.quorum.bootstrap.servers": f"{self.host}:{self.controller_port}",
@@ -145,7 +163,8 @@ class KafkaProcess:
         cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
         fmt = subprocess.run(
             self._java("kafka.tools.StorageTool", "format", "--cluster-id", cluster_id,
-                       "--config", str(properties), "--standalone"),
+                       "--config", str(properties), "--standalone",
+                       *(arg for entry in self.scram for arg in ("--add-scram", entry))),
             capture_output=True, text=True, timeout=120)
         if fmt.returncode != 0:
             raise RuntimeError(f"kafka-storage format failed ({fmt.returncode}):\n"

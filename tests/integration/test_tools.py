@@ -241,9 +241,10 @@ def test_unreachable_cluster_and_bad_command_config_are_one_line(tmp_path):
     r = cli("topics", "--bootstrap-server", "127.0.0.1:1", "list")
     assert r.returncode == 1 and r.stderr.startswith("error: cannot reach 127.0.0.1:1")
     props = tmp_path / "c.properties"
-    props.write_text("security.protocol=SASL_SSL\n")
+    props.write_text("security.protocol=SASL_SSL\nsasl.mechanism=PLAIN\n")
     r = cli("groups", "--command-config", str(props), "list")
-    assert r.returncode == 1 and "PLAINTEXT only" in r.stderr
+    assert r.returncode == 1 and "PLAIN needs sasl.jaas.config in " in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
 
 
 def test_decode_consumer_assignment():

@@ -9,7 +9,6 @@ import json
 import pickle
 import socket
 import ssl
-import subprocess
 import threading
 
 import pytest
@@ -21,6 +20,8 @@ from txbroker.protocol.client_security import (
     SecurityError,
     parse_jaas_config,
 )
+
+from tests.pki import make_ca, make_cert
 
 PLAIN = cs.PLAIN_MODULE
 SCRAM = cs.SCRAM_MODULE
@@ -185,23 +186,13 @@ def test_unsecured_jwt_has_kafkas_claims() -> None:
 
 @pytest.fixture(scope="module")
 def pki(tmp_path_factory):
-    """A throwaway CA and a server certificate for localhost / 127.0.0.1."""
+    """A throwaway CA, a server certificate for localhost / 127.0.0.1, a client
+    certificate (CN alice) and a second, unrelated CA."""
     d = tmp_path_factory.mktemp("pki")
-
-    def run(*args: str) -> None:
-        subprocess.run(["openssl", *args], cwd=d, check=True, capture_output=True)
-
-    run("req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
-        "-keyout", "ca.key", "-out", "ca.pem", "-days", "2", "-subj", "/CN=test-ca")
-    (d / "ext.cnf").write_text("subjectAltName=DNS:localhost,IP:127.0.0.1\n")
-    for name, cn in (("server", "localhost"), ("client", "alice")):
-        run("req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
-            "-keyout", f"{name}.key", "-out", f"{name}.csr", "-subj", f"/CN={cn}")
-        run("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
-            "-CAcreateserial", "-out", f"{name}.pem", "-days", "2",
-            *(["-extfile", "ext.cnf"] if name == "server" else []))
-    run("req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
-        "-keyout", "other.key", "-out", "other.pem", "-days", "2", "-subj", "/CN=other")
+    make_ca(d)
+    make_cert(d, "server", "localhost")
+    make_cert(d, "client", "alice", san=None)
+    make_ca(d, "other")
     return d
 
 
