@@ -51,14 +51,15 @@ OAUTHBEARER_MODULE = "org.apache.kafka.common.security.oauthbearer.OAuthBearerLo
 _PASSWORD_MODULES = (PLAIN_MODULE, SCRAM_MODULE)
 _JAAS_FLAGS = ("required", "requisite", "sufficient", "optional")
 
-# Every client property this module reads (Kafka's names, then librdkafka's).
-SECURITY_KEYS = frozenset({
+# Every client property this module reads: Kafka's (Java client) names, then librdkafka's.
+KAFKA_SECURITY_KEYS = frozenset({
     "security.protocol", "sasl.mechanism", "sasl.jaas.config",
     "ssl.truststore.location", "ssl.truststore.type", "ssl.truststore.password",
     "ssl.truststore.certificates", "ssl.keystore.location", "ssl.keystore.type",
     "ssl.keystore.password", "ssl.keystore.certificate.chain", "ssl.keystore.key",
     "ssl.key.password", "ssl.endpoint.identification.algorithm",
-    # librdkafka
+})
+SECURITY_KEYS = KAFKA_SECURITY_KEYS | frozenset({
     "sasl.mechanisms", "sasl.username", "sasl.password", "ssl.ca.location", "ssl.ca.pem",
     "ssl.certificate.location", "ssl.certificate.pem", "ssl.key.location", "ssl.key.pem",
     "enable.ssl.certificate.verification",

@@ -15,6 +15,12 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from txbroker.protocol.client_security import (
+    KAFKA_SECURITY_KEYS,
+    ClientSecurity,
+    SecurityConfigError,
+)
+
 from .wire import EARLIEST, LATEST, TxBrokerSourceError, parse_bootstrap
 
 TopicPartition = tuple[str, int]
@@ -36,7 +42,8 @@ OPTIONS = (
     "kafka.request.timeout.ms",
     "kafka.max.partition.fetch.bytes",
     "kafka.client.id",
-    "kafka.security.protocol",
+    # Spark hands kafka.* to Kafka's Java consumer: the security keys are its names.
+    *sorted(f"kafka.{key}" for key in KAFKA_SECURITY_KEYS),
 )
 _CANONICAL = {name.lower(): name for name in OPTIONS}
 
@@ -83,6 +90,7 @@ class SourceOptions:
     timeout_ms: int = DEFAULT_TIMEOUT_MS
     max_fetch_bytes: int = DEFAULT_FETCH_BYTES
     client_id: str = "txbroker-spark"
+    security: ClientSecurity = ClientSecurity()
 
     @property
     def timeout(self) -> float:
@@ -240,10 +248,11 @@ def parse_options(options: Mapping[str, str], *, streaming: bool | None) -> Sour
         raise _fail(f"kafka.isolation.level={isolation}: the txbroker source reads "
                     "read_committed only (it never returns records of aborted or open "
                     "transactions); remove the option or set it to read_committed")
-    protocol = opts.get("kafka.security.protocol")
-    if protocol is not None and str(protocol).strip().upper() != "PLAINTEXT":
-        raise _fail(f"kafka.security.protocol={protocol}: the txbroker source speaks "
-                    "PLAINTEXT only")
+    try:
+        security = ClientSecurity.from_properties(opts, prefix="kafka.",
+                                                  source="the txbroker source's options")
+    except SecurityConfigError as e:
+        raise _fail(str(e)) from None
     subscription = _subscription(opts)
     starting = _offsets_option(opts, "startingOffsets", "latest" if streaming else "earliest")
     ending = _offsets_option(opts, "endingOffsets", "latest")
@@ -278,6 +287,7 @@ def parse_options(options: Mapping[str, str], *, streaming: bool | None) -> Sour
         max_fetch_bytes=_positive_int(opts, "kafka.max.partition.fetch.bytes")
         or DEFAULT_FETCH_BYTES,
         client_id=str(opts.get("kafka.client.id") or "txbroker-spark"),
+        security=security,
     )
 
 

@@ -44,6 +44,12 @@ def data_loss(opts: SourceOptions, message: str) -> None:
     log.warning("%s; skipping them (failOnDataLoss=false)", message)
 
 
+def open_client(opts: SourceOptions) -> WireClient:
+    """A wire client as the options say (servers, timeout, client id, TLS/SASL)."""
+    return WireClient(opts.bootstrap_servers, timeout=opts.timeout, client_id=opts.client_id,
+                      security=opts.security)
+
+
 def read_range(rng: Range, opts: SourceOptions, client: WireClient | None = None
                ) -> Iterator[pa.RecordBatch]:
     """The committed records of ``rng`` (start <= offset < end) in offset order.
@@ -54,8 +60,7 @@ def read_range(rng: Range, opts: SourceOptions, client: WireClient | None = None
     delay = _test_delay(rng)
     own = client is None
     if client is None:
-        client = WireClient(opts.bootstrap_servers, timeout=opts.timeout,
-                            client_id=opts.client_id)
+        client = open_client(opts)
     where = f"{rng.topic}-{rng.partition}"
     try:
         cols = Columns(opts.include_headers)

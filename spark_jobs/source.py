@@ -62,7 +62,7 @@ from .options import (
     select_partitions,
     split_ranges,
 )
-from .reader import read_range
+from .reader import open_client, read_range
 from .wire import TxBrokerSourceError, WireClient
 
 __all__ = ["TxBrokerDataSource", "TxBrokerSourceError", "spark_schema", "user_message"]
@@ -100,7 +100,7 @@ class OffsetRangePartition(InputPartition):
 
 
 def _client(opts: SourceOptions) -> WireClient:
-    return WireClient(opts.bootstrap_servers, timeout=opts.timeout, client_id=opts.client_id)
+    return open_client(opts)
 
 
 def current_partitions(client: WireClient, opts: SourceOptions, *,

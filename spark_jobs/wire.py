@@ -20,6 +20,7 @@ import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+from txbroker.protocol.client_security import ClientSecurity, SecurityError
 from txbroker.protocol.errors import ErrorCode
 from txbroker.protocol.messages import build, decode_response, encode_request, request_module
 
@@ -104,13 +105,18 @@ class FetchResult:
 class _Connection:
     """One blocking socket to one broker, requests answered strictly in order."""
 
-    def __init__(self, host: str, port: int, timeout: float, client_id: str) -> None:
+    def __init__(self, host: str, port: int, timeout: float, client_id: str,
+                 security: ClientSecurity) -> None:
         self.address = f"{host}:{port}"
         self.client_id = client_id
         self.timeout = timeout
         self._correlation = 0
-        self.sock = socket.create_connection((host, port), timeout=timeout)
-        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        try:
+            # TLS and SASL (kafka.security.protocol, kafka.sasl.*, kafka.ssl.*) done here.
+            self.sock = security.connect(host, port, timeout, client_id)
+        except SecurityError as e:
+            # Not retried: the same settings fail the same way.
+            raise TxBrokerSourceError(f"{self.address}: {e}", e.code) from None
 
     def request(self, api_key: int, version: int, message, timeout: float | None = None):
         self._correlation = (self._correlation + 1) & 0x7FFFFFFF
@@ -159,11 +165,13 @@ class WireClient:
     until ``timeout`` seconds have passed."""
 
     def __init__(self, bootstrap_servers: str, *, timeout: float = 30.0,
-                 client_id: str = "txbroker-spark") -> None:
+                 client_id: str = "txbroker-spark",
+                 security: ClientSecurity | None = None) -> None:
         self.bootstrap_servers = bootstrap_servers
         self.bootstrap = parse_bootstrap(bootstrap_servers)
         self.timeout = timeout
         self.client_id = client_id
+        self.security = security or ClientSecurity()
         self._nodes: dict[int, tuple[str, int]] = {}
         self._conns: dict[int | str, _Connection] = {}
         self._leaders: dict[TopicPartition, int] = {}
@@ -194,7 +202,7 @@ class WireClient:
         failures = []
         for host, port in self.bootstrap:
             try:
-                conn = _Connection(host, port, self.timeout, self.client_id)
+                conn = _Connection(host, port, self.timeout, self.client_id, self.security)
             except OSError as e:
                 failures.append(f"{host}:{port}: {_reason(e)}")
                 continue
@@ -218,7 +226,7 @@ class WireClient:
         host, port = self._nodes[node]
         # The bootstrap connection may already be this node: reuse it.
         same = self._conns.pop(f"{host}:{port}", None)
-        conn = same or _Connection(host, port, self.timeout, self.client_id)
+        conn = same or _Connection(host, port, self.timeout, self.client_id, self.security)
         self._conns[node] = conn
         return conn
 

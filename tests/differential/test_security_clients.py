@@ -249,3 +249,40 @@ def test_untrusted_certificate_and_plaintext_to_a_tls_port(secured, tmp_path) ->
     # A PLAINTEXT client on the SSL port: Kafka drops it; one line, not a traceback.
     r = cli("topics", "--bootstrap-server", secured.address("SSL"), "list")
     assert r.returncode == 1 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+
+
+def _spark_options(secured: Secured, password: str) -> dict[str, str]:
+    return {"kafka.bootstrap.servers": secured.address("SASL_SSL"), "subscribe": "x",
+            "kafka.security.protocol": "SASL_SSL", "kafka.sasl.mechanism": "SCRAM-SHA-256",
+            "kafka.sasl.jaas.config": _scram_jaas(ADMIN, password),
+            "kafka.ssl.truststore.type": "PEM",
+            "kafka.ssl.truststore.location": str(secured.pki / "ca.pem"),
+            "kafka.request.timeout.ms": "15000"}
+
+
+def test_spark_wire_client_reads_over_sasl_ssl(secured, tmp_path) -> None:
+    from confluent_kafka import Producer
+    from txbroker.spark_jobs.options import parse_options
+    from txbroker.spark_jobs.reader import open_client
+    from txbroker.spark_jobs.wire import TxBrokerSourceError
+
+    topic = "sec-spark"
+    producer = Producer({
+        "bootstrap.servers": secured.address("SASL_SSL"), "security.protocol": "SASL_SSL",
+        "sasl.mechanism": "SCRAM-SHA-256", "sasl.username": ADMIN,
+        "sasl.password": ADMIN_PASSWORD, "ssl.ca.location": str(secured.pki / "ca.pem")})
+    for i in range(5):
+        producer.produce(topic, value=f"v{i}".encode())
+    assert producer.flush(30) == 0
+    opts = parse_options({**_spark_options(secured, ADMIN_PASSWORD), "subscribe": topic},
+                         streaming=False)
+    with open_client(opts) as client:
+        assert list(client.topics([topic])[topic].leaders) == [0]
+        assert client.latest([(topic, 0)]) == {(topic, 0): 5}
+        fetched = client.fetch(topic, 0, 0)
+        assert fetched.high_watermark == 5 and len(fetched.records) > 0
+    opts = parse_options({**_spark_options(secured, "wrong"), "subscribe": topic},
+                         streaming=False)
+    with open_client(opts) as client, pytest.raises(TxBrokerSourceError) as info:
+        client.topics([topic])
+    assert info.value.code == "SASL_AUTHENTICATION_FAILED"

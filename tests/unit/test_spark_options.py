@@ -77,7 +77,14 @@ def test_subscriptions():
     ({"kafka.bootstrap.servers": None}, "kafka.bootstrap.servers is required"),
     ({"kafka.bootstrap.servers": "localhost"}, "'localhost' is not host:port"),
     ({"kafka.isolation.level": "read_uncommitted"}, "reads read_committed only"),
-    ({"kafka.security.protocol": "SSL"}, "PLAINTEXT only"),
+    ({"kafka.security.protocol": "TLS"}, "kafka.security.protocol=TLS in the txbroker "
+                                         "source's options is not one of PLAINTEXT, SSL"),
+    ({"kafka.security.protocol": "SASL_SSL"}, "kafka.sasl.mechanism=GSSAPI (Kafka's default)"),
+    ({"kafka.security.protocol": "SASL_SSL", "kafka.sasl.mechanism": "PLAIN"},
+     "PLAIN needs kafka.sasl.jaas.config"),
+    ({"kafka.security.protocol": "SSL", "kafka.ssl.truststore.location": "/nonexistent"},
+     "cannot read kafka.ssl.truststore.location"),
+    ({"kafka.sasl.username": "x"}, "Kafka client option kafka.sasl.username is not supported"),
     ({"subscibe": "x"}, "unknown option 'subscibe' for the txbroker source (did you mean "
                         "subscribe?)"),
     ({"path": "/x"}, "unknown option 'path'"),
@@ -307,3 +314,31 @@ def test_partition_deleted_while_reading():
         rows(Range("orders", 0, 5, 9), ScriptedClient({5: gone}))
     assert rows(Range("orders", 0, 5, 9), ScriptedClient({5: gone}),
                 failOnDataLoss="false") == []
+
+
+def test_security_options_take_sparks_names_case_insensitively():
+    jaas = ('org.apache.kafka.common.security.scram.ScramLoginModule required '
+            'username="alice" password="alice-secret";')
+    opts = parse_options({**BASE, "kafka.security.protocol": "sasl_plaintext",
+                          "kafka.SASL.mechanism": "SCRAM-SHA-512",
+                          "kafka.sasl.jaas.config": jaas}, streaming=True)
+    security = opts.security
+    assert (security.protocol, security.mechanism, security.username, security.password) == \
+        ("SASL_PLAINTEXT", "SCRAM-SHA-512", "alice", "alice-secret")
+    assert parse_options(BASE, streaming=True).security.protocol == "PLAINTEXT"
+
+
+def test_tls_options_and_pickling(tmp_path):
+    import pickle
+
+    from tests.pki import make_ca
+
+    ca = make_ca(tmp_path)
+    opts = parse_options({**BASE, "kafka.security.protocol": "SSL",
+                          "kafka.ssl.truststore.type": "PEM",
+                          "kafka.ssl.truststore.location": str(ca),
+                          "kafka.ssl.endpoint.identification.algorithm": ""}, streaming=True)
+    assert opts.security.cafile == str(ca) and not opts.security.check_hostname
+    # Spark ships options to its workers: they pickle, each worker builds its SSLContext.
+    copy = pickle.loads(pickle.dumps(opts))
+    assert copy.security.cafile == str(ca) and copy.security.ssl_context() is not None
