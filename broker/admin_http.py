@@ -5,15 +5,27 @@ GET /metrics  Prometheus text format (broker/metrics.py; docs/operations.md list
               requests, errors, bytes and latency per API; transactions by outcome;
               per-partition offsets (HW, LSO); consumer-group lag; fsync latency
 GET /topics   JSON: topics with partitions, offsets and config overrides
+
+Loopback only unless ``admin.http.host`` says otherwise. It can serve HTTPS
+(``admin.http.ssl.*``, optionally asking for client certificates) and require a bearer
+token read from ``admin.http.auth.token.file`` on every path but /health (a liveness
+probe learns nothing from it). A bearer token is what Prometheus' ``authorization``
+scrape setting and every HTTP client send without extra machinery, and it keeps this
+endpoint independent of the Kafka listeners' SASL users (docs/security.md).
 """
 
 from __future__ import annotations
 
+import hmac
+import ipaddress
 import logging
+import os
+import ssl
 from typing import TYPE_CHECKING
 
 from aiohttp import web
 
+from .config import StartupError
 from .metrics import render
 
 if TYPE_CHECKING:
@@ -27,7 +39,76 @@ def render_metrics(broker: Broker) -> str:
     return render(broker)
 
 
-def build_app(broker: Broker) -> web.Application:
+class BearerToken:
+    """The token in ``path``, re-read when the file changes (rotation without restart)."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._stamp: tuple[int, int] | None = None
+        self._token = b""
+        self.load()
+        mode = os.stat(path).st_mode
+        if mode & 0o077:
+            log.warning("admin.http.auth.token.file %s is readable by other users (mode %o): "
+                        "chmod 600 it", path, mode & 0o777)
+
+    def load(self) -> bytes:
+        try:
+            st = os.stat(self.path)
+            stamp = (st.st_mtime_ns, st.st_size)
+            if stamp != self._stamp:
+                with open(self.path, "rb") as f:
+                    token = f.read().strip()
+                if not token:
+                    raise StartupError(f"admin.http.auth.token.file {self.path} is empty")
+                self._token, self._stamp = token, stamp
+        except OSError as e:
+            if not self._token:
+                raise StartupError(f"cannot read admin.http.auth.token.file {self.path}: "
+                                   f"{e.strerror}") from None
+            # Kept the last token: a file being replaced must not lock operators out.
+        return self._token
+
+    def accepts(self, header: str | None) -> bool:
+        scheme, _, credentials = (header or "").partition(" ")
+        return scheme.lower() == "bearer" and hmac.compare_digest(
+            credentials.strip().encode(), self.load())
+
+
+def server_ssl_context(config) -> ssl.SSLContext | None:
+    """HTTPS settings from admin.http.ssl.*; None when no keystore is given."""
+    keystore = config.get("admin.http.ssl.keystore.location")
+    if not keystore:
+        return None
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    try:
+        ctx.load_cert_chain(keystore, password=config.get("admin.http.ssl.key.password") or None)
+    except (OSError, ssl.SSLError) as e:
+        raise StartupError(f"admin.http.ssl.keystore.location {keystore}: cannot load the key "
+                           f"and certificate chain ({getattr(e, 'reason', None) or e})") from None
+    client_auth = config.get("admin.http.ssl.client.auth")
+    if client_auth != "none":
+        truststore = config.get("admin.http.ssl.truststore.location")
+        if not truststore:
+            raise StartupError(f"admin.http.ssl.client.auth={client_auth} needs "
+                               "admin.http.ssl.truststore.location")
+        try:
+            ctx.load_verify_locations(truststore)
+        except (OSError, ssl.SSLError) as e:
+            raise StartupError(f"admin.http.ssl.truststore.location {truststore}: {e}") from None
+        ctx.verify_mode = ssl.CERT_REQUIRED if client_auth == "required" else ssl.CERT_OPTIONAL
+    return ctx
+
+
+def _is_loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host == "localhost"
+
+
+def build_app(broker: Broker, token: BearerToken | None = None) -> web.Application:
     async def health(_request: web.Request) -> web.Response:
         if broker.stopping.is_set():
             return web.Response(status=503, text="stopping\n")
@@ -53,7 +134,17 @@ def build_app(broker: Broker) -> web.Application:
                          "configs": info.configs, "partitions": parts}
         return web.json_response(out)
 
-    app = web.Application()
+    @web.middleware
+    async def require_token(request: web.Request, handler):
+        if token is not None and request.path != "/health" \
+                and not token.accepts(request.headers.get("Authorization")):
+            log.info("admin HTTP: refused %s %s from %s (no valid bearer token)",
+                     request.method, request.path, request.remote)
+            return web.Response(status=401, text="bearer token required\n",
+                                headers={"WWW-Authenticate": 'Bearer realm="txbroker"'})
+        return await handler(request)
+
+    app = web.Application(middlewares=[require_token])
     app.router.add_get("/health", health)
     app.router.add_get("/metrics", metrics)
     app.router.add_get("/topics", topics)
@@ -66,16 +157,28 @@ class AdminHttpServer:
         self.host = host
         self.port = port
         self._runner: web.AppRunner | None = None
+        config = broker.config
+        self.ssl_context = server_ssl_context(config)
+        path = config.get("admin.http.auth.token.file")
+        self.token = BearerToken(path) if path else None
+
+    @property
+    def scheme(self) -> str:
+        return "https" if self.ssl_context is not None else "http"
 
     async def start(self) -> None:
-        self._runner = web.AppRunner(build_app(self.broker), access_log=None)
+        self._runner = web.AppRunner(build_app(self.broker, self.token), access_log=None)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, self.host, self.port)
+        site = web.TCPSite(self._runner, self.host, self.port, ssl_context=self.ssl_context)
         await site.start()
         server = site._server  # the bound port when 0 was asked for
         if server is not None and server.sockets:
             self.port = server.sockets[0].getsockname()[1]
-        log.info("admin HTTP on http://%s:%d (/health, /metrics, /topics)", self.host, self.port)
+        log.info("admin HTTP on %s://%s:%d (/health, /metrics, /topics)%s", self.scheme,
+                 self.host, self.port, ", bearer token required" if self.token else "")
+        if self.token is None and not _is_loopback(self.host):
+            log.warning("admin HTTP on %s without admin.http.auth.token.file: anyone who "
+                        "reaches it can read topics and metrics", self.host)
 
     async def stop(self) -> None:
         if self._runner is not None:

@@ -61,6 +61,13 @@ def _int_in(lo: int, hi: int) -> Callable[[str], int]:
     return parse
 
 
+def _client_auth(text: str) -> str:
+    value = str(text).strip().lower()
+    if value not in ("none", "requested", "required"):
+        raise ConfigError(f"{text!r} is not one of none, requested, required")
+    return value
+
+
 def _split_listener(item: str) -> tuple[str, str, int | None]:
     """``NAME://host:port`` (or bare ``host:port``, PLAINTEXT) -> (NAME, host, port)."""
     item = item.strip()
@@ -163,6 +170,21 @@ BROKER_KEYS: dict[str, BrokerKey] = {
                   "port of the admin/metrics HTTP endpoint (/health, /metrics, /topics); "
                   "-1 disables it, 0 picks a free port"),
         BrokerKey("admin.http.host", "127.0.0.1", _str, "address the admin HTTP endpoint binds"),
+        BrokerKey("admin.http.ssl.keystore.location", "", _str,
+                  "PEM file with the admin endpoint's private key and certificate chain "
+                  "(Kafka's PEM keystore); set, the endpoint serves HTTPS only (TLS 1.2+)"),
+        BrokerKey("admin.http.ssl.key.password", "", _str,
+                  "password of an encrypted private key in admin.http.ssl.keystore.location"),
+        BrokerKey("admin.http.ssl.truststore.location", "", _str,
+                  "PEM file of the CAs whose client certificates admin.http.ssl.client.auth "
+                  "accepts"),
+        BrokerKey("admin.http.ssl.client.auth", "none", _client_auth,
+                  "none, requested or required: ask HTTPS clients for a certificate signed by "
+                  "admin.http.ssl.truststore.location (required: no certificate, no answer)"),
+        BrokerKey("admin.http.auth.token.file", "", _str,
+                  "file holding a bearer token; set, every path but /health needs the header "
+                  "'Authorization: Bearer <token>' (answered 401 otherwise). Re-read when the "
+                  "file changes (rotation without restart)"),
         BrokerKey("offsets.topic.num.partitions", "50", _int,
                   "partitions of __consumer_offsets (created on first group use)"),
         BrokerKey("offsets.topic.segment.bytes", "104857600", _int,

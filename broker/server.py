@@ -465,6 +465,12 @@ class Broker:
     async def start(self) -> None:
         self.stopping = asyncio.Event()
         loop = asyncio.get_running_loop()
+        if self.config.get("admin.http.port") >= 0:
+            from .admin_http import AdminHttpServer
+
+            # Built first: its TLS and token settings are checked before anything opens.
+            self.admin_http = AdminHttpServer(self, self.config.get("admin.http.host"),
+                                              self.config.get("admin.http.port"))
         return_large_buffers_to_the_os()
         preload_schemas(supported_versions())
         await loop.run_in_executor(None, self.logs.open)
@@ -483,12 +489,8 @@ class Broker:
         self.host, self.port = sock.getsockname()[:2]
         self._reaper = asyncio.create_task(self._reap_idle(), name="idle-reaper")
         self.started_at = time.time()
-        admin_port = self.config.get("admin.http.port")
-        if admin_port >= 0:
-            from .admin_http import AdminHttpServer
-
-            admin_host = self.config.get("admin.http.host")
-            self.admin_http = AdminHttpServer(self, admin_host, admin_port)
+        if self.admin_http is not None:
+            admin_host, admin_port = self.admin_http.host, self.admin_http.port
             try:
                 await self.admin_http.start()
             except OSError as e:
