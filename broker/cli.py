@@ -127,11 +127,12 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--override", action="append", type=_parse_override, default=[],
                    metavar="KEY=VALUE", help="set any config key (repeatable; default: none)")
     s.add_argument("--log-level", default="INFO", help=f"{', '.join(LOG_LEVELS)} (default: INFO)")
-    from . import groups_cli, topics_cli, transactions_cli
+    from . import acls_cli, groups_cli, topics_cli, transactions_cli
 
     topics_cli.add_parser(sub)
     groups_cli.add_parser(sub)
     transactions_cli.add_parser(sub)
+    acls_cli.add_parser(sub)
     return parser
 
 
@@ -153,6 +154,10 @@ def main(argv: list[str] | None = None) -> int:
         return run(args)
     if args.command == "topics":
         from .topics_cli import run
+
+        return run(args)
+    if args.command == "acls":
+        from .acls_cli import run
 
         return run(args)
     if args.command == "groups":

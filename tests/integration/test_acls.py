@@ -325,3 +325,33 @@ def test_unknown_authorizer_class_is_a_configuration_error(tmp_path):
     assert run.returncode == 2
     lines = [line for line in (run.stdout + run.stderr).splitlines() if line.strip()]
     assert len(lines) == 1 and "authorizer.class.name" in lines[0], lines
+
+
+def test_acls_tool_add_list_remove(secured, capsys):
+    """``txbroker acls`` with kafka-acls.sh's options (its client id acts as the admin)."""
+    from txbroker.broker.cli import main
+
+    secured.set_test_principal("txbroker-cli", "User:admin")
+    server = ["--bootstrap-server", secured.bootstrap]
+    assert main(["acls", *server, "--add", "--allow-principal", "User:alice", "--operation",
+                 "Read", "--operation", "Describe", "--topic", "orders", "--group", "bill-",
+                 "--resource-pattern-type", "prefixed"]) == 0
+    assert main(["acls", "add", *server, "--deny-principal", "User:*", "--deny-host",
+                 "10.0.0.9", "--operation", "IdempotentWrite", "--cluster"]) == 0
+    capsys.readouterr()
+    assert main(["acls", *server, "--list"]) == 0
+    listed = capsys.readouterr().out
+    assert ("Current ACLs for resource `ResourcePattern(resourceType=GROUP, name=bill-, "
+            "patternType=PREFIXED)`") in listed
+    assert ("(principal=User:*, host=10.0.0.9, operation=IDEMPOTENT_WRITE, "
+            "permissionType=DENY)") in listed
+    assert listed.count("principal=User:alice") == 4
+    assert main(["acls", *server, "--remove", "--force", "--topic", "orders",
+                 "--resource-pattern-type", "prefixed"]) == 0
+    assert capsys.readouterr().out.count("Removed") == 2
+    assert main(["acls", *server, "--list", "--topic", "orders", "--resource-pattern-type",
+                 "any"]) == 0
+    assert "orders" not in capsys.readouterr().out
+    # Refused bindings are reported and fail the command.
+    assert main(["acls", *server, "--add", "--allow-principal", "User:bob",
+                 "--resource-pattern-type", "match", "--topic", "t"]) == 1
