@@ -58,3 +58,13 @@ def binding_filter(item) -> AclBindingFilter:
         from_code(PatternType, item.pattern_type_filter), item.principal_filter,
         item.host_filter, from_code(AclOperation, item.operation),
         from_code(AclPermissionType, item.permission_type))
+
+
+def scram_credentials_error(ctx, alter: bool) -> ErrorCode | None:
+    """The check of the two SCRAM APIs (KIP-554), for their handlers:
+    DescribeUserScramCredentials (50) needs DESCRIBE on the cluster,
+    AlterUserScramCredentials (51) ALTER on the cluster (Kafka's KafkaApis and
+    ControllerApis); else CLUSTER_AUTHORIZATION_FAILED, for the whole request (50) or
+    for every user in it (51). None: allowed."""
+    op = AclOperation.ALTER if alter else AclOperation.DESCRIBE
+    return None if ctx.authorize_cluster(op) else ErrorCode.cluster_authorization_failed
