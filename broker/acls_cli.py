@@ -32,7 +32,6 @@ from .authorizer import (
 )
 from .cluster_client import ToolError, add_client_options, error_name, run_tool
 
-OUT = sys.stdout  # tests swap it for a buffer
 CREATE_ACLS, DESCRIBE_ACLS, DELETE_ACLS = 30, 29, 31
 
 
@@ -139,10 +138,9 @@ def cmd_add(cluster, args) -> int:
     added = [b for b in wanted if b not in {f[0] for f in failed}]
     for (rtype, name, pattern), group in itertools.groupby(
             sorted(added), key=lambda b: (b.resource_type, b.resource_name, b.pattern_type)):
-        print(f"Adding ACLs for resource `{_pattern_text(rtype, name, pattern)}`: ", file=OUT)
+        print(f"Adding ACLs for resource `{_pattern_text(rtype, name, pattern)}`: ")
         for b in group:
-            print(f" \t{_entry_text(b.principal, b.host, b.operation, b.permission_type)} ",
-                  file=OUT)
+            print(f" \t{_entry_text(b.principal, b.host, b.operation, b.permission_type)} ")
     return 1 if failed else 0
 
 
@@ -163,10 +161,10 @@ def cmd_list(cluster, args) -> int:
             entries.update((a.principal, a.host, a.operation, a.permission_type)
                            for a in res.acls)
     for key in sorted(found):
-        print(f"Current ACLs for resource `{_pattern_text(*key)}`: ", file=OUT)
+        print(f"Current ACLs for resource `{_pattern_text(*key)}`: ")
         for entry in sorted(found[key]):
-            print(f" \t{_entry_text(*entry)} ", file=OUT)
-        print("", file=OUT)
+            print(f" \t{_entry_text(*entry)} ")
+        print("")
     return 0
 
 
@@ -174,7 +172,7 @@ def cmd_remove(cluster, args) -> int:
     flts = filters(args, resources_optional=False)
     if not args.force:
         print("Are you sure you want to remove ACLs matching "
-              f"{len(flts)} filter(s) (e.g. {_filter_text(flts[0])})? (y/n)", file=OUT)
+              f"{len(flts)} filter(s) (e.g. {_filter_text(flts[0])})? (y/n)")
         if sys.stdin.readline().strip().lower() not in ("y", "yes"):
             return 1
     resp = cluster.bootstrap.request(DELETE_ACLS, 3, da.DeleteAclsRequest(filters=tuple(
@@ -189,8 +187,7 @@ def cmd_remove(cluster, args) -> int:
             continue
         for a in result.matching_acls:
             print(f"Removed {_entry_text(a.principal, a.host, a.operation, a.permission_type)} "
-                  f"from `{_pattern_text(a.resource_type, a.resource_name, a.pattern_type)}`",
-                  file=OUT)
+                  f"from `{_pattern_text(a.resource_type, a.resource_name, a.pattern_type)}`")
     return failed
 
 
