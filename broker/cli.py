@@ -127,12 +127,13 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--override", action="append", type=_parse_override, default=[],
                    metavar="KEY=VALUE", help="set any config key (repeatable; default: none)")
     s.add_argument("--log-level", default="INFO", help=f"{', '.join(LOG_LEVELS)} (default: INFO)")
-    from . import groups_cli, topics_cli, transactions_cli, users_cli
+    from . import acls_cli, groups_cli, topics_cli, transactions_cli, users_cli
 
     topics_cli.add_parser(sub)
     groups_cli.add_parser(sub)
     transactions_cli.add_parser(sub)
     users_cli.add_parser(sub)
+    acls_cli.add_parser(sub)
     return parser
 
 
@@ -154,6 +155,10 @@ def main(argv: list[str] | None = None) -> int:
         return run(args)
     if args.command == "topics":
         from .topics_cli import run
+
+        return run(args)
+    if args.command == "acls":
+        from .acls_cli import run
 
         return run(args)
     if args.command == "groups":

@@ -23,6 +23,8 @@ from urllib.parse import urlsplit
 
 from txbroker.storage.log_config import TOPIC_CONFIGS, ConfigError
 
+from .authorizer import ACCEPTED_AUTHORIZERS
+
 log = logging.getLogger("txbroker.config")
 
 
@@ -112,6 +114,23 @@ def _fault_points(text: str) -> str:
         parse_fault_points(text)
     except ValueError as e:
         raise ConfigError(str(e)) from None
+    return str(text).strip()
+
+
+def _authorizer_class(text: str) -> str:
+    value = str(text).strip()
+    if value and value not in ACCEPTED_AUTHORIZERS:
+        raise ConfigError(f"unknown authorizer class (accepted: empty for none, or "
+                          f"{', '.join(ACCEPTED_AUTHORIZERS)})")
+    return value
+
+
+def _principals(text: str) -> str:
+    for value in filter(None, (v.strip() for v in str(text).split(";"))):
+        if ":" not in value:
+            # Kafka's SecurityUtils.parseKafkaPrincipal refuses it the same way.
+            raise ConfigError(f"{value!r} is not a principal (expected Type:name, e.g. "
+                              f"User:admin)")
     return str(text).strip()
 
 
@@ -234,6 +253,17 @@ BROKER_KEYS: dict[str, BrokerKey] = {
                   "past it gets POLICY_VIOLATION. Each partition keeps one file descriptor "
                   "open (its active segment): keep it well below the open-files limit "
                   "(-1: no limit)"),
+        # ACLs (issue 15), with the keys of Kafka's StandardAuthorizer.
+        BrokerKey("authorizer.class.name", "", _authorizer_class,
+                  "the authorizer: empty (every request is allowed, as in Kafka without "
+                  "one) or Kafka's `org.apache.kafka.metadata.authorizer.StandardAuthorizer` "
+                  "(ACLs, checked per API as Kafka checks them; docs/security.md)"),
+        BrokerKey("super.users", "", _principals,
+                  "principals allowed everything whatever the ACLs, separated by semicolons "
+                  "(e.g. `User:admin;User:ANONYMOUS`)"),
+        BrokerKey("allow.everyone.if.no.acl.found", "false", _bool,
+                  "with the authorizer on: allow an operation on a resource no ACL applies "
+                  "to (default: deny)"),
     ]
 }
 

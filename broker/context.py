@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import logging
+import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from txbroker.protocol.messages import RequestHeader, response_class, response_module
+from txbroker.protocol.messages import RequestHeader, api_name, response_class, response_module
+
+from .authorizer import CLUSTER_NAME, SUPPORTED_OPERATIONS, AclOperation, ResourceType
 
 if TYPE_CHECKING:
     from .server import Broker
@@ -33,6 +38,35 @@ class Session:
     authenticated: bool = True  # False on a SASL listener until SaslAuthenticate succeeds
 
 
+class DenialLog:
+    """Denied requests logged at INFO once per (principal, host, operation, resource) per
+    ``interval`` seconds: a client retrying a forbidden request in a loop costs one
+    line a minute, not a flood. The memory of what was logged is bounded."""
+
+    MAX_KEYS = 10_000
+
+    def __init__(self, interval: float = 60.0) -> None:
+        self.interval = interval
+        self._last: dict[tuple, float] = {}
+        self.log = logging.getLogger("txbroker.authorizer")
+
+    def denied(self, ctx: RequestContext, op: AclOperation, rtype: ResourceType,
+               name: str) -> None:
+        s = ctx.session
+        key = (s.principal, s.client_host, op, rtype, name)
+        now = time.monotonic()
+        last = self._last.get(key)
+        if last is not None and now - last < self.interval:
+            return
+        if len(self._last) >= self.MAX_KEYS:
+            self._last.clear()
+        self._last[key] = now
+        self.log.info("Principal = %s is Denied operation = %s from host = %s on resource = "
+                      "%s:LITERAL:%s for request = %s (%s; repeats within %ds not logged)",
+                      s.principal, op.name, s.client_host, rtype.name, name,
+                      api_name(ctx.header.api_key), s.peer, self.interval)
+
+
 @dataclass(slots=True)
 class RequestContext:
     broker: Broker
@@ -49,6 +83,47 @@ class RequestContext:
     @property
     def principal(self) -> str:
         return self.session.principal
+
+    # --- authorization (Kafka's AuthHelper); everything is allowed without an authorizer
+
+    def authorize(self, op: AclOperation, rtype: ResourceType, name: str, *,
+                  log_denied: bool = True) -> bool:
+        """May this connection's principal do ``op`` on the resource?"""
+        authorizer = self.broker.authorizer
+        if authorizer is None:
+            return True
+        s = self.session
+        if authorizer.authorize(s.principal, s.client_host, op, rtype, name):
+            return True
+        if log_denied:
+            self.broker.denials.denied(self, op, rtype, name)
+        return False
+
+    def authorize_cluster(self, op: AclOperation, *, log_denied: bool = True) -> bool:
+        return self.authorize(op, ResourceType.CLUSTER, CLUSTER_NAME, log_denied=log_denied)
+
+    def authorized(self, op: AclOperation, rtype: ResourceType, names: Iterable[str], *,
+                   log_denied: bool = True) -> set[str]:
+        """The names (each checked once) on which ``op`` is allowed: Kafka's
+        filterByAuthorized."""
+        if self.broker.authorizer is None:
+            return set(names)
+        return {n for n in set(names) if self.authorize(op, rtype, n, log_denied=log_denied)}
+
+    def authorized_operations(self, rtype: ResourceType, name: str) -> int:
+        """KIP-430's bit field of the operations allowed on the resource."""
+        authorizer = self.broker.authorizer
+        if authorizer is None:
+            return sum(1 << op for op in SUPPORTED_OPERATIONS[rtype])
+        s = self.session
+        return authorizer.authorized_operations(s.principal, s.client_host, rtype, name)
+
+    def authorize_by_resource_type(self, op: AclOperation, rtype: ResourceType) -> bool:
+        authorizer = self.broker.authorizer
+        if authorizer is None:
+            return True
+        s = self.session
+        return authorizer.authorize_by_resource_type(s.principal, s.client_host, op, rtype)
 
     @property
     def version(self) -> int:

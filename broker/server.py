@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import functools
 import logging
 import os
@@ -42,8 +43,10 @@ from txbroker.protocol.messages import (
 from txbroker.protocol.primitives import DecodeError
 from txbroker.storage.manager import LogManager
 
+from .acl_store import AclStore, AclStoreError, load_acls
+from .authorizer import Authorizer, parse_super_users
 from .config import BrokerConfig, ConfigError, StartupError
-from .context import CloseConnection, RequestContext, Session
+from .context import CloseConnection, DenialLog, RequestContext, Session
 from .handlers import HANDLERS, accepts, api_versions, supported_versions
 from .metrics import BrokerMetrics
 
@@ -389,6 +392,20 @@ class Broker:
         self.logs.flusher.on_round = self.metrics.observe_flush
         self.admin_http = None
         self._teardown: asyncio.Future | None = None  # after a crash fault (in-process)
+        # ACLs (broker/authorizer.py): None without authorizer.class.name, and then every
+        # check in the handlers is one attribute test.
+        self.authorizer: Authorizer | None = None
+        self.acl_store: AclStore | None = None
+        if config.get("authorizer.class.name"):
+            self.authorizer = Authorizer(parse_super_users(config.get("super.users")),
+                                         config.get("allow.everyone.if.no.acl.found"))
+            self.acl_store = AclStore(self.logs.data_dir, self.authorizer)
+        self.denials = DenialLog()
+        # TEST ONLY: client.id -> principal, so an in-process test broker can make a
+        # connection act as another principal before SASL exists on this branch. Set
+        # only from Python (BrokerThread.set_test_principal); nothing on the wire or in
+        # the config reaches it, and it is empty in every real broker.
+        self.test_principals: dict[str, str] = {}
 
     def coordinator_status(self, key_type: int) -> ErrorCode:
         """FindCoordinator's answer for a key type: 0 group, 1 transaction. Like Kafka it
@@ -474,6 +491,17 @@ class Broker:
         return_large_buffers_to_the_os()
         preload_schemas(supported_versions())
         await loop.run_in_executor(None, self.logs.open)
+        if self.authorizer is not None:
+            try:
+                acls = load_acls(self.logs.data_dir)
+            except AclStoreError as e:
+                raise StartupError(str(e)) from None
+            for acl in acls:
+                self.authorizer.add(acl)
+            log.info("authorizer on: %d ACL(s) loaded, super.users %s, "
+                     "allow.everyone.if.no.acl.found=%s", len(acls),
+                     ";".join(sorted(self.authorizer.super_users)) or "(none)",
+                     str(self.authorizer.allow_if_no_acl).lower())
         await self.logs.start()
         await self.groups.start()
         await self.transactions.start()
@@ -623,6 +651,9 @@ class Broker:
             raise CloseConnection
         name = api_name(api_key)
         self.request_counts[name] = self.request_counts.get(name, 0) + 1
+        if self.test_principals and header.client_id in self.test_principals:
+            session = dataclasses.replace(session,
+                                          principal=self.test_principals[header.client_id])
         ctx = RequestContext(self, header, session)
         response = await HANDLERS[api_key].handle(ctx, request)
         out = None if response is None else encode_response(api_key, version, correlation_id,

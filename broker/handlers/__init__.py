@@ -11,11 +11,14 @@ from . import (
     add_partitions_to_txn,
     alter_configs,
     api_versions,
+    create_acls,
     create_partitions,
     create_topics,
+    delete_acls,
     delete_groups,
     delete_records,
     delete_topics,
+    describe_acls,
     describe_cluster,
     describe_configs,
     describe_groups,
@@ -82,6 +85,9 @@ HANDLER_MODULES: list[ModuleType] = [
     describe_transactions,
     list_transactions,
     describe_topic_partitions,
+    describe_acls,
+    create_acls,
+    delete_acls,
 ]
 
 HANDLERS: dict[int, ModuleType] = {m.API_KEY: m for m in HANDLER_MODULES}

@@ -6,7 +6,32 @@ import datetime
 
 from txbroker.protocol.errors import ErrorCode
 
+from ..authorizer import AclOperation, ResourceType
+
 ZERO = datetime.timedelta(0)
+READ, DESCRIBE, GROUP, TOPIC = (AclOperation.READ, AclOperation.DESCRIBE, ResourceType.GROUP,
+                                ResourceType.TOPIC)
+
+
+def may_read_group(ctx, group_id: str) -> bool:
+    """READ on the group: what Kafka wants for every member request of a group."""
+    return ctx.authorize(READ, GROUP, group_id)
+
+
+def may_write_transactional_id(ctx, transactional_id: str) -> bool:
+    """WRITE on the transactional id: every transactional request of a producer."""
+    return ctx.authorize(AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, transactional_id)
+
+
+def split_commit_entries(ctx, entries: list, op: AclOperation = READ) -> tuple[list, dict]:
+    """Offset commits (OffsetCommit, TxnOffsetCommit): the entries of topics the
+    principal may ``op`` (READ), and TOPIC_AUTHORIZATION_FAILED for the others."""
+    allowed = ctx.authorized(op, TOPIC, {e.topic for e in entries})
+    denied = {(e.topic, e.partition): ErrorCode.topic_authorization_failed.value
+              for e in entries if e.topic not in allowed}
+    if not denied:
+        return entries, {}
+    return [e for e in entries if e.topic in allowed], denied
 
 
 def ms(value) -> int:

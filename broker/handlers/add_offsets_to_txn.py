@@ -4,9 +4,10 @@ transaction, before TxnOffsetCommit."""
 from __future__ import annotations
 
 from txbroker.protocol import fast_responses
+from txbroker.protocol.errors import ErrorCode
 from txbroker.protocol.messages import build
 
-from ._groups import ZERO, code
+from ._groups import ZERO, code, may_read_group, may_write_transactional_id
 
 API_KEY = 25
 MIN_VERSION = 0
@@ -14,10 +15,20 @@ MAX_VERSION = 3
 
 
 async def handle(ctx, request):
-    result = await ctx.broker.transactions.add_offsets(
-        request.transactional_id, request.producer_id, request.producer_epoch,
-        request.group_id, ctx.version)
+    # Kafka: WRITE on the transactional id, then READ on the group.
+    if not may_write_transactional_id(ctx, request.transactional_id):
+        error = ErrorCode.transactional_id_authorization_failed.value
+    elif not may_read_group(ctx, request.group_id):
+        error = ErrorCode.group_authorization_failed.value
+    else:
+        error = (await ctx.broker.transactions.add_offsets(
+            request.transactional_id, request.producer_id, request.producer_epoch,
+            request.group_id, ctx.version)).error
+    return _answer(ctx, error)
+
+
+def _answer(ctx, error: int):
     if ctx.version in fast_responses.ADD_OFFSETS_VERSIONS:
-        ctx.error_codes = (int(result.error),) if result.error else ()  # for /metrics
-        return fast_responses.add_offsets_to_txn(ctx.version, result.error)
-    return build(ctx.response_type, throttle_time=ZERO, error_code=code(result.error))
+        ctx.error_codes = (int(error),) if error else ()  # for /metrics
+        return fast_responses.add_offsets_to_txn(ctx.version, error)
+    return build(ctx.response_type, throttle_time=ZERO, error_code=code(error))

@@ -7,7 +7,11 @@ from txbroker.protocol import fast_responses
 from txbroker.protocol.errors import ErrorCode
 from txbroker.protocol.messages import build
 
+from ..authorizer import AclOperation, ResourceType
 from ._groups import ZERO, code
+
+WRITE, TOPIC, TRANSACTIONAL_ID = (AclOperation.WRITE, ResourceType.TOPIC,
+                                  ResourceType.TRANSACTIONAL_ID)
 
 API_KEY = 24
 MIN_VERSION = 0
@@ -18,11 +22,22 @@ async def handle(ctx, request):
     broker = ctx.broker
     schema = ctx.schema
     wanted = [(t.name, p) for t in request.v3_and_below_topics for p in t.partitions]
-    # Partitions that do not exist fail; the others are then not attempted (Kafka).
-    missing = [tp for tp in wanted if broker.logs.get_log(*tp) is None]
-    if missing:
-        errors = {tp: (ErrorCode.unknown_topic_or_partition.value if tp in missing
-                       else ErrorCode.operation_not_attempted.value) for tp in wanted}
+    tid = request.v3_and_below_transactional_id
+    # Kafka: WRITE on the transactional id, then WRITE on each topic (never granted on an
+    # internal topic); partitions denied or missing fail, the others are not attempted.
+    failed = {}
+    if not ctx.authorize(WRITE, TRANSACTIONAL_ID, tid):
+        failed = {tp: ErrorCode.transactional_id_authorization_failed.value for tp in wanted}
+    elif broker.authorizer is not None:
+        topics = broker.logs.topics
+        writable = ctx.authorized(WRITE, TOPIC, {
+            t for t, _ in wanted if t not in topics or not topics[t].internal})
+        failed = {tp: ErrorCode.topic_authorization_failed.value for tp in wanted
+                  if tp[0] not in writable}
+    failed.update({tp: ErrorCode.unknown_topic_or_partition.value for tp in wanted
+                   if tp not in failed and broker.logs.get_log(*tp) is None})
+    if failed:
+        errors = {tp: failed.get(tp, ErrorCode.operation_not_attempted.value) for tp in wanted}
     else:
         result = await broker.transactions.add_partitions(
             request.v3_and_below_transactional_id, request.v3_and_below_producer_id,

@@ -11,7 +11,8 @@ from txbroker.protocol.errors import ErrorCode, KafkaError
 from txbroker.protocol.messages import build
 from txbroker.storage.log_config import TOPIC_CONFIGS
 
-from .describe_configs import TOPIC, refuse_alter
+from ..authorizer import AclOperation
+from .describe_configs import TOPIC, config_access_error, refuse_alter
 
 API_KEY = 33
 MIN_VERSION = 0
@@ -42,6 +43,11 @@ async def handle(ctx, request):
     for res in request.resources:
         error, message = ErrorCode.none, None
         try:
+            denied = config_access_error(ctx, AclOperation.ALTER_CONFIGS, res.resource_type,
+                                         res.resource_name)
+            if denied is not None:
+                raise KafkaError(f"not authorized to alter the configs of {res.resource_name!r}",
+                                 denied)
             if res.resource_type == TOPIC:
                 if res.resource_name not in broker.logs.topics:
                     raise KafkaError(f"unknown topic {res.resource_name!r}",

@@ -8,6 +8,8 @@ import logging
 from txbroker.protocol.errors import ErrorCode, KafkaError
 from txbroker.protocol.messages import build
 
+from ..authorizer import AclOperation, ResourceType
+
 API_KEY = 37
 MIN_VERSION = 0
 MAX_VERSION = 3
@@ -48,6 +50,9 @@ async def handle(ctx, request):
             if names.count(topic.name) > 1:
                 raise KafkaError(f"topic {topic.name!r} appears more than once in the request",
                                  ErrorCode.invalid_request)
+            if not ctx.authorize(AclOperation.ALTER, ResourceType.TOPIC, topic.name):
+                raise KafkaError("The topic authorization is failed.",
+                                 ErrorCode.topic_authorization_failed)
             info = broker.logs.topics.get(topic.name)
             if info is not None and topic.assignments is not None:
                 if len(topic.assignments) != topic.count - info.partitions:

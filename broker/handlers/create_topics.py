@@ -9,6 +9,7 @@ import uuid
 from txbroker.protocol.errors import ErrorCode, KafkaError
 from txbroker.protocol.messages import build
 
+from ..authorizer import AclOperation, ResourceType
 from .describe_configs import CONFIG_SOURCE, topic_config_entries
 
 API_KEY = 19
@@ -50,6 +51,14 @@ async def handle(ctx, request):
     if refuse_all:
         log.info("CreateTopics of %d topic(s) refused: more than %d partitions", len(names),
                  per_request)
+    # Kafka's controller: CREATE on the cluster, or else on each topic; the configs of a
+    # created topic are returned only with DESCRIBE_CONFIGS on it.
+    creatable = None
+    if broker.authorizer is not None and not ctx.authorize_cluster(AclOperation.CREATE,
+                                                                   log_denied=False):
+        creatable = ctx.authorized(AclOperation.CREATE, ResourceType.TOPIC, names)
+    describable = ctx.authorized(AclOperation.DESCRIBE_CONFIGS, ResourceType.TOPIC, names,
+                                 log_denied=False)
     outcome: dict[int, tuple[ErrorCode, str | None, int, int]] = {}
     specs: list[tuple[int, str, int, dict[str, str]]] = []
     for i, topic in enumerate(request.topics):
@@ -62,6 +71,8 @@ async def handle(ctx, request):
             if names.count(topic.name) > 1:
                 raise KafkaError(f"topic {topic.name!r} appears more than once in the request",
                                  ErrorCode.invalid_request)
+            if creatable is not None and topic.name not in creatable:
+                raise KafkaError("Authorization failed.", ErrorCode.topic_authorization_failed)
             if topic.assignments:
                 if partitions != -1 or rf != -1:
                     raise KafkaError("both assignments and partitions/replication factor given",
@@ -103,7 +114,10 @@ async def handle(ctx, request):
         ok = error == ErrorCode.none
         info = logs.topics.get(topic.name) if ok and not request.validate_only else None
         entries = ()
-        if ok and info is not None and hasattr(schema, "CreatableTopicConfigs"):  # v5+
+        config_error = ErrorCode.none
+        if ok and topic.name not in describable:
+            config_error = ErrorCode.topic_authorization_failed
+        elif ok and info is not None and hasattr(schema, "CreatableTopicConfigs"):  # v5+
             entries = tuple(
                 build(schema.CreatableTopicConfigs, name=name, value=value, read_only=False,
                       config_source=CONFIG_SOURCE[source], is_sensitive=False)
@@ -112,7 +126,7 @@ async def handle(ctx, request):
         results.append(build(
             schema.CreatableTopicResult, name=topic.name,
             topic_id=info.topic_id if info is not None else _NO_UUID,
-            error_code=error, error_message=message, topic_config_error_code=ErrorCode.none,
+            error_code=error, error_message=message, topic_config_error_code=config_error,
             num_partitions=partitions if ok else -1, replication_factor=rf if ok else -1,
             configs=entries if ok else None,
         ))

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from txbroker.protocol.errors import ErrorCode
 from txbroker.protocol.messages import build
 
+from ..authorizer import AclOperation, ResourceType
 from ._groups import ZERO, code
 
 API_KEY = 42
@@ -12,7 +14,11 @@ MAX_VERSION = 2
 
 
 async def handle(ctx, request):
-    results = await ctx.broker.groups.delete_groups(list(request.groups_names))
+    names = list(request.groups_names)
+    deletable = ctx.authorized(AclOperation.DELETE, ResourceType.GROUP, names)
+    results = await ctx.broker.groups.delete_groups([g for g in names if g in deletable])
+    results.update({g: ErrorCode.group_authorization_failed.value
+                    for g in names if g not in deletable})
     out = tuple(build(ctx.schema.DeletableGroupResult, group_id=g, error_code=code(e))
                 for g, e in results.items())
     return build(ctx.response_type, throttle_time=ZERO, results=out)

@@ -8,6 +8,8 @@ import logging
 from txbroker.protocol.errors import ErrorCode
 from txbroker.protocol.messages import build
 
+from ..authorizer import AclOperation, ResourceType
+
 API_KEY = 21
 MIN_VERSION = 0
 MAX_VERSION = 2
@@ -37,9 +39,16 @@ async def handle(ctx, request):
     schema = ctx.schema
     changed = False
     topics = []
+    deletable = ctx.authorized(AclOperation.DELETE, ResourceType.TOPIC,
+                               (t.name for t in request.topics))
     for topic in request.topics:
         parts = []
         for p in topic.partitions:
+            if topic.name not in deletable:
+                parts.append(build(schema.DeleteRecordsPartitionResult,
+                                   partition_index=p.partition_index, low_watermark=-1,
+                                   error_code=ErrorCode.topic_authorization_failed))
+                continue
             before = logs.get_log(topic.name, p.partition_index)
             start = before.log_start_offset if before is not None else -1
             error, low = _delete(logs, topic.name, p.partition_index, p.offset)

@@ -9,6 +9,8 @@ import uuid
 from txbroker.protocol.errors import ErrorCode, KafkaError
 from txbroker.protocol.messages import build
 
+from ..authorizer import AclOperation, ResourceType
+
 API_KEY = 20
 MIN_VERSION = 1
 MAX_VERSION = 6
@@ -29,12 +31,29 @@ async def handle(ctx, request):
     by_id = {info.topic_id: name for name, info in logs.topics.items()}
     results = []
     deleted: set[str] = set()
+    # Kafka's controller: DELETE on the cluster, or else DELETE on each topic; a topic
+    # the principal may not DESCRIBE is not named in the answer (nor is its existence told).
+    describable = deletable = None
+    if broker.authorizer is not None and not ctx.authorize_cluster(AclOperation.DELETE,
+                                                                   log_denied=False):
+        names = {n or by_id.get(i) for n, i in wanted} - {None}
+        describable = ctx.authorized(AclOperation.DESCRIBE, ResourceType.TOPIC, names)
+        deletable = ctx.authorized(AclOperation.DELETE, ResourceType.TOPIC, names)
     for name, topic_id in wanted:
         error, message = ErrorCode.none, None
+        by_name = name is not None
         if name is None and topic_id not in (None, _NO_UUID):
             name = by_id.get(topic_id)
             if name is None:
                 error, message = ErrorCode.unknown_topic_id, f"unknown topic id {topic_id}"
+        if deletable is not None and error == ErrorCode.none and name not in deletable:
+            if name not in describable and not by_name:
+                name = None
+            results.append(build(schema.DeletableTopicResult, name=name,
+                                 topic_id=topic_id or _NO_UUID,
+                                 error_code=ErrorCode.topic_authorization_failed,
+                                 error_message=None))
+            continue
         info = logs.topics.get(name) if name else None
         if error == ErrorCode.none:
             try:

@@ -9,6 +9,7 @@ from txbroker.protocol.errors import ErrorCode, KafkaError
 from txbroker.protocol.messages import build
 from txbroker.storage.log_config import TOPIC_CONFIGS
 
+from ..authorizer import CLUSTER_NAME, AclOperation, ResourceType
 from ..config import BROKER_KEYS, TOPIC_DEFAULT_KEYS
 
 API_KEY = 32
@@ -79,7 +80,11 @@ async def handle(ctx, request):
     for res in request.resources:
         error, message, entries = ErrorCode.none, None, []
         read_only = False
-        if res.resource_type == TOPIC:
+        denied = config_access_error(ctx, AclOperation.DESCRIBE_CONFIGS, res.resource_type,
+                                     res.resource_name)
+        if denied is not None:
+            error = denied
+        elif res.resource_type == TOPIC:
             if res.resource_name not in broker.logs.topics:
                 error = ErrorCode.unknown_topic_or_partition
                 message = f"unknown topic {res.resource_name!r}"
@@ -121,6 +126,31 @@ def _synonyms(schema, synonyms: list[Synonym]) -> tuple:
         return ()
     return tuple(build(schema.DescribeConfigsSynonym, name=name, value=value,
                        source=CONFIG_SOURCE[source]) for name, value, source in synonyms)
+
+
+CLIENT_METRICS = 16
+# Which ACL resource guards a config resource, and the error when it is denied (Kafka's
+# ConfigHelper and KafkaApis): broker-wide configs are the cluster's.
+_CONFIG_GUARDS = {
+    TOPIC: (ResourceType.TOPIC, ErrorCode.topic_authorization_failed),
+    GROUP: (ResourceType.GROUP, ErrorCode.group_authorization_failed),
+    BROKER: (ResourceType.CLUSTER, ErrorCode.cluster_authorization_failed),
+    BROKER_LOGGER: (ResourceType.CLUSTER, ErrorCode.cluster_authorization_failed),
+    CLIENT_METRICS: (ResourceType.CLUSTER, ErrorCode.cluster_authorization_failed),
+}
+
+
+def config_access_error(ctx, op: AclOperation, resource_type: int,
+                        name: str) -> ErrorCode | None:
+    """DESCRIBE_CONFIGS / ALTER_CONFIGS on the resource a config resource maps to:
+    None if allowed (or a type no ACL guards), else Kafka's error code."""
+    guard = _CONFIG_GUARDS.get(resource_type)
+    if guard is None:
+        return None
+    rtype, error = guard
+    if not ctx.authorize(op, rtype, CLUSTER_NAME if rtype == ResourceType.CLUSTER else name):
+        return error
+    return None
 
 
 def refuse_alter(resource_type: int) -> None:

@@ -11,6 +11,8 @@ import os
 from txbroker.protocol.errors import ErrorCode
 from txbroker.protocol.messages import build
 
+from ..authorizer import AclOperation
+
 API_KEY = 35
 MIN_VERSION = 1
 MAX_VERSION = 4
@@ -38,6 +40,9 @@ def _wanted(logs, request) -> dict[str, list[int]]:
 async def handle(ctx, request):
     logs = ctx.broker.logs
     schema = ctx.schema
+    if not ctx.authorize_cluster(AclOperation.DESCRIBE):
+        return build(ctx.response_type, throttle_time=_ZERO,
+                     error_code=ErrorCode.cluster_authorization_failed, results=())
     topics = []
     for name, partitions in _wanted(logs, request).items():
         parts = tuple(

@@ -6,6 +6,7 @@ from __future__ import annotations
 from txbroker.protocol.errors import ErrorCode
 from txbroker.protocol.messages import build
 
+from ..authorizer import AclOperation, ResourceType
 from ._groups import ZERO
 
 API_KEY = 61
@@ -19,8 +20,14 @@ async def handle(ctx, request):
     topics = []
     for topic in request.topics:
         parts = []
+        readable = ctx.authorize(AclOperation.READ, ResourceType.TOPIC, topic.name)
         for p in topic.partition_indexes:
             plog = logs.get_log(topic.name, p)
+            if not readable:
+                parts.append(build(schema.PartitionResponse, partition_index=p,
+                                   error_code=ErrorCode.topic_authorization_failed,
+                                   error_message=None, active_producers=()))
+                continue
             if plog is None:
                 parts.append(build(schema.PartitionResponse, partition_index=p,
                                    error_code=ErrorCode.unknown_topic_or_partition,

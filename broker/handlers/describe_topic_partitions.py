@@ -13,6 +13,8 @@ import uuid
 from txbroker.protocol.errors import ErrorCode
 from txbroker.protocol.messages import build
 
+from ..authorizer import AclOperation, ResourceType
+
 API_KEY = 75
 MIN_VERSION = 0
 MAX_VERSION = 0
@@ -26,10 +28,10 @@ _NO_UUID = uuid.UUID(int=0)
 
 
 def _topic(schema, name: str, error: ErrorCode, topic_id=_NO_UUID, internal: bool = False,
-           partitions: tuple = ()):
+           partitions: tuple = (), operations: int = NO_OPERATIONS):
     return build(schema.DescribeTopicPartitionsResponseTopic, error_code=error, name=name,
                  topic_id=topic_id, is_internal=internal, partitions=partitions,
-                 topic_authorized_operations=NO_OPERATIONS)
+                 topic_authorized_operations=operations)
 
 
 async def handle(ctx, request):
@@ -38,7 +40,11 @@ async def handle(ctx, request):
     schema = ctx.schema
     node = broker.node_id
     requested = sorted({t.name for t in request.topics})
-    names = requested or sorted(topics_info)
+    # Kafka: DESCRIBE on each topic; all topics -> only the describable ones, unlogged;
+    # named ones -> TOPIC_AUTHORIZATION_FAILED.
+    names = requested or sorted(ctx.authorized(AclOperation.DESCRIBE, ResourceType.TOPIC,
+                                               topics_info, log_denied=False))
+    describable = ctx.authorized(AclOperation.DESCRIBE, ResourceType.TOPIC, requested)
     cursor = request.cursor
     if cursor is not None:
         if requested and cursor.topic_name not in requested:
@@ -54,6 +60,9 @@ async def handle(ctx, request):
         if remaining <= 0:
             next_cursor = build(schema.Cursor, topic_name=name, partition_index=0)
             break
+        if requested and name not in describable:
+            out.append(_topic(schema, name, ErrorCode.topic_authorization_failed))
+            continue
         info = topics_info.get(name)
         if info is None:
             out.append(_topic(schema, name, ErrorCode.unknown_topic_or_partition))
@@ -68,7 +77,8 @@ async def handle(ctx, request):
                   isr_nodes=(node,), eligible_leader_replicas=(), last_known_elr=(),
                   offline_replicas=())
             for p in taken)
-        out.append(_topic(schema, name, ErrorCode.none, info.topic_id, info.internal, partitions))
+        out.append(_topic(schema, name, ErrorCode.none, info.topic_id, info.internal, partitions,
+                          ctx.authorized_operations(ResourceType.TOPIC, name)))
         if len(taken) < len(indexes):
             next_cursor = build(schema.Cursor, topic_name=name,
                                 partition_index=indexes[len(taken)])

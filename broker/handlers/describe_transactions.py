@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import datetime
 
+from txbroker.protocol.errors import ErrorCode
 from txbroker.protocol.messages import build
 
+from ..authorizer import AclOperation, ResourceType
 from ._groups import ZERO, code
+
+_EPOCH = datetime.datetime.fromtimestamp(0, tz=datetime.UTC)
 
 API_KEY = 65
 MIN_VERSION = 0
@@ -18,7 +22,17 @@ async def handle(ctx, request):
     schema = ctx.schema
     out = []
     for tid in request.transactional_ids:
+        if not ctx.authorize(AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, tid):
+            out.append(build(schema.TransactionState,
+                             error_code=ErrorCode.transactional_id_authorization_failed,
+                             transactional_id=tid, transaction_state="",
+                             transaction_timeout=datetime.timedelta(0),
+                             transaction_start_time=_EPOCH, producer_id=-1,
+                             producer_epoch=-1, topics=()))
+            continue
         d = state.describe(tid)
+        # KIP-664: only the topics the principal may describe.
+        describable = ctx.authorized(AclOperation.DESCRIBE, ResourceType.TOPIC, d.topics)
         # kio writes the datetime as epoch ms; -1 (no transaction) is one ms before the epoch;
         # an error keeps the message default 0, as Kafka answers.
         start = datetime.datetime.fromtimestamp((d.start_time_ms if d.start_time_ms >= 0 else -1)
@@ -30,5 +44,5 @@ async def handle(ctx, request):
             transaction_start_time=start, producer_id=d.producer_id,
             producer_epoch=d.producer_epoch,
             topics=tuple(build(schema.TopicData, topic=t, partitions=tuple(ps))
-                         for t, ps in d.topics.items())))
+                         for t, ps in d.topics.items() if t in describable)))
     return build(ctx.response_type, throttle_time=ZERO, transaction_states=tuple(out))

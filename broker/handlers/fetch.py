@@ -15,6 +15,8 @@ import time
 from txbroker.protocol.errors import ErrorCode
 from txbroker.protocol.messages import build
 
+from ..authorizer import AclOperation, ResourceType
+
 API_KEY = 1
 MIN_VERSION = 4
 MAX_VERSION = 12
@@ -43,7 +45,20 @@ def requested_partitions(request) -> list[tuple[str, list]]:
     return [(name, list(parts.values())) for name, parts in by_topic.items()]
 
 
-def _collect(ctx, request, read_committed: bool, partitions: list[tuple[str, list]]):
+def unreadable_topics(ctx, request, partitions: list[tuple[str, list]]) -> frozenset[str]:
+    """Topics this fetch may not read: Kafka wants READ on each topic from a consumer,
+    CLUSTER_ACTION on the cluster from a follower (a replica id >= 0)."""
+    if ctx.broker.authorizer is None:
+        return frozenset()
+    names = [name for name, _ in partitions]
+    if getattr(request, "replica_id", -1) >= 0:
+        return frozenset() if ctx.authorize_cluster(AclOperation.CLUSTER_ACTION) \
+            else frozenset(names)
+    return frozenset(names) - ctx.authorized(AclOperation.READ, ResourceType.TOPIC, names)
+
+
+def _collect(ctx, request, read_committed: bool, partitions: list[tuple[str, list]],
+             denied: frozenset[str] = frozenset()):
     """One pass over the requested partitions: (topics, bytes, any_error, logs)."""
     logs = ctx.broker.logs
     schema = ctx.schema
@@ -66,7 +81,9 @@ def _collect(ctx, request, read_committed: bool, partitions: list[tuple[str, lis
             aborted = None
             hw = lso = start = -1
             epoch = getattr(fp, "current_leader_epoch", -1)
-            if plog is None:
+            if denied and topic_name in denied:
+                error = ErrorCode.topic_authorization_failed
+            elif plog is None:
                 error = ErrorCode.unknown_topic_or_partition
             elif epoch is not None and epoch > 0:
                 error = ErrorCode.unknown_leader_epoch
@@ -118,8 +135,10 @@ async def handle(ctx, request):
     deadline = time.monotonic() + max_wait
     loop = asyncio.get_running_loop()
     partitions = requested_partitions(request)
+    denied = unreadable_topics(ctx, request, partitions)
     while True:
-        topics, total, any_error, touched = _collect(ctx, request, read_committed, partitions)
+        topics, total, any_error, touched = _collect(ctx, request, read_committed, partitions,
+                                                     denied)
         remaining = deadline - time.monotonic()
         if total >= min_bytes or any_error or remaining <= 0 or broker.stopping.is_set() \
                 or not touched:

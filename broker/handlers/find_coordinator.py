@@ -9,6 +9,8 @@ import logging
 from txbroker.protocol.errors import ErrorCode
 from txbroker.protocol.messages import build
 
+from ..authorizer import AclOperation, ResourceType
+
 API_KEY = 10
 MIN_VERSION = 0
 MAX_VERSION = 6
@@ -22,6 +24,12 @@ _ZERO = datetime.timedelta(0)
 
 def _lookup(ctx, key: str, key_type: int) -> tuple[ErrorCode, str | None]:
     broker = ctx.broker
+    # Kafka checks DESCRIBE on the key before anything else.
+    if key_type == GROUP and not ctx.authorize(AclOperation.DESCRIBE, ResourceType.GROUP, key):
+        return ErrorCode.group_authorization_failed, None
+    if key_type == TRANSACTION and not ctx.authorize(AclOperation.DESCRIBE,
+                                                     ResourceType.TRANSACTIONAL_ID, key):
+        return ErrorCode.transactional_id_authorization_failed, None
     if key_type == GROUP:
         if not key:
             return ErrorCode.invalid_request, "the group id is empty"

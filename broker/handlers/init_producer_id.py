@@ -11,6 +11,7 @@ from __future__ import annotations
 from txbroker.protocol.errors import ErrorCode
 from txbroker.protocol.messages import build
 
+from ..authorizer import CLUSTER_NAME, AclOperation, ResourceType
 from ._groups import ZERO, code, ms
 
 API_KEY = 22
@@ -20,6 +21,16 @@ MAX_VERSION = 4
 
 async def handle(ctx, request):
     tid = request.transactional_id
+    # Kafka: WRITE on the transactional id; an idempotent producer needs IDEMPOTENT_WRITE
+    # on the cluster or WRITE on at least one topic (authorizeByResourceType).
+    if tid is not None and not ctx.authorize(AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID,
+                                             tid):
+        return _error(ctx, ErrorCode.transactional_id_authorization_failed)
+    if tid is None and not ctx.authorize_cluster(AclOperation.IDEMPOTENT_WRITE, log_denied=False) \
+            and not ctx.authorize_by_resource_type(AclOperation.WRITE, ResourceType.TOPIC):
+        ctx.broker.denials.denied(ctx, AclOperation.IDEMPOTENT_WRITE, ResourceType.CLUSTER,
+                                  CLUSTER_NAME)
+        return _error(ctx, ErrorCode.cluster_authorization_failed)
     if tid is None:
         producer_id = ctx.broker.producer_ids.next_id()
         return build(ctx.response_type, throttle_time=ZERO, error_code=ErrorCode.none,
@@ -29,3 +40,8 @@ async def handle(ctx, request):
         getattr(request, "producer_epoch", -1), ctx.version)
     return build(ctx.response_type, throttle_time=ZERO, error_code=code(result.error),
                  producer_id=result.producer_id, producer_epoch=result.producer_epoch)
+
+
+def _error(ctx, error: ErrorCode):
+    return build(ctx.response_type, throttle_time=ZERO, error_code=error, producer_id=-1,
+                 producer_epoch=-1)

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from txbroker.protocol.errors import ErrorCode
 from txbroker.protocol.messages import build
 
-from ._groups import ZERO, client_host, code, ms
+from ._groups import ZERO, client_host, code, may_read_group, ms
 
 API_KEY = 11
 MIN_VERSION = 0
@@ -12,6 +13,11 @@ MAX_VERSION = 7
 
 
 async def handle(ctx, request):
+    if not may_read_group(ctx, request.group_id):
+        return build(ctx.response_type, throttle_time=ZERO,
+                     error_code=ErrorCode.group_authorization_failed, generation_id=-1,
+                     protocol_type=None, protocol_name="" if ctx.version < 7 else None,
+                     leader="", skip_assignment=False, member_id="", members=())
     session_ms = ms(request.session_timeout)
     rebalance = getattr(request, "rebalance_timeout", None)
     result = await ctx.broker.groups.join(

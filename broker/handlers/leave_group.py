@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from txbroker.protocol.errors import ErrorCode
 from txbroker.protocol.messages import build
 
-from ._groups import ZERO, code
+from ._groups import ZERO, code, may_read_group
 
 API_KEY = 13
 MIN_VERSION = 0
@@ -12,6 +13,8 @@ MAX_VERSION = 5
 
 
 async def handle(ctx, request):
+    if not may_read_group(ctx, request.group_id):
+        return build(ctx.response_type, throttle_time=ZERO, error_code=ErrorCode.group_authorization_failed, members=())
     groups = ctx.broker.groups
     if ctx.version < 3:
         error, member_errors = groups.leave(request.group_id, [(request.member_id, None)])

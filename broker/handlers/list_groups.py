@@ -6,7 +6,7 @@ from __future__ import annotations
 from txbroker.protocol.errors import ErrorCode
 from txbroker.protocol.messages import build
 
-from ._groups import ZERO
+from ._groups import DESCRIBE, GROUP, ZERO
 
 API_KEY = 16
 MIN_VERSION = 0
@@ -22,6 +22,11 @@ async def handle(ctx, request):
     types = getattr(request, "types_filter", None)
     if types and "classic" not in {t.lower() for t in types}:
         listing = []
+    if ctx.broker.authorizer is not None and not ctx.authorize_cluster(DESCRIBE,
+                                                                      log_denied=False):
+        # Kafka: DESCRIBE on the cluster lists all; else each group needs DESCRIBE.
+        listing = [g for g in listing if ctx.authorize(DESCRIBE, GROUP, g.group_id,
+                                                       log_denied=False)]
     out = tuple(build(ctx.schema.ListedGroup, group_id=g.group_id, protocol_type=g.protocol_type,
                       group_state=g.state, group_type="classic") for g in listing)
     return build(ctx.response_type, throttle_time=ZERO, error_code=ErrorCode.none, groups=out)

@@ -7,6 +7,8 @@ import datetime
 from txbroker.protocol.errors import ErrorCode
 from txbroker.protocol.messages import build
 
+from ..authorizer import AclOperation, ResourceType
+
 API_KEY = 2
 MIN_VERSION = 1
 MAX_VERSION = 7
@@ -23,6 +25,8 @@ async def handle(ctx, request):
     schema = ctx.schema
     read_committed = getattr(request, "isolation_level", 0) == READ_COMMITTED
     topics = []
+    describable = ctx.authorized(AclOperation.DESCRIBE, ResourceType.TOPIC,
+                                 (t.name for t in request.topics))
     for topic in request.topics:
         parts = []
         seen = set()
@@ -31,7 +35,9 @@ async def handle(ctx, request):
             error = ErrorCode.none
             offset, timestamp = -1, -1
             epoch = getattr(lp, "current_leader_epoch", -1)
-            if lp.partition_index in seen:
+            if topic.name not in describable:
+                error = ErrorCode.topic_authorization_failed
+            elif lp.partition_index in seen:
                 error = ErrorCode.invalid_request
             elif plog is None:
                 error = ErrorCode.unknown_topic_or_partition

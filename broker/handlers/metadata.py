@@ -9,6 +9,7 @@ import uuid
 from txbroker.protocol.errors import ErrorCode, KafkaError
 from txbroker.protocol.messages import build
 
+from ..authorizer import CLUSTER_NAME, AclOperation, ResourceType
 from ..context import CloseConnection
 
 API_KEY = 3
@@ -20,7 +21,12 @@ _ZERO = datetime.timedelta(0)
 _NO_UUID = uuid.UUID(int=0)
 
 
-def topic_entry(ctx, name: str, error: ErrorCode = ErrorCode.none, topic_id=None):
+NOT_REQUESTED = -2147483648  # authorized operations the client did not ask for
+DESCRIBE, CREATE, TOPIC = AclOperation.DESCRIBE, AclOperation.CREATE, ResourceType.TOPIC
+
+
+def topic_entry(ctx, name: str, error: ErrorCode = ErrorCode.none, topic_id=None,
+                operations: bool = False):
     schema = ctx.schema
     broker = ctx.broker
     info = broker.logs.topics.get(name)
@@ -38,7 +44,16 @@ def topic_entry(ctx, name: str, error: ErrorCode = ErrorCode.none, topic_id=None
         internal = info.internal
     return build(schema.MetadataResponseTopic, error_code=error, name=name,
                  topic_id=topic_id or _NO_UUID, is_internal=internal, partitions=partitions,
-                 topic_authorized_operations=-2147483648)
+                 topic_authorized_operations=ctx.authorized_operations(TOPIC, name)
+                 if operations else NOT_REQUESTED)
+
+
+def _unauthorized(ctx, name: str | None, internal: bool = False):
+    """TOPIC_AUTHORIZATION_FAILED, with no topic id: Kafka does not tell whether a topic
+    the principal may not describe exists."""
+    return build(ctx.schema.MetadataResponseTopic,
+                 error_code=ErrorCode.topic_authorization_failed, name=name, topic_id=_NO_UUID,
+                 is_internal=internal, partitions=(), topic_authorized_operations=NOT_REQUESTED)
 
 
 async def handle(ctx, request):
@@ -49,9 +64,14 @@ async def handle(ctx, request):
     requested = request.topics
     if ctx.version == 0 and requested == ():
         requested = None  # v0: an empty list means all topics
+    ops = bool(getattr(request, "include_topic_authorized_operations", False))
     if requested is None:
-        for name in sorted(logs.topics):
-            topics.append(topic_entry(ctx, name))
+        # Every topic the principal may describe; the others are left out, unlogged.
+        names = sorted(logs.topics)
+        describable = ctx.authorized(DESCRIBE, TOPIC, names, log_denied=False)
+        for name in names:
+            if name in describable:
+                topics.append(topic_entry(ctx, name, operations=ops))
     else:
         allow_auto = getattr(request, "allow_auto_topic_creation", True)
         by_id = {info.topic_id: name for name, info in logs.topics.items()}
@@ -61,6 +81,10 @@ async def handle(ctx, request):
             log.warning("closing %s: Metadata v%d names a topic with a null name (topic "
                         "ids need v12+)", ctx.peer, ctx.version)
             raise CloseConnection
+        describable = ctx.authorized(DESCRIBE, TOPIC, (
+            item.name if item.name is not None else by_id.get(getattr(item, "topic_id", None), "")
+            for item in requested))
+        may_create_any = None
         for item in requested:
             name = item.name
             if name is None:
@@ -74,23 +98,37 @@ async def handle(ctx, request):
                                         partitions=(), topic_authorized_operations=-2147483648))
                     continue
                 name = found
+            if name not in describable:
+                topics.append(_unauthorized(ctx, item.name))
+                continue
             if name not in logs.topics:
                 if allow_auto and broker.config.get("auto.create.topics.enable"):
+                    # Kafka: CREATE on the cluster, or else on the topic.
+                    if may_create_any is None:
+                        may_create_any = ctx.authorize_cluster(CREATE, log_denied=False)
+                    if not may_create_any and not ctx.authorize(CREATE, TOPIC, name):
+                        topics.append(_unauthorized(ctx, name))
+                        continue
                     try:
                         logs.create_topic(name, broker.config.get("num.partitions"),
                                           max_partitions=broker.config.get(
                                               "txbroker.max.partitions"))
                     except KafkaError as e:
                         log.info("metadata auto-create of %r refused: %s", name, e)
-                        topics.append(topic_entry(ctx, name, e.code))
+                        topics.append(topic_entry(ctx, name, e.code, operations=ops))
                         continue
                 else:
-                    topics.append(topic_entry(ctx, name, ErrorCode.unknown_topic_or_partition))
+                    topics.append(topic_entry(ctx, name, ErrorCode.unknown_topic_or_partition,
+                                              operations=ops))
                     continue
-            topics.append(topic_entry(ctx, name))
+            topics.append(topic_entry(ctx, name, operations=ops))
     host, port = broker.advertised_host_port
     brokers = (build(schema.MetadataResponseBroker, node_id=broker.node_id, host=host, port=port,
                      rack=None),)
+    cluster_ops = NOT_REQUESTED
+    if getattr(request, "include_cluster_authorized_operations", False) and ctx.version <= 10:
+        cluster_ops = (ctx.authorized_operations(ResourceType.CLUSTER, CLUSTER_NAME)
+                       if ctx.authorize_cluster(DESCRIBE) else 0)
     return build(ctx.response_type, throttle_time=_ZERO, brokers=brokers,
                  cluster_id=broker.cluster_id, controller_id=broker.node_id, topics=tuple(topics),
-                 cluster_authorized_operations=-2147483648)
+                 cluster_authorized_operations=cluster_ops)

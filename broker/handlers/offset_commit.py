@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from txbroker.protocol.errors import ErrorCode
 from txbroker.protocol.messages import build
 
-from ._groups import ZERO, code, commit_entries, ms
+from ._groups import ZERO, code, commit_entries, may_read_group, ms, split_commit_entries
 
 API_KEY = 8
 MIN_VERSION = 2
@@ -13,6 +14,10 @@ MAX_VERSION = 9
 
 async def handle(ctx, request):
     entries = commit_entries(request)
+    if not may_read_group(ctx, request.group_id):
+        denied = ErrorCode.group_authorization_failed.value
+        return _answer(ctx, request, {(e.topic, e.partition): denied for e in entries})
+    entries, denied = split_commit_entries(ctx, entries)
     retention = getattr(request, "retention_time", None)
     retention_ms = ms(retention) if retention is not None else -1
     results = await ctx.broker.groups.commit_offsets(
@@ -21,7 +26,11 @@ async def handle(ctx, request):
         member_id=request.member_id,
         group_instance_id=getattr(request, "group_instance_id", None),
         entries=entries, api_version=ctx.version,
-        retention_ms=retention_ms if retention_ms >= 0 else None)
+        retention_ms=retention_ms if retention_ms >= 0 else None) if entries else {}
+    return _answer(ctx, request, {**results, **denied})
+
+
+def _answer(ctx, request, results: dict):
     schema = ctx.schema
     topics = tuple(
         build(schema.OffsetCommitResponseTopic, name=topic.name, partitions=tuple(

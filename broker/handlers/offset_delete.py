@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from txbroker.protocol.errors import ErrorCode
 from txbroker.protocol.messages import build
 
+from ..authorizer import AclOperation, ResourceType
 from ._groups import ZERO, code
 
 API_KEY = 47
@@ -12,8 +14,17 @@ MAX_VERSION = 0
 
 
 async def handle(ctx, request):
-    wanted = [(t.name, p.partition_index) for t in request.topics for p in t.partitions]
+    if not ctx.authorize(AclOperation.DELETE, ResourceType.GROUP, request.group_id):
+        return build(ctx.response_type, throttle_time=ZERO,
+                     error_code=ErrorCode.group_authorization_failed, topics=())
+    readable = ctx.authorized(AclOperation.READ, ResourceType.TOPIC,
+                              (t.name for t in request.topics))
+    wanted = [(t.name, p.partition_index) for t in request.topics for p in t.partitions
+              if t.name in readable]
     error, results = await ctx.broker.groups.delete_offsets(request.group_id, wanted)
+    results = {**results, **{(t.name, p.partition_index): ErrorCode.topic_authorization_failed.value
+                             for t in request.topics if t.name not in readable
+                             for p in t.partitions}}
     schema = ctx.schema
     topics = tuple(
         build(schema.OffsetDeleteResponseTopic, name=t.name, partitions=tuple(

@@ -7,7 +7,7 @@ from __future__ import annotations
 from txbroker.protocol.errors import ErrorCode
 from txbroker.protocol.messages import build
 
-from ._groups import ZERO, code
+from ._groups import DESCRIBE, GROUP, TOPIC, ZERO, code
 
 API_KEY = 9
 MIN_VERSION = 1
@@ -29,21 +29,37 @@ def _group_topics(ctx, schema, found, topics_cls, partition_cls):
     return tuple(build(topics_cls, name=t, partitions=tuple(ps)) for t, ps in by_topic.items())
 
 
+def _fetch(ctx, group_id: str, topics, require_stable: bool) -> tuple[int, dict]:
+    """Kafka's checks around the coordinator's answer: DESCRIBE on the group, and on
+    each topic: of all the group's offsets only the describable topics' are shown; a
+    named topic that is not gets TOPIC_AUTHORIZATION_FAILED."""
+    if not ctx.authorize(DESCRIBE, GROUP, group_id):
+        return ErrorCode.group_authorization_failed.value, {}
+    error, found = ctx.broker.groups.fetch_offsets(group_id, _wanted(topics), require_stable)
+    if ctx.broker.authorizer is None or not found:
+        return error, found
+    describable = ctx.authorized(DESCRIBE, TOPIC, {t for t, _ in found},
+                                 log_denied=topics is not None)
+    if topics is None:
+        return error, {tp: v for tp, v in found.items() if tp[0] in describable}
+    denied = (-1, -1, "", ErrorCode.topic_authorization_failed.value)
+    return error, {tp: v if tp[0] in describable else denied for tp, v in found.items()}
+
+
 async def handle(ctx, request):
-    groups = ctx.broker.groups
     schema = ctx.schema
     require_stable = bool(getattr(request, "require_stable", False))
     if ctx.version >= 8:
         out = []
         for g in request.groups:
-            error, found = groups.fetch_offsets(g.group_id, _wanted(g.topics), require_stable)
+            error, found = _fetch(ctx, g.group_id, g.topics, require_stable)
             out.append(build(schema.OffsetFetchResponseGroup, group_id=g.group_id,
                              topics=_group_topics(ctx, schema, found,
                                                   schema.OffsetFetchResponseTopics,
                                                   schema.OffsetFetchResponsePartitions),
                              error_code=code(error)))
         return build(ctx.response_type, throttle_time=ZERO, groups=tuple(out))
-    error, found = groups.fetch_offsets(request.group_id, _wanted(request.topics), require_stable)
+    error, found = _fetch(ctx, request.group_id, request.topics, require_stable)
     topics = _group_topics(ctx, schema, found, schema.OffsetFetchResponseTopic,
                            schema.OffsetFetchResponsePartition)
     if ctx.version < 2 and error != ErrorCode.none.value:

@@ -13,6 +13,8 @@ import datetime
 from txbroker.protocol.errors import ErrorCode
 from txbroker.protocol.messages import build
 
+from ..authorizer import AclOperation, ResourceType
+
 API_KEY = 23
 MIN_VERSION = 2
 MAX_VERSION = 4
@@ -39,10 +41,17 @@ async def handle(ctx, request):
     logs = ctx.broker.logs
     schema = ctx.schema
     topics = []
+    # Kafka: CLUSTER_ACTION on the cluster (a follower) or DESCRIBE on each topic.
+    describable = None if ctx.authorize_cluster(AclOperation.CLUSTER_ACTION, log_denied=False) \
+        else ctx.authorized(AclOperation.DESCRIBE, ResourceType.TOPIC,
+                            (t.topic for t in request.topics))
     for t in request.topics:
         parts = []
         for p in t.partitions:
-            error, epoch, end = _end_offset(logs, t.topic, p)
+            if describable is not None and t.topic not in describable:
+                error, epoch, end = ErrorCode.topic_authorization_failed, UNDEFINED, UNDEFINED
+            else:
+                error, epoch, end = _end_offset(logs, t.topic, p)
             parts.append(build(schema.EpochEndOffset, error_code=error, partition=p.partition,
                                leader_epoch=epoch, end_offset=end))
         topics.append(build(schema.OffsetForLeaderTopicResult, topic=t.topic,

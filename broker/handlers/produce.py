@@ -20,6 +20,7 @@ from txbroker.protocol.errors import (
 )
 from txbroker.protocol.messages import build
 from txbroker.protocol.records import (
+    ATTR_TRANSACTIONAL,
     Compression,
     peek_size,
     set_create_time_max_timestamp,
@@ -29,6 +30,7 @@ from txbroker.protocol.records import (
 )
 from txbroker.storage.log import now_ms
 
+from ..authorizer import AclOperation, ResourceType
 from ..context import CloseConnection
 
 API_KEY = 0
@@ -70,6 +72,7 @@ async def handle(ctx, request):
     errors = 0
     if acks not in (0, 1, -1):
         log.warning("produce from %s with invalid acks=%d", ctx.peer, acks)
+    denied, writable = _authorize(ctx, request)
     for topic in request.topic_data:
         out = results.setdefault(topic.name, [])
         for part in topic.partition_data:
@@ -77,9 +80,14 @@ async def handle(ctx, request):
             message = None
             error = ErrorCode.none
             plog = logs.get_log(topic.name, part.index)
-            # Kafka looks the partition up before it checks acks: an unknown one is
-            # UNKNOWN_TOPIC_OR_PARTITION whatever the acks.
-            if plog is None:
+            # Kafka checks WRITE on the topic before it looks the partition up, and looks
+            # it up before it checks acks: an unknown one is UNKNOWN_TOPIC_OR_PARTITION
+            # whatever the acks.
+            if denied is not None:
+                error = denied
+            elif writable is not None and topic.name not in writable:
+                error = ErrorCode.topic_authorization_failed
+            elif plog is None:
                 error = ErrorCode.unknown_topic_or_partition
                 log.info("produce to unknown topic or partition %s-%d from %s", topic.name,
                          part.index, ctx.peer)
@@ -164,6 +172,32 @@ async def handle(ctx, request):
         for name, parts in results.items()
     )
     return build(ctx.response_type, responses=responses, throttle_time=_ZERO)
+
+
+def _authorize(ctx, request) -> tuple[ErrorCode | None, set[str] | None]:
+    """Kafka's checks: transactional records need WRITE on the transactional id (else
+    every partition is TRANSACTIONAL_ID_AUTHORIZATION_FAILED); each topic needs WRITE.
+    (None, None) without an authorizer: nothing to check."""
+    if ctx.broker.authorizer is None:
+        return None, None
+    tid = request.transactional_id
+    if _has_transactional_records(request) and (
+            tid is None
+            or not ctx.authorize(AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, tid)):
+        return ErrorCode.transactional_id_authorization_failed, None
+    return None, ctx.authorized(AclOperation.WRITE, ResourceType.TOPIC,
+                                (t.name for t in request.topic_data))
+
+
+def _has_transactional_records(request) -> bool:
+    """Kafka's RequestUtils.hasTransactionalRecords: the first batch of any partition
+    has the transactional attribute (byte 22 of the RecordBatch v2 header)."""
+    for topic in request.topic_data:
+        for part in topic.partition_data:
+            records = part.records
+            if records is not None and len(records) > 22 and records[22] & ATTR_TRANSACTIONAL:
+                return True
+    return False
 
 
 _VERIFY_ERRORS = {

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from txbroker.protocol.errors import ErrorCode
 from txbroker.protocol.messages import build
 
-from ._groups import ZERO, code
+from ._groups import ZERO, code, may_read_group
 
 API_KEY = 14
 MIN_VERSION = 0
@@ -12,6 +13,9 @@ MAX_VERSION = 5
 
 
 async def handle(ctx, request):
+    if not may_read_group(ctx, request.group_id):
+        return build(ctx.response_type, throttle_time=ZERO, error_code=ErrorCode.group_authorization_failed,
+                     protocol_type=None, protocol_name=None, assignment=b"")
     result = await ctx.broker.groups.sync(
         group_id=request.group_id, generation_id=request.generation_id,
         member_id=request.member_id,

@@ -9,9 +9,17 @@ like an OffsetCommit (KIP-447).
 from __future__ import annotations
 
 from txbroker.protocol import fast_responses
+from txbroker.protocol.errors import ErrorCode
 from txbroker.protocol.messages import build
 
-from ._groups import ZERO, code, commit_entries
+from ._groups import (
+    ZERO,
+    code,
+    commit_entries,
+    may_read_group,
+    may_write_transactional_id,
+    split_commit_entries,
+)
 
 API_KEY = 28
 MIN_VERSION = 0
@@ -20,9 +28,19 @@ MAX_VERSION = 3
 
 async def handle(ctx, request):
     entries = commit_entries(request)
-    error = ctx.broker.check_txn_offset_commit(request)
+    # Kafka: WRITE on the transactional id, READ on the group, READ on each topic.
+    denied = {}
+    if not may_write_transactional_id(ctx, request.transactional_id):
+        error = ErrorCode.transactional_id_authorization_failed.value
+    elif not may_read_group(ctx, request.group_id):
+        error = ErrorCode.group_authorization_failed.value
+    else:
+        entries, denied = split_commit_entries(ctx, entries)
+        error = ctx.broker.check_txn_offset_commit(request)
     if error:
         results = {(e.topic, e.partition): error for e in entries}
+    elif denied and not entries:
+        results = {}
     else:
         results = await ctx.broker.groups.txn_commit_offsets(
             group_id=request.group_id, producer_id=request.producer_id,
@@ -30,6 +48,7 @@ async def handle(ctx, request):
             generation_id=getattr(request, "generation_id", -1),
             member_id=getattr(request, "member_id", "") or "",
             group_instance_id=getattr(request, "group_instance_id", None), entries=entries)
+    results.update(denied)
     if ctx.version in fast_responses.TXN_OFFSET_COMMIT_VERSIONS:
         ctx.error_codes = [int(e) for e in results.values() if e]  # for /metrics
         return fast_responses.txn_offset_commit(ctx.version, [
