@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 SUDO := $(shell [ "$$(id -u)" = "0" ] || echo sudo)
 
-.PHONY: install system-deps kafka-jars spark-kafka-jars kafkajs test test-kafka test-fast lint demo bench bench-abuse fuzz serve clean docs-config
+.PHONY: install system-deps kafka-jars spark-kafka-jars kafkajs test test-kafka test-fast lint demo bench bench-kafka bench-abuse fuzz serve clean docs-config
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -m venv $(VENV) 2>/dev/null || { \
@@ -112,6 +112,10 @@ demo: install
 
 bench: install
 	$(PY) -m bench.throughput
+
+# txbroker (both flush policies) against Apache Kafka 4 (issue 16): docs/performance.md.
+bench-kafka: install
+	$(PY) -m bench.vs_kafka --runs 2 --messages 200000
 
 # Hostile clients (issue 14): broker peak RSS and a normal client's acks=all latency.
 bench-abuse: install
