@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 SUDO := $(shell [ "$$(id -u)" = "0" ] || echo sudo)
 
-.PHONY: install system-deps kafka-jars spark-kafka-jars test test-kafka test-fast lint demo bench bench-abuse fuzz serve clean docs-config
+.PHONY: install system-deps kafka-jars spark-kafka-jars kafkajs test test-kafka test-fast lint demo bench bench-kafka bench-abuse fuzz serve clean docs-config
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -m venv $(VENV) 2>/dev/null || { \
@@ -74,7 +74,20 @@ $(SPARK_KAFKA_STAMP): $(SPARK_KAFKA_POM)
 
 spark-kafka-jars: $(SPARK_KAFKA_STAMP)
 
-install: $(STAMP) system-deps kafka-jars spark-kafka-jars
+# KafkaJS (npm, pinned with its lockfile in tests/kafkajs) for the KafkaJS test
+# (tests/differential/test_kafkajs.py). `npm ci` installs exactly the lockfile.
+KAFKAJS_STAMP := tests/kafkajs/node_modules/.installed
+
+$(KAFKAJS_STAMP): tests/kafkajs/package.json tests/kafkajs/package-lock.json
+	@command -v npm >/dev/null 2>&1 || { \
+	  echo "installing nodejs and npm"; \
+	  $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq nodejs npm; }
+	cd tests/kafkajs && npm ci --no-audit --no-fund --loglevel=error
+	@touch $@
+
+kafkajs: $(KAFKAJS_STAMP)
+
+install: $(STAMP) system-deps kafka-jars spark-kafka-jars kafkajs
 
 lint: install
 	$(PY) -m ruff check .
@@ -99,6 +112,10 @@ demo: install
 
 bench: install
 	$(PY) -m bench.throughput
+
+# txbroker (both flush policies) against Apache Kafka 4 (issue 16): docs/performance.md.
+bench-kafka: install
+	$(PY) -m bench.vs_kafka --runs 2 --messages 200000
 
 # Hostile clients (issue 14): broker peak RSS and a normal client's acks=all latency.
 bench-abuse: install

@@ -367,3 +367,59 @@ def broker_factories(names: list[str] | tuple[str, ...], txbroker_overrides: dic
         else:
             factories[name] = lambda: Tansu(tansu)
     return factories, skipped, tansu
+
+
+class KafkaBroker(ManagedBroker):
+    """Apache Kafka 4 (tests/kafka_reference.py's jars and server.properties: Kafka's
+    defaults plus what one node needs), with the heap its ``kafka-server-start.sh``
+    gives (1 GB). The storage is formatted before the start is timed: txbroker creates
+    its data dir as it starts, Kafka needs ``kafka-storage format`` once per cluster."""
+
+    name = "kafka"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.work_dir = ""
+        self.kafka = None
+        self.startup_seconds = 0.0
+        self._log = None
+
+    def start(self, timeout: float = 120) -> KafkaBroker:
+        import base64
+        import uuid
+
+        from tests.kafka_reference import KafkaProcess
+
+        self.work_dir = tempfile.mkdtemp(prefix="kafka-bench-")
+        kafka = KafkaProcess(self.work_dir, heap="1g")
+        self.kafka = kafka
+        properties = kafka._write_config()
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        subprocess.run(kafka._java("kafka.tools.StorageTool", "format", "--cluster-id",
+                                   cluster_id, "--config", str(properties), "--standalone"),
+                       capture_output=True, text=True, timeout=120, check=True)
+        began = time.monotonic()
+        self._log = open(kafka.log_path, "ab")  # noqa: SIM115 (closed in stop)
+        self.proc = subprocess.Popen(kafka._java("kafka.Kafka", str(properties)),
+                                     stdout=self._log, stderr=subprocess.STDOUT,
+                                     stdin=subprocess.DEVNULL, start_new_session=True)
+        kafka.proc = self.proc
+        try:
+            kafka._wait_ready(began + timeout)
+        except BaseException:
+            self.stop()
+            raise
+        self.startup_seconds = time.monotonic() - began
+        self.port = kafka.port
+        return self
+
+    def log_tail(self, lines: int = 30) -> str:
+        return self.kafka.log_tail(lines) if self.kafka is not None else ""
+
+    def stop(self, timeout: float = 60) -> None:
+        super().stop(timeout)
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+        if self.work_dir:
+            shutil.rmtree(self.work_dir, ignore_errors=True)

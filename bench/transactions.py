@@ -602,6 +602,26 @@ class Run:
                 "commits": len(lat), "commit_p50_ms": _percentile(lat, 0.5),
                 "commit_p99_ms": _percentile(lat, 0.99)}
 
+    def stop(self) -> None:
+        """The sampler's last phase closed, then the broker stopped."""
+        if self.sampler is not None:
+            self.sampler.mark("stop")
+            self.sampler.stop()
+        self.broker.stop()
+
+    def first_transaction(self, topic: str) -> None:
+        """The first InitProducerId creates the transaction state topic (50 partitions
+        by default): done before, outside the measured phases."""
+        o = self.opts
+        [warm] = self.pool.run([("txn_rate", {
+            "bootstrap": self.broker.bootstrap, "topic": topic,
+            "transactional_id": self._tid("setup", 0), "records": 1,
+            "value_size": o.value_size, "start_at": time.monotonic(), "duration": 0.0,
+            "max_txns": 0, "warmup": 1, "timeout": min(30.0, o.phase_timeout),
+            "first_partition": 0})], o.phase_timeout + 5)
+        if not warm["ok"]:
+            raise PhaseError(f"first transaction: {warm['error']}")
+
     def execute(self) -> dict[str, Any]:
         o = self.opts
         out: dict[str, Any] = {"ok": False}
@@ -611,16 +631,7 @@ class Run:
             self.sampler = RssSampler(self.broker.pid).start()
             step = "setup"
             rate_topic = self._topic("rate")
-            # The first InitProducerId creates the transaction state topic (50 partitions
-            # by default): do that here, outside the measured phases.
-            [warm] = self.pool.run([("txn_rate", {
-                "bootstrap": self.broker.bootstrap, "topic": rate_topic,
-                "transactional_id": self._tid("setup", 0), "records": 1,
-                "value_size": o.value_size, "start_at": time.monotonic(), "duration": 0.0,
-                "max_txns": 0, "warmup": 1, "timeout": min(30.0, o.phase_timeout),
-                "first_partition": 0})], o.phase_timeout + 5)
-            if not warm["ok"]:
-                raise PhaseError(f"first transaction: {warm['error']}")
+            self.first_transaction(rate_topic)
             step = "phases"
             for producers in o.producers:
                 for records in o.records:
@@ -638,10 +649,7 @@ class Run:
             out["error"] = f"{step}: {type(e).__name__}: {e}"
             out["broker_log_tail"] = self.broker.log_tail(15)
         finally:
-            if self.sampler is not None:
-                self.sampler.mark("stop")
-                self.sampler.stop()
-            self.broker.stop()
+            self.stop()
         if self.sampler is not None:
             out["peak_rss_bytes"] = self.sampler.peak_rss
             for name, s in self.sampler.phases.items():

@@ -6,6 +6,8 @@ names match Kafka's ``Errors`` in lower case (``ErrorCode.corrupt_message``).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from kio.schema.errors import ErrorCode
 
 __all__ = [
@@ -16,6 +18,8 @@ __all__ = [
     "RecordTooLargeError",
     "UnsupportedCompressionError",
     "InvalidRequestError",
+    "RecordError",
+    "RecordValidationError",
 ]
 
 
@@ -50,6 +54,34 @@ class InvalidTimestampError(KafkaError):
     """A record timestamp outside the topic's accepted range."""
 
     code = ErrorCode.invalid_timestamp
+
+
+@dataclass(frozen=True, slots=True)
+class RecordError:
+    """KIP-467: one record that made its batch fail, by its index in the batch."""
+
+    batch_index: int
+    message: str
+    timestamp: bool = False  # a timestamp reason (INVALID_TIMESTAMP), else INVALID_RECORD
+
+
+class RecordValidationError(KafkaError):
+    """A batch refused because of some of its records (Kafka's RecordValidationException):
+    the ProduceResponse names them in record_errors. Any timestamp reason makes the
+    batch's code INVALID_TIMESTAMP, else it is INVALID_RECORD; the message is Kafka's."""
+
+    def __init__(self, record_errors: list[RecordError]) -> None:
+        self.record_errors = record_errors
+        if any(e.timestamp for e in record_errors):
+            super().__init__("One or more records have been rejected due to invalid timestamp",
+                             ErrorCode.invalid_timestamp)
+            return
+        shown = ", ".join(f"RecordError(batchIndex={e.batch_index}, message='{e.message}')"
+                          for e in record_errors[:3])
+        super().__init__(
+            f"One or more records have been rejected due to {len(record_errors)} record errors "
+            f"in total, and only showing the first three errors at most: [{shown}]",
+            ErrorCode.invalid_record)
 
 
 class UnsupportedCompressionError(KafkaError):

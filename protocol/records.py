@@ -24,7 +24,7 @@ from enum import IntEnum
 import crc32c
 
 from .compression import Compression, compress, decompress, decompress_bounded
-from .errors import CorruptRecordError, InvalidRecordError, InvalidTimestampError
+from .errors import CorruptRecordError, InvalidRecordError, InvalidTimestampError, RecordError
 from .primitives import (
     DecodeError,
     read_varint,
@@ -482,6 +482,36 @@ def validate_produced_records(buf, header: BatchHeader, offset: int = 0, *,
     if not isinstance(buf, bytes | bytearray):
         buf, start, end = bytes(buf[start:end]), 0, end - start
     return validate_records(buf, header, start, end)
+
+
+def find_record_errors(buf, header: BatchHeader, offset: int = 0, *, partition: str,
+                       compacted: bool, timestamp_range: tuple[int, int] | None
+                       ) -> list[RecordError]:
+    """The records of a produced batch (already through validate_produced_records) that
+    Kafka's LogValidator refuses one by one, each with Kafka's reason: no key on a
+    compacted topic; on a CreateTime topic (``timestamp_range``: the accepted
+    [lowest, highest]) a timestamp other than -1 outside the range; otherwise a
+    LogAppendTime batch from the producer. One reason per record, the key first.
+    Only called once a batch failed, so decoding every record here costs nothing on
+    the accepted path. ``partition`` is "topic-index", for the messages."""
+    errors = []
+    for i, rec in enumerate(decode_records(buf, offset)):
+        if compacted and rec.key is None:
+            errors.append(RecordError(i, "Compacted topic cannot accept message without key "
+                                         f"in topic partition {partition}"))
+        elif timestamp_range is not None and rec.timestamp != NO_TIMESTAMP:
+            lowest, highest = timestamp_range
+            if not lowest <= rec.timestamp <= highest:
+                errors.append(RecordError(
+                    i, f"Timestamp {rec.timestamp} of message with offset {rec.offset} is out "
+                       f"of range. The timestamp should be within [{lowest}, {highest}]", True))
+        elif header.log_append_time:
+            errors.append(RecordError(
+                i, f"Invalid timestamp type in message DefaultRecord(offset={rec.offset}, "
+                   f"timestamp={rec.timestamp}, key={len(rec.key or b'')} bytes, "
+                   f"value={len(rec.value or b'')} bytes). Producer should not set timestamp "
+                   "type to LogAppendTime.", True))
+    return errors
 
 
 def iter_batches(buf, offset: int = 0, end: int | None = None) -> Iterator[tuple[int, BatchHeader]]:

@@ -33,6 +33,11 @@ _TYPES = {
     "delete.topic.enable": 1, "node.id": 3, "num.partitions": 3,
 }
 _ZERO = datetime.timedelta(0)
+# Broker keys whose default is null in Kafka (the effective default comes from
+# log.roll.hours, log.retention.hours, log.flush.scheduler.interval.ms): Kafka lists a
+# topic config's broker synonyms from its own key on, so these have no DEFAULT_CONFIG
+# synonym unless set.
+_NULL_KAFKA_DEFAULTS = frozenset({"log.roll.ms", "log.retention.ms", "log.flush.interval.ms"})
 
 
 Synonym = tuple[str, str, str]  # name, value, source
@@ -51,7 +56,8 @@ def topic_config_entries(logs, topic: str):
         if d.broker_name:
             if name in logs.broker_defaults:
                 synonyms.append((d.broker_name, logs.broker_defaults[name], "broker"))
-            synonyms.append((d.broker_name, d.default, "default"))
+            if d.broker_name not in _NULL_KAFKA_DEFAULTS:
+                synonyms.append((d.broker_name, d.default, "default"))
         yield name, value, source, d.doc, synonyms
 
 

@@ -15,13 +15,17 @@ from txbroker.protocol import fast_responses
 from txbroker.protocol.errors import (
     ErrorCode,
     InvalidRecordError,
+    InvalidTimestampError,
     KafkaError,
+    RecordError,
+    RecordValidationError,
     UnsupportedCompressionError,
 )
 from txbroker.protocol.messages import build
 from txbroker.protocol.records import (
     ATTR_TRANSACTIONAL,
     Compression,
+    find_record_errors,
     peek_size,
     set_create_time_max_timestamp,
     uncompressed_limit,
@@ -70,6 +74,7 @@ async def handle(ctx, request):
     results: dict[str, list] = {}
     durable_waits = []
     errors = 0
+    record_errors: dict[tuple[str, int], list[RecordError]] = {}
     if acks not in (0, 1, -1):
         log.warning("produce from %s with invalid acks=%d", ctx.peer, acks)
     denied, writable = _authorize(ctx, request)
@@ -104,13 +109,13 @@ async def handle(ctx, request):
                     content = validate_produced_records(
                         records, header,
                         max_uncompressed=uncompressed_limit(plog.config.max_message_bytes))
-                    plog.check_batch(header, now_ms(), content)
                     if header.is_transactional:
                         _verify_transactional(broker, request, topic.name, part.index, plog,
                                               header)
-                    if "compact" in plog.config.cleanup_policy and content.has_null_key:
-                        raise InvalidRecordError(
-                            f"compacted topic {topic.name} cannot accept a record without a key")
+                    # After the verification, as in Kafka (ReplicaManager verifies, then
+                    # the log validates).
+                    _check_records(plog, f"{topic.name}-{part.index}", records, header,
+                                   content)
                     batch = bytearray(records)
                     if plog.config.message_timestamp_type == "CreateTime" and (
                             header.log_append_time
@@ -133,6 +138,10 @@ async def handle(ctx, request):
                 except KafkaError as e:
                     error = e.code
                     message = str(e)
+                    if isinstance(e, RecordValidationError):
+                        # Kafka answers these with the log start offset (other failures -1).
+                        record_errors[(topic.name, part.index)] = e.record_errors
+                        start = plog.log_start_offset
                     log.warning("produce to %s-%d from %s rejected: %s: %s", topic.name,
                                 part.index, ctx.peer, error.name.upper(), e)
                 except OSError as e:
@@ -157,7 +166,7 @@ async def handle(ctx, request):
             log.info("closing %s: acks=0 produce failed for %d partition(s)", ctx.peer, errors)
             raise CloseConnection
         return None
-    if ctx.version in fast_responses.PRODUCE_VERSIONS:
+    if ctx.version in fast_responses.PRODUCE_VERSIONS and not record_errors:
         # Encoded by hand: the error codes for /metrics are told, not found in a message.
         ctx.error_codes = [part[1].value for parts in results.values() for part in parts
                            if part[1]] if errors else ()
@@ -167,7 +176,11 @@ async def handle(ctx, request):
             build(schema.PartitionProduceResponse, index=index, error_code=error,
                   base_offset=base, log_append_time=_to_datetime(append_time),
                   log_start_offset=start,
-                  record_errors=(), error_message=message)
+                  record_errors=tuple(
+                      build(schema.BatchIndexAndErrorMessage, batch_index=e.batch_index,
+                            batch_index_error_message=e.message)
+                      for e in record_errors.get((name, index), ())),
+                  error_message=message)
             for index, error, base, append_time, start, message in parts))
         for name, parts in results.items()
     )
@@ -198,6 +211,36 @@ def _has_transactional_records(request) -> bool:
             if records is not None and len(records) > 22 and records[22] & ATTR_TRANSACTIONAL:
                 return True
     return False
+
+
+def _check_records(plog, partition: str, records: bytes, header, content) -> None:
+    """Kafka's record checks against the topic (LogValidator): the batch's size, every
+    record's timestamp (storage's check_batch), no keyless record on a compacted topic.
+    A record that fails them fails its batch, and the answer names each such record
+    (KIP-467 record_errors)."""
+    compacted = "compact" in plog.config.cleanup_policy
+    now = now_ms()
+    try:
+        plog.check_batch(header, now, content)
+    except InvalidTimestampError as e:
+        failure: KafkaError = e
+    else:
+        if not (compacted and content.has_null_key):
+            return
+        failure = InvalidRecordError(f"compacted topic {partition} cannot accept a record "
+                                     "without a key")
+    config = plog.config
+    window = None
+    if config.message_timestamp_type == "CreateTime":
+        window = (now - config.timestamp_before_max_ms, now + config.timestamp_after_max_ms)
+    try:
+        errors = find_record_errors(records, header, partition=partition, compacted=compacted,
+                                    timestamp_range=window)
+    except KafkaError:
+        errors = []  # records the batch-level checks passed but the decoder cannot read
+    if not errors:
+        raise failure
+    raise RecordValidationError(errors)
 
 
 _VERIFY_ERRORS = {

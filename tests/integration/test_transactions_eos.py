@@ -12,11 +12,7 @@ member id and generation): a stale generation or a departed member is refused.
 from __future__ import annotations
 
 import json
-import queue
 import struct
-import subprocess
-import sys
-import threading
 import time
 from pathlib import Path
 
@@ -28,6 +24,7 @@ from .clients import Msg, produce
 from .txn_util import (
     TXN_CONFIG,
     TxnProducer,
+    Worker,
     log_ends,
     offset_fetch,
     read_all,
@@ -46,46 +43,6 @@ UNSTABLE = ErrorCode.unstable_offset_commit.value
 @pytest.fixture
 def txbroker_config() -> dict[str, str]:
     return dict(TXN_CONFIG)
-
-
-class Worker:
-    """A txn_worker process; its output lines are collected by a thread."""
-
-    def __init__(self, *args: str) -> None:
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "tests.integration.txn_worker", *args], cwd=ROOT,
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        self.lines: list[str] = []
-        self._queue: queue.Queue[str | None] = queue.Queue()
-        threading.Thread(target=self._pump, daemon=True).start()
-
-    def _pump(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            self.lines.append(line.rstrip("\n"))
-            self._queue.put(line.rstrip("\n"))
-        self._queue.put(None)
-
-    def wait_for(self, prefix: str, timeout: float) -> str:
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                line = self._queue.get(timeout=max(0.0, deadline - time.monotonic()))
-            except queue.Empty:
-                line = None
-            if line is not None and line.startswith(prefix):
-                return line
-            if line is None:
-                raise AssertionError(f"worker never printed {prefix!r} (exit "
-                                     f"{self.proc.poll()}):\n" + "\n".join(self.lines[-60:]))
-
-    def committed_records(self) -> int:
-        return sum(int(line.split()[2]) for line in self.lines if line.startswith("COMMITTED"))
-
-    def kill(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-        self.proc.wait(10)
 
 
 @pytest.mark.parametrize("client", ["confluent", "kafka-python"])

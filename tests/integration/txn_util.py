@@ -7,11 +7,15 @@ from __future__ import annotations
 import asyncio
 import datetime
 import errno
+import queue
+import subprocess
+import sys
 import threading
 import time
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from txbroker.protocol.messages import build, request_module
 from txbroker.protocol.records import Record, build_batch
@@ -19,6 +23,8 @@ from txbroker.protocol.records import Record, build_batch
 from tests.helpers import RawClient
 
 from .wire_util import PRODUCE, partition_response, produce_request
+
+ROOT = Path(__file__).resolve().parents[2]
 
 CLIENTS = ("kafka-python", "aiokafka", "confluent")
 
@@ -253,6 +259,49 @@ def is_fenced(client: str, exc: BaseException) -> bool:
     err = exc.args[0]
     return err.fatal() and err.code() in (KafkaError._FENCED, KafkaError.PRODUCER_FENCED,
                                           KafkaError.INVALID_PRODUCER_EPOCH)
+
+
+# --- consume-transform-produce workers (txn_worker.py) ------------------------------------
+
+
+class Worker:
+    """A txn_worker process; its output lines are collected by a thread."""
+
+    def __init__(self, *args: str) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "tests.integration.txn_worker", *args], cwd=ROOT,
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        self.lines: list[str] = []
+        self._queue: queue.Queue[str | None] = queue.Queue()
+        threading.Thread(target=self._pump, daemon=True).start()
+
+    def _pump(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.lines.append(line.rstrip("\n"))
+            self._queue.put(line.rstrip("\n"))
+        self._queue.put(None)
+
+    def wait_for(self, prefix: str, timeout: float) -> str:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                line = self._queue.get(timeout=max(0.0, deadline - time.monotonic()))
+            except queue.Empty:
+                line = None
+            if line is not None and line.startswith(prefix):
+                return line
+            if line is None:
+                raise AssertionError(f"worker never printed {prefix!r} (exit "
+                                     f"{self.proc.poll()}):\n" + "\n".join(self.lines[-60:]))
+
+    def committed_records(self) -> int:
+        return sum(int(line.split()[2]) for line in self.lines if line.startswith("COMMITTED"))
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait(10)
 
 
 # --- consumers -----------------------------------------------------------------------------

@@ -656,3 +656,29 @@ def test_set_create_time_max_timestamp_keeps_the_batch_valid():
     header = set_create_time_max_timestamp(batch, read_header(batch), 500)
     assert header == validate_batch(batch)
     assert header.max_timestamp == 500 and not header.log_append_time
+
+
+@given(keys=st.lists(st.booleans(), min_size=1, max_size=20),
+       stamps=st.lists(st.integers(0, 20), min_size=20, max_size=20),
+       compacted=st.booleans())
+def test_find_record_errors_one_reason_per_record_key_first(keys, stamps, compacted):
+    """KIP-467 record errors as Kafka's LogValidator finds them: a keyless record on a
+    compacted topic, else a timestamp outside the accepted range [5, 15]; the
+    indexes are the records' places in the batch, in order, and only those records."""
+    from txbroker.protocol.records import RecordError, find_record_errors
+
+    recs = [Record(b"k" if has_key else None, b"v", timestamp=stamps[i])
+            for i, has_key in enumerate(keys)]
+    batch = records_module.build_batch(recs)
+    header = records_module.read_header(batch)
+    got = find_record_errors(batch, header, partition="t-0", compacted=compacted,
+                             timestamp_range=(5, 15))
+    expected = []
+    for i, rec in enumerate(recs):
+        if compacted and rec.key is None:
+            expected.append((i, False))
+        elif not 5 <= rec.timestamp <= 15:
+            expected.append((i, True))
+    assert [(e.batch_index, e.timestamp) for e in got] == expected
+    assert all(isinstance(e, RecordError) for e in got)
+    assert all("partition t-0" in e.message for e in got if not e.timestamp)
