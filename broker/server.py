@@ -541,6 +541,7 @@ class Broker:
                 await asyncio.wait_for(self._server.wait_closed(), 1)
         if self.admin_http is not None:
             await self.admin_http.stop()
+        await self.transactions.write_snapshots()  # the next start loads without replay
         await self.transactions.stop()
         await self.groups.stop()
         await self.logs.close()

@@ -525,10 +525,12 @@ class TransactionCoordinatorState:
 
         Raises ValueError on a malformed record (the shell decides whether to skip it).
         """
+        self.load(decode_key(key), decode_value(value))
+
+    def load(self, tid: str, rec: TxnLogValue | None) -> None:
+        """:meth:`replay` of a record already decoded (a coordinator snapshot's row)."""
         if self._loaded:
             raise RuntimeError("replay() after recover(): build a fresh machine to reload")
-        tid = decode_key(key)
-        rec = decode_value(value)
         if rec is None:
             self._txns.pop(tid, None)
             return
