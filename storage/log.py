@@ -35,7 +35,7 @@ from txbroker.protocol.records import (
 )
 
 from .cleaner import recover_interrupted_cleaning
-from .durable_file import fsync_directory
+from .durable_file import drop_unsynced_entries, fsync_directory
 from .log_config import LogConfig
 from .producer_state import ProducerStateManager, load_latest_snapshot, write_snapshot
 from .segment import LogSegment, ReadResult
@@ -643,6 +643,10 @@ class PartitionLog:
         if dropped:
             log.warning("%s: simulated power loss: %d unsynced byte(s) dropped from offset %d",
                         self.name, dropped, cut)
+        lost = drop_unsynced_entries(self.directory)
+        if lost:
+            log.warning("%s: simulated power loss: directory entries never fsynced lost: %s",
+                        self.name, ", ".join(lost))
         return dropped
 
     def close(self) -> None:

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from txbroker.protocol.errors import ErrorCode, KafkaError
 
 from .cleaner import CLEANER_CHECKPOINT_FILE, LogCleaner
-from .durable_file import fsync_directory, write_durably
+from .durable_file import drop_unsynced_entries, fsync_directory, write_durably
 from .flusher import Flusher
 from .log import PartitionLog
 from .log_config import TOPIC_CONFIGS, ConfigError, LogConfig, validate_topic_config
@@ -259,6 +259,8 @@ class LogManager:
             task.cancel()
         self._tasks.clear()
         self.flusher.abandon()  # no fsync round finishes after this
+        if power_loss:
+            drop_unsynced_entries(self.data_dir)
         for key, plog in self.logs.items():
             if power_loss and not plog.closed:
                 plog.simulate_power_loss(None if durable is None else durable.get(key))

@@ -35,6 +35,8 @@ from txbroker.protocol.records import (
     read_header,
 )
 
+from .durable_file import note_new_entry
+
 log = logging.getLogger(__name__)
 
 _INDEX_ENTRY = struct.Struct(">ii")
@@ -113,6 +115,8 @@ class LogSegment:
             flags |= os.O_EXCL
         self._pooled = False  # rolled: the file is opened on demand (ROLLED_SEGMENT_FILES)
         self._fd = os.open(self.log_path, flags, 0o644)
+        if create:
+            note_new_entry(self.log_path)  # durable once the directory is fsynced
         try:
             st = os.fstat(self._fd)
         except OSError:
@@ -165,7 +169,11 @@ class LogSegment:
         ):
             already = getattr(self, done)
             rows = list(entries)
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
+            try:
+                fd = os.open(path, os.O_WRONLY)
+            except FileNotFoundError:
+                fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
+                note_new_entry(path)
             try:
                 entry = 8 if pack is _INDEX_ENTRY.pack else 12
                 if os.fstat(fd).st_size != already * entry:

@@ -31,7 +31,7 @@ from ..wake_timer import TaskSet, WakeTimer
 from .faults import FaultInjector
 from .markers import write_markers
 from .records import TxnLogValue, decode_key, decode_value
-from .snapshot import read_snapshot, write_snapshot
+from .snapshot import read_snapshot, row_of, write_snapshot
 from .state import (
     AddOffsetsResult,
     AddPartitionsResult,
@@ -58,19 +58,19 @@ TXN_OUTCOMES = ("committed", "aborted", "timed_out", "fenced")
 # A partition of __transaction_state is snapshotted once this many records, or this
 # fraction of its ids, were appended since its last snapshot: a load replays at most
 # about that many records per partition (the snapshot written is the cost).
-SNAPSHOT_MIN_RECORDS = 200
-SNAPSHOT_TAIL_FRACTION = 8
+SNAPSHOT_MIN_RECORDS = 100
+SNAPSHOT_TAIL_FRACTION = 16
 
 
 def now_ms() -> int:
     return int(time.time() * 1000)
 
 
-def _note(view: dict[str, TxnLogValue], tid: str, value: TxnLogValue | None) -> None:
+def _note(view: dict[str, list], tid: str, value: TxnLogValue | None) -> None:
     if value is None:  # a tombstone: the id expired
         view.pop(tid, None)
     else:
-        view[tid] = value
+        view[tid] = row_of(tid, value)
 
 
 @dataclass
@@ -99,7 +99,7 @@ class TransactionCoordinator:
         self._load_task: asyncio.Task | None = None
         # Per partition of __transaction_state: the latest record of each id (what a
         # snapshot holds), records appended since the last snapshot, snapshots running.
-        self._latest: dict[int, dict[str, TxnLogValue]] = {}
+        self._latest: dict[int, dict[str, list]] = {}  # id -> snapshot row
         self._since_snapshot: dict[int, int] = {}
         self._snapshotting: set[int] = set()
         self._stopped = False
@@ -197,7 +197,7 @@ class TransactionCoordinator:
             plog = self.logs.get_log(TXN_TOPIC, p)
             if plog is None:
                 continue
-            view: dict[str, TxnLogValue] = {}
+            view: dict[str, list] = {}
             self._latest[p] = view
             start = self._load_snapshot(plog, view)
             snapshot_rows += len(view)
@@ -247,7 +247,7 @@ class TransactionCoordinator:
         for p in list(self._since_snapshot):  # a long tail (an old data directory): now
             self._maybe_snapshot(p)
 
-    def _load_snapshot(self, plog: PartitionLog, view: dict[str, TxnLogValue]) -> int:
+    def _load_snapshot(self, plog: PartitionLog, view: dict[str, list]) -> int:
         """Load the partition's snapshot into the state machine and ``view``; the
         offset to replay from (the log start if there is no usable snapshot)."""
         try:
@@ -263,9 +263,16 @@ class TransactionCoordinator:
                         "replaying the whole partition", plog.name, offset,
                         plog.log_start_offset, plog.log_end_offset)
             return plog.log_start_offset
-        for tid, value in rows:
-            self.state.load(tid, value)
-            view[tid] = value
+        try:
+            for row in rows:
+                self.state.load_row(row)
+                view[row[0]] = row
+        except ValueError as e:
+            log.warning("%s: %s; replaying the whole partition", plog.name, e)
+            for tid in view:  # forget the rows loaded: the replay loads every id again
+                self.state.load(tid, None)
+            view.clear()
+            return plog.log_start_offset
         return offset
 
     def _note_persisted(self, plog: PartitionLog, request: PersistRequest) -> None:
@@ -289,7 +296,7 @@ class TransactionCoordinator:
             plog = self.logs.get_log(TXN_TOPIC, p)
             if plog is None:
                 return
-            rows = list(self._latest.get(p, {}).items())
+            rows = list(self._latest.get(p, {}).values())
             offset = plog.log_end_offset
             self._since_snapshot[p] = 0
             await self.logs.flusher.wait_durable(plog, offset)

@@ -27,31 +27,36 @@ from .records import PERSISTED_STATES, TxnLogValue
 
 SNAPSHOT_FILE = "coordinator.state"
 SNAPSHOT_VERSION = 1
-_STATE_BY_ID = {v: k for k, v in PERSISTED_STATES.items()}
 
 
-def encode_snapshot(offset: int, rows: Iterable[tuple[str, TxnLogValue]]) -> bytes:
-    return msgpack.packb({"version": SNAPSHOT_VERSION, "offset": offset, "rows": [
-        [tid, v.producer_id, v.previous_producer_id, v.next_producer_id, v.producer_epoch,
-         v.last_producer_epoch, v.timeout_ms, PERSISTED_STATES[v.state],
-         [[t, p] for t, p in sorted(v.partitions)], v.txn_start_ms, v.last_update_ms,
-         None if v.txn_first_offsets is None
-         else [[t, p, o] for (t, p), o in sorted(v.txn_first_offsets.items())]]
-        for tid, v in rows]}, use_bin_type=True)
+Row = list  # [transactional_id, producer_id, ..., first offsets] as in the layout above
 
 
-def decode_snapshot(data: bytes) -> tuple[int, list[tuple[str, TxnLogValue]]]:
-    """(offset, rows); ValueError if it is not a snapshot this version reads."""
+def row_of(transactional_id: str, v: TxnLogValue) -> Row:
+    """The snapshot row of a record (kept per id by the coordinator until written)."""
+    return [transactional_id, v.producer_id, v.previous_producer_id, v.next_producer_id,
+            v.producer_epoch, v.last_producer_epoch, v.timeout_ms, PERSISTED_STATES[v.state],
+            [[t, p] for t, p in sorted(v.partitions)], v.txn_start_ms, v.last_update_ms,
+            None if v.txn_first_offsets is None
+            else [[t, p, o] for (t, p), o in sorted(v.txn_first_offsets.items())]]
+
+
+def encode_snapshot(offset: int, rows: Iterable[Row]) -> bytes:
+    return msgpack.packb({"version": SNAPSHOT_VERSION, "offset": offset, "rows": list(rows)},
+                         use_bin_type=True)
+
+
+def decode_snapshot(data: bytes) -> tuple[int, list[Row]]:
+    """(offset, rows); ValueError if it is not a snapshot this version reads. Rows are
+    checked for shape here and for content by ``TransactionCoordinatorState.load_row``."""
     try:
         raw = msgpack.unpackb(data, raw=False)
         if raw["version"] != SNAPSHOT_VERSION:
             raise ValueError(f"unknown snapshot version {raw['version']!r}")
-        rows = [(tid, TxnLogValue(pid, prev, nxt, epoch, last_epoch, timeout,
-                                  _STATE_BY_ID[state], frozenset((t, p) for t, p in parts),
-                                  start, update,
-                                  None if firsts is None else {(t, p): o for t, p, o in firsts}))
-                for (tid, pid, prev, nxt, epoch, last_epoch, timeout, state, parts, start,
-                     update, firsts) in raw["rows"]]
+        rows = raw["rows"]
+        if not isinstance(rows, list) or not all(isinstance(r, list) and len(r) == 12
+                                                 for r in rows):
+            raise ValueError("malformed rows")
         return int(raw["offset"]), rows
     except (KeyError, TypeError, ValueError, msgpack.UnpackException) as e:
         raise ValueError(f"unreadable transaction coordinator snapshot: {e!r}") from None
@@ -61,7 +66,7 @@ def snapshot_path(directory: str) -> str:
     return os.path.join(directory, SNAPSHOT_FILE)
 
 
-def read_snapshot(directory: str) -> tuple[int, list[tuple[str, TxnLogValue]]] | None:
+def read_snapshot(directory: str) -> tuple[int, list[Row]] | None:
     """The partition's snapshot, or None if it has none. ValueError if unreadable."""
     try:
         with open(snapshot_path(directory), "rb") as f:
@@ -71,6 +76,6 @@ def read_snapshot(directory: str) -> tuple[int, list[tuple[str, TxnLogValue]]] |
     return decode_snapshot(data)
 
 
-def write_snapshot(directory: str, offset: int, rows: list[tuple[str, TxnLogValue]]) -> None:
+def write_snapshot(directory: str, offset: int, rows: list[Row]) -> None:
     """Encode and write durably (any thread: ``rows`` is a private copy)."""
     write_durably(snapshot_path(directory), encode_snapshot(offset, rows))
