@@ -32,6 +32,7 @@ from txbroker.protocol.records import (
     validate_batch,
     validate_produced_batch,
 )
+from txbroker.storage.durable_file import entries_synced, unsynced_entries
 from txbroker.storage.log import PartitionLog
 from txbroker.storage.log_config import ConfigError, LogConfig
 from txbroker.storage.manager import CLEAN_SHUTDOWN_FILE, LogManager, TopicError
@@ -818,9 +819,13 @@ class PartitionLogMachine(RuleBasedStateMachine):
 
     @rule()
     def flush(self):
+        # As the flusher: the directory's fsync makes the entries created before it durable.
+        entries = unsynced_entries(self.plog.directory) if self.plog.directory_dirty else None
         for fd in self.plog.take_sync_fds():
             os.fsync(fd)
             os.close(fd)
+        if entries:
+            entries_synced(self.plog.directory, entries)
         self.plog.mark_flushed(self.plog.log_end_offset)
         self.durable = len(self.model)
 
