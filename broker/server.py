@@ -325,6 +325,22 @@ class Connection:
         self.writer.transport.abort()
 
 
+# APIs whose schemas are imported before "ready": what clients send first (ApiVersions,
+# Metadata, FindCoordinator, InitProducerId, Produce, AddPartitionsToTxn, EndTxn).
+FIRST_APIS = frozenset({18, 3, 10, 22, 0, 24, 26})
+
+
+async def _preload_in_background(versions: list[tuple[int, int, int]],
+                                 after: asyncio.Task | None) -> None:
+    """Import the other APIs' schemas one API at a time, serving in between, once
+    ``after`` (the transaction coordinator's load) is done."""
+    if after is not None:
+        await asyncio.wait([after])
+    for version_range in versions:
+        await asyncio.sleep(0)
+        preload_schemas([version_range])
+
+
 class Broker:
     """One broker: the data directory, the listener and the request handlers."""
 
@@ -389,6 +405,7 @@ class Broker:
         self.logs.flusher.on_round = self.metrics.observe_flush
         self.admin_http = None
         self._teardown: asyncio.Future | None = None  # after a crash fault (in-process)
+        self._preload: asyncio.Task | None = None  # kio schemas imported after "ready"
 
     def coordinator_status(self, key_type: int) -> ErrorCode:
         """FindCoordinator's answer for a key type: 0 group, 1 transaction. Like Kafka it
@@ -466,8 +483,13 @@ class Broker:
         self.stopping = asyncio.Event()
         loop = asyncio.get_running_loop()
         return_large_buffers_to_the_os()
-        preload_schemas(supported_versions())
-        await loop.run_in_executor(None, self.logs.open)
+        # kio's schemas take ~0.7 s to import: the APIs a client starts with are loaded
+        # while the logs open in a worker thread, the rest right after "ready" (a
+        # request that comes first imports its own on demand).
+        opening = loop.run_in_executor(None, self.logs.open)
+        later = [v for v in supported_versions() if v[0] not in FIRST_APIS]
+        preload_schemas([v for v in supported_versions() if v[0] in FIRST_APIS])
+        await opening
         await self.logs.start()
         await self.groups.start()
         await self.transactions.start()
@@ -504,12 +526,16 @@ class Broker:
                         "produce, transaction state, markers and committed offsets are acted "
                         "on before they are fsynced; a power loss can take them back "
                         "(topics with flush.messages=1 still fsync first)", flush_messages)
+        self._preload = asyncio.create_task(
+            _preload_in_background(later, self.transactions.load_task), name="preload")
         adv_host, adv_port = self.advertised_host_port
         log.info("txbroker ready: listening on %s:%d (advertised %s:%d), data dir %s, node %d",
                  self.host, self.port, adv_host, adv_port, self.logs.data_dir, self.node_id)
 
     async def stop(self) -> None:
         """Stop accepting, finish in-flight requests, flush and close the logs."""
+        if self._preload is not None:
+            self._preload.cancel()
         if self.crashed:
             if self._teardown is not None:
                 await self._teardown  # the crash's teardown: files closed, lock released

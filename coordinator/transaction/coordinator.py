@@ -176,6 +176,12 @@ class TransactionCoordinator:
                     fut.set_result(None)
         self._completion_waiters.clear()
 
+    @property
+    def load_task(self) -> asyncio.Task | None:
+        """The load of ``__transaction_state`` started by :meth:`start` (None: nothing
+        to load)."""
+        return self._load_task
+
     def ensure_topic(self) -> None:
         ensure_internal_topic(self.logs, TXN_TOPIC, self.config.state_log_partitions,
                               self.config.state_log_segment_bytes)
@@ -228,8 +234,7 @@ class TransactionCoordinator:
                         "data of a transaction whose AddPartitionsToTxn record was not fsynced "
                         "before a crash; the transaction had not committed",
                         ", ".join(effects.expired))
-        deferred = [tid for tid in self.state.transactional_ids()
-                    if self.state.inspect(tid)["orphans"]]
+        deferred = self.state.deferred_orphan_aborts()
         if deferred:
             log.warning("the transaction(s) of %s will be aborted (epoch bump) once their "
                         "previous transaction is completed: its completion was lost in a crash "

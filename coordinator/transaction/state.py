@@ -611,13 +611,27 @@ class TransactionCoordinatorState:
                                           txn.producer_epoch, outcome=_outcome_of(txn),
                                           markers=len(marked)))
                 self._send_markers(fx, txn, self._prepare_complete(txn, now_ms), marked)
-            self._arm(txn)
+        self._arm_all()
         return self._finish(fx)
+
+    def _arm_all(self) -> None:
+        """:meth:`_arm` for every transaction at once (the end of a load: one heapify
+        instead of a push per id, the same deadlines)."""
+        for kind, heap in self._heaps.items():
+            heap.extend((deadline, next(self._seq), txn) for txn in self._txns.values()
+                        if (deadline := self._deadline(kind, txn)) is not None)
+            heapq.heapify(heap)
+
+    def deferred_orphan_aborts(self) -> list[str]:
+        """Transactional ids whose next transaction recovery aborts once their decided
+        one is completed (see :meth:`recover`)."""
+        return sorted(tid for tid, txn in self._txns.items() if txn.orphans)
 
     def _abort_orphans(self, fx: _Fx, now: int,
                        open_transactions: Mapping[int, Mapping[TopicPartition, int | None]
                                                   | Iterable[TopicPartition]]) -> None:
-        by_pid = {txn.producer_id: txn for txn in self._txns.values()}
+        wanted = open_transactions.keys()
+        by_pid = {txn.producer_id: txn for txn in self._txns.values() if txn.producer_id in wanted}
         for pid in sorted(open_transactions):
             entries = open_transactions[pid]
             opened: dict[TopicPartition, int | None] = (
