@@ -35,7 +35,7 @@ from txbroker.protocol.records import (
 )
 
 from .cleaner import recover_interrupted_cleaning
-from .durable_file import drop_unsynced_entries, fsync_directory
+from .durable_file import drop_unsynced_entries, fsync_directory, unsynced_entries
 from .log_config import LogConfig
 from .producer_state import ProducerStateManager, load_latest_snapshot, write_snapshot
 from .segment import LogSegment, ReadResult
@@ -204,12 +204,16 @@ class PartitionLog:
     def recovery_index_paths(self, recovery_point: int) -> list[str]:
         """Write the index entries of the segment holding ``recovery_point`` (the part
         below it: an unclean start trusts them, see ``LogSegment.recover_from``) and
-        return the files to fsync before a checkpoint names that recovery point."""
+        return the files to fsync before a checkpoint names that recovery point (the
+        directory too while it has entries not yet durable)."""
         seg = self.segments[self._segment_index_for(recovery_point)]
         if seg.closed or seg.base_offset >= recovery_point or not seg.size:
             return []
         seg.write_indexes()
-        return [seg.index_path, seg.timeindex_path]
+        paths = [seg.index_path, seg.timeindex_path]
+        if unsynced_entries(self.directory):  # e.g. the index files were just created
+            paths.append(self.directory)
+        return paths
 
     def _track_transaction(self, header: BatchHeader,
                            marker: tuple[ControlType, int] | None) -> None:

@@ -651,6 +651,9 @@ class LogManager:
                                    rows: tuple[list, list]) -> None:
         for path in sync_paths:
             try:
+                if os.path.isdir(path):
+                    fsync_directory(path)
+                    continue
                 fd = os.open(path, os.O_RDONLY)
             except FileNotFoundError:  # deleted meanwhile (retention, a topic deletion)
                 continue

@@ -1135,3 +1135,42 @@ def test_orphan_partition_directories_removed_on_open(tmp_path, caplog):
         assert any("3 orphan partition directories" in r.getMessage() for r in caplog.records)
     finally:
         asyncio.run(logs.close())
+
+
+@pytest.mark.parametrize("power_loss", [False, True], ids=["crash", "power-loss"])
+def test_checkpointed_recovery_point_bounds_the_next_unclean_start(tmp_path, monkeypatch,
+                                                                   power_loss):
+    """The checkpoint after a flush round makes the recovery point and the index entries
+    below it durable (directory entries of new index files included): after a crash or
+    a power loss only the tail is validated, and the data is all there."""
+    data_dir = str(tmp_path / "data")
+
+    async def run():
+        logs = LogManager(data_dir)
+        logs.open()
+        await logs.start()
+        logs.create_topic("r", 1, {"index.interval.bytes": "50", "flush.messages": "1000000"})
+        plog = logs.get_log("r", 0)
+        sent = [append(plog, make_batch(2, tag=i)).base_offset for i in range(30)]
+        await logs.flusher.flush_now()
+        await logs.checkpoint_recovery_points()
+        assert plog.recovery_point == plog.log_end_offset
+        durable = plog.log_end_offset
+        for i in range(30, 40):  # not fsynced: a power loss takes it
+            append(plog, make_batch(2, tag=i))
+        logs.abandon(power_loss=power_loss)
+        return sent, durable, plog.log_end_offset
+
+    sent, durable, end = asyncio.run(run())
+    full: list[int] = []
+    recover = LogSegment.recover
+    monkeypatch.setattr(LogSegment, "recover",
+                        lambda self, *a, **kw: full.append(self.base_offset) or recover(self, *a,
+                                                                                         **kw))
+    logs = LogManager(data_dir)
+    logs.open()
+    plog = logs.get_log("r", 0)
+    assert full == []  # validated from the recovery point, not from the segment's start
+    assert plog.log_end_offset == (durable if power_loss else end)
+    assert [b for b, _ in read_all(plog)][:30] == sent
+    logs.abandon()
