@@ -328,14 +328,17 @@ class Connection:
 # APIs whose schemas are imported before "ready": what clients send first (ApiVersions,
 # Metadata, FindCoordinator, InitProducerId, Produce, AddPartitionsToTxn, EndTxn).
 FIRST_APIS = frozenset({18, 3, 10, 22, 0, 24, 26})
+PRELOAD_DELAY_S = 1.0
 
 
 async def _preload_in_background(versions: list[tuple[int, int, int]],
                                  after: asyncio.Task | None) -> None:
     """Import the other APIs' schemas one API at a time, serving in between, once
-    ``after`` (the transaction coordinator's load) is done."""
+    ``after`` (the transaction coordinator's load) is done and the clients waiting
+    for it had PRELOAD_DELAY_S to go on."""
     if after is not None:
         await asyncio.wait([after])
+    await asyncio.sleep(PRELOAD_DELAY_S)
     for version_range in versions:
         await asyncio.sleep(0)
         preload_schemas([version_range])
