@@ -23,6 +23,7 @@ import os
 import re
 import resource
 import shutil
+import threading
 import time
 import uuid
 from collections.abc import Mapping
@@ -131,6 +132,11 @@ class LogManager:
         self.new_data_dir = False
         self._creating: asyncio.Lock | None = None  # one creation at a time (Kafka's controller)
         self._pending_partitions = 0  # being built by a creation, not yet in self.logs
+        # Checkpoints are written in worker threads: one at a time, in capture order.
+        self._checkpoint_lock = threading.Lock()
+        self._checkpoint_seq = 0  # checkpoints captured
+        self._checkpoint_written = 0  # the newest of them written
+        self._checkpoints_closed = False
 
     # --- lifecycle -----------------------------------------------------------------
 
@@ -230,6 +236,8 @@ class LogManager:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         self._tasks.clear()
+        with self._checkpoint_lock:  # a checkpoint still running in a thread ends first
+            self._checkpoints_closed = True
         await self.flusher.stop()
         for plog in self.logs.values():
             plog.close()
@@ -258,6 +266,8 @@ class LogManager:
         for task in self._tasks:
             task.cancel()
         self._tasks.clear()
+        with self._checkpoint_lock:  # nor a checkpoint
+            self._checkpoints_closed = True
         self.flusher.abandon()  # no fsync round finishes after this
         if power_loss:
             drop_unsynced_entries(self.data_dir)
@@ -641,14 +651,30 @@ class LogManager:
                 snapshots.append((plog.directory, *plog.producer_snapshot_data()))
         rows = ([(p.topic, p.partition, point) for p, point in points],
                 [(p.topic, p.partition, p.log_start_offset) for p, _ in points])
+        self._checkpoint_seq += 1
         await asyncio.get_running_loop().run_in_executor(
-            None, self._write_recovery_checkpoint, sync_paths, snapshots, rows)
+            None, self._write_recovery_checkpoint, self._checkpoint_seq, sync_paths, snapshots,
+            rows)
         for plog, point in points:
-            plog.recovery_point = point
+            plog.recovery_point = max(plog.recovery_point, point)
 
-    def _write_recovery_checkpoint(self, sync_paths: list[str],
+    def _write_recovery_checkpoint(self, seq: int, sync_paths: list[str],
                                    snapshots: list[tuple[str, int, bytes]],
                                    rows: tuple[list, list]) -> None:
+        """One checkpoint at a time (worker threads); after close or a crash, none. Rows
+        captured before those already written are not written over them (a DeleteRecords
+        checkpoint and the periodic one may finish in either order)."""
+        with self._checkpoint_lock:
+            if self._checkpoints_closed:
+                return
+            self._sync_for_checkpoint(sync_paths, snapshots)
+            if seq > self._checkpoint_written:
+                self._write_checkpoint_rows(rows)
+                self._checkpoint_written = seq
+
+    @staticmethod
+    def _sync_for_checkpoint(sync_paths: list[str],
+                             snapshots: list[tuple[str, int, bytes]]) -> None:
         for path in sync_paths:
             try:
                 if os.path.isdir(path):
@@ -666,7 +692,6 @@ class LogManager:
                 write_snapshot_data(directory, offset, data)
             except FileNotFoundError:
                 pass
-        self._write_checkpoint_rows(rows)
 
     def _checkpoint_rows(self) -> tuple[list, list]:
         logs = list(self.logs.values())
@@ -680,8 +705,7 @@ class LogManager:
     async def write_checkpoints_now(self) -> None:
         """The checkpoints, written off the event loop (DeleteRecords makes its new log
         start offsets durable before it answers)."""
-        rows = self._checkpoint_rows()
-        await asyncio.get_running_loop().run_in_executor(None, self._write_checkpoint_rows, rows)
+        await self.checkpoint_recovery_points()
 
     def _write_checkpoint_rows(self, rows: tuple[list, list]) -> None:
         recovery, starts = rows
