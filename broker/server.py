@@ -328,6 +328,25 @@ class Connection:
         self.writer.transport.abort()
 
 
+# APIs whose schemas are imported before "ready": what clients send first (ApiVersions,
+# Metadata, FindCoordinator, InitProducerId, Produce, AddPartitionsToTxn, EndTxn).
+FIRST_APIS = frozenset({18, 3, 10, 22, 0, 24, 26})
+PRELOAD_DELAY_S = 1.0
+
+
+async def _preload_in_background(versions: list[tuple[int, int, int]],
+                                 after: asyncio.Task | None) -> None:
+    """Import the other APIs' schemas one API at a time, serving in between, once
+    ``after`` (the transaction coordinator's load) is done and the clients waiting
+    for it had PRELOAD_DELAY_S to go on."""
+    if after is not None:
+        await asyncio.wait([after])
+    await asyncio.sleep(PRELOAD_DELAY_S)
+    for version_range in versions:
+        await asyncio.sleep(0)
+        preload_schemas([version_range])
+
+
 class Broker:
     """One broker: the data directory, the listener and the request handlers."""
 
@@ -406,6 +425,7 @@ class Broker:
         # only from Python (BrokerThread.set_test_principal); nothing on the wire or in
         # the config reaches it, and it is empty in every real broker.
         self.test_principals: dict[str, str] = {}
+        self._preload: asyncio.Task | None = None  # kio schemas imported after "ready"
 
     def coordinator_status(self, key_type: int) -> ErrorCode:
         """FindCoordinator's answer for a key type: 0 group, 1 transaction. Like Kafka it
@@ -489,8 +509,13 @@ class Broker:
             self.admin_http = AdminHttpServer(self, self.config.get("admin.http.host"),
                                               self.config.get("admin.http.port"))
         return_large_buffers_to_the_os()
-        preload_schemas(supported_versions())
-        await loop.run_in_executor(None, self.logs.open)
+        # kio's schemas take ~0.7 s to import: the APIs a client starts with are loaded
+        # while the logs open in a worker thread, the rest right after "ready" (a
+        # request that comes first imports its own on demand).
+        opening = loop.run_in_executor(None, self.logs.open)
+        later = [v for v in supported_versions() if v[0] not in FIRST_APIS]
+        preload_schemas([v for v in supported_versions() if v[0] in FIRST_APIS])
+        await opening
         if self.authorizer is not None:
             try:
                 acls = load_acls(self.logs.data_dir)
@@ -534,12 +559,16 @@ class Broker:
                         "produce, transaction state, markers and committed offsets are acted "
                         "on before they are fsynced; a power loss can take them back "
                         "(topics with flush.messages=1 still fsync first)", flush_messages)
+        self._preload = asyncio.create_task(
+            _preload_in_background(later, self.transactions.load_task), name="preload")
         adv_host, adv_port = self.advertised_host_port
         log.info("txbroker ready: listening on %s:%d (advertised %s:%d), data dir %s, node %d",
                  self.host, self.port, adv_host, adv_port, self.logs.data_dir, self.node_id)
 
     async def stop(self) -> None:
         """Stop accepting, finish in-flight requests, flush and close the logs."""
+        if self._preload is not None:
+            self._preload.cancel()
         if self.crashed:
             if self._teardown is not None:
                 await self._teardown  # the crash's teardown: files closed, lock released
@@ -571,6 +600,7 @@ class Broker:
                 await asyncio.wait_for(self._server.wait_closed(), 1)
         if self.admin_http is not None:
             await self.admin_http.stop()
+        await self.transactions.write_snapshots()  # the next start loads without replay
         await self.transactions.stop()
         await self.groups.stop()
         await self.logs.close()
