@@ -169,11 +169,11 @@ class BrokerThread:
         """Stop (or, after a crash fault, clean up) and start again on the same data
         directory and port; clients reconnect as they would to a restarted Kafka broker.
         Fault points that have not fired stay armed; those that fired do not come back."""
-        port = self.port
-        if self.broker is not None:
-            self.config.set("txbroker.fault.points", self.broker.faults.config_text(), "restart")
+        assert self.broker is not None
+        bound = ",".join(f"{lst.name}://{lst.spec.host}:{lst.port}" for lst in self.broker.listeners)
+        self.config.set("txbroker.fault.points", self.broker.faults.config_text(), "restart")
         self.stop()
-        self.config.set("listeners", f"PLAINTEXT://{self.config.listener[0]}:{port}", "restart")
+        self.config.set("listeners", bound, "restart")
         return self.start()
 
     def stop(self) -> None:

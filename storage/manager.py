@@ -99,7 +99,9 @@ def _read_checkpoint(path: str) -> dict[tuple[str, int], int]:
     return result
 
 
-def _atomic_write(path: str, data: bytes) -> None:
+def atomic_write(path: str, data: bytes) -> None:
+    """Write a file so that a crash leaves the old or the new content: temporary file,
+    fsync, rename, fsync of the directory."""
     tmp = path + ".tmp"
     with open(tmp, "wb") as f:
         f.write(data)
@@ -213,7 +215,7 @@ class LogManager:
             props["cluster.id"] = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
             props["node.id"] = str(self.node_id)
             props["version"] = "1"
-            _atomic_write(path, "".join(f"{k}={v}\n" for k, v in props.items()).encode())
+            atomic_write(path, "".join(f"{k}={v}\n" for k, v in props.items()).encode())
         self.cluster_id = props["cluster.id"]
 
     async def start(self) -> None:
@@ -307,7 +309,7 @@ class LogManager:
         topics = dict(self.topics)
         topics.update(extra or {})
         data = {name: info.to_json() for name, info in sorted(topics.items())}
-        _atomic_write(os.path.join(self.data_dir, TOPICS_FILE),
+        atomic_write(os.path.join(self.data_dir, TOPICS_FILE),
                       json.dumps(data, indent=1).encode())
 
     @property
@@ -636,7 +638,7 @@ class LogManager:
         for fname, rows in (("recovery-point-offset-checkpoint", recovery),
                             ("log-start-offset-checkpoint", starts)):
             text = f"0\n{len(rows)}\n" + "".join(f"{t} {p} {o}\n" for t, p, o in rows)
-            _atomic_write(os.path.join(self.data_dir, fname), text.encode())
+            atomic_write(os.path.join(self.data_dir, fname), text.encode())
 
 
 def _storage_error(what: str, e: OSError) -> KafkaError:

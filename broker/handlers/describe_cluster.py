@@ -25,7 +25,7 @@ async def handle(ctx, request):
                      error_message="this node answers only for the brokers endpoint type",
                      endpoint_type=endpoint_type, cluster_id=broker.cluster_id,
                      controller_id=-1, brokers=(), cluster_authorized_operations=-2147483648)
-    host, port = broker.advertised_host_port
+    host, port = broker.advertised_for(ctx.session.listener_name)
     brokers = (build(schema.DescribeClusterBroker, broker_id=broker.node_id, host=host, port=port,
                      rack=None, is_fenced=False),)
     return build(ctx.response_type, throttle_time=_ZERO, error_code=ErrorCode.none,

@@ -88,7 +88,7 @@ async def handle(ctx, request):
                     topics.append(topic_entry(ctx, name, ErrorCode.unknown_topic_or_partition))
                     continue
             topics.append(topic_entry(ctx, name))
-    host, port = broker.advertised_host_port
+    host, port = broker.advertised_for(ctx.session.listener_name)
     brokers = (build(schema.MetadataResponseBroker, node_id=broker.node_id, host=host, port=port,
                      rack=None),)
     return build(ctx.response_type, throttle_time=_ZERO, brokers=brokers,

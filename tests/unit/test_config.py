@@ -312,7 +312,8 @@ def test_cli_port_clash_names_the_listener(tmp_path, capsys, which):
         port = taken.getsockname()[1]
         if which == "listeners":
             argv = ["--port", str(port)]
-            want = f"cannot start: cannot listen on 127.0.0.1:{port} (listeners, --port)"
+            want = (f"cannot start: cannot listen on 127.0.0.1:{port} (listener PLAINTEXT, "
+                    f"listeners, --port)")
         else:
             argv = ["--port", "0", "--override", f"admin.http.port={port}"]
             want = (f"cannot start: admin HTTP endpoint cannot listen on 127.0.0.1:{port} "
