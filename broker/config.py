@@ -20,7 +20,6 @@ import os
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from urllib.parse import urlsplit
 
 from txbroker.storage.log_config import TOPIC_CONFIGS, ConfigError
 
@@ -63,16 +62,22 @@ def _int_in(lo: int, hi: int) -> Callable[[str], int]:
 
 
 def _split_listener(item: str) -> tuple[str, str, int | None]:
-    """``NAME://host:port`` (or bare ``host:port``, PLAINTEXT) -> (NAME, host, port)."""
+    """``NAME://host:port`` (or bare ``host:port``, PLAINTEXT) -> (NAME, host, port).
+    Not urlsplit: listener names such as SASL_SSL are not valid URL schemes."""
     item = item.strip()
     if "://" not in item:
         item = "PLAINTEXT://" + item
-    parts = urlsplit(item)
-    try:
-        port = parts.port
-    except ValueError:
-        raise ConfigError(f"{item!r}: the port is not a number in [0, 65535]") from None
-    return parts.scheme.upper(), parts.hostname or "", port
+    name, _, address = item.partition("://")
+    m = re.fullmatch(r"(\[[^\]]*\]|[^:/\[\]]*)(?::([^:/]*))?/?", address)
+    if m is None:
+        raise ConfigError(f"{item!r} is not NAME://host:port")
+    host, port_text = m.group(1).strip("[]"), m.group(2)
+    port = None
+    if port_text is not None:
+        if not port_text.isdigit() or int(port_text) > 65535:
+            raise ConfigError(f"{item!r}: the port is not a number in [0, 65535]")
+        port = int(port_text)
+    return name.upper(), host, port
 
 
 def _listeners(text: str) -> str:

@@ -683,7 +683,7 @@ class Broker:
         except asyncio.CancelledError:
             writer.transport.abort()
             raise
-        except (OSError, TimeoutError, asyncio.TimeoutError, EOFError) as e:
+        except (OSError, TimeoutError, EOFError) as e:
             reason = getattr(e, "reason", None) or getattr(e, "verify_message", None) or str(e) \
                 or type(e).__name__
             if isinstance(e, ssl.SSLCertVerificationError):
