@@ -107,6 +107,49 @@ class Listener:
         return host, self.port
 
 
+class _TlsServer:
+    """The accepting side of a TLS listener. Each accepted socket goes to
+    loop.connect_accepted_socket with the listener's SSLContext: the handshake sees every
+    byte from the first (no StreamReader read it before TLS did), is bounded in time,
+    and its failure is seen here, where the peer is known, for the log line."""
+
+    def __init__(self, broker: Broker, listener: Listener, sock: socket.socket) -> None:
+        self.broker = broker
+        self.listener = listener
+        self.sockets = [sock]
+        self._accepting = asyncio.ensure_future(self._accept_loop())
+        self._handshakes: set[asyncio.Task] = set()
+
+    async def _accept_loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        sock = self.sockets[0]
+        while True:
+            try:
+                conn, _addr = await loop.sock_accept(sock)
+            except OSError as e:  # EMFILE and the like: as asyncio's own servers do, go on
+                log.warning("listener %s: accept failed: %s", self.listener.name, e)
+                await asyncio.sleep(0.1)
+                continue
+            task = asyncio.ensure_future(self.broker.accept_tls(self.listener, conn))
+            self._handshakes.add(task)
+            task.add_done_callback(self._handshakes.discard)
+
+    def close(self) -> None:
+        self._accepting.cancel()
+        for task in list(self._handshakes):
+            if not task.done():
+                task.cancel()
+        self.sockets[0].close()
+
+    async def wait_closed(self) -> None:
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._accepting
+
+
+def _family(host: str) -> socket.AddressFamily:
+    return socket.AF_INET6 if ":" in host else socket.AF_INET
+
+
 def build_listeners(config: BrokerConfig) -> list[Listener]:
     """Every served listener with its TLS context and SASL setup; ConfigError (one line)
     for a listener that cannot be set up from its keys."""
@@ -559,9 +602,15 @@ class Broker:
         for lst in self.listeners:
             host, port = lst.spec.host, lst.spec.port
             try:
-                lst.server = await asyncio.start_server(
-                    functools.partial(self._on_connection, lst), host, port,
-                    reuse_address=True, limit=1 << 20, backlog=512)
+                if lst.ssl_context is None:
+                    lst.server = await asyncio.start_server(
+                        functools.partial(self._on_connection, lst), host, port,
+                        reuse_address=True, limit=1 << 20, backlog=512)
+                else:
+                    sock = socket.create_server((host, port), backlog=512,
+                                                family=_family(host), reuse_port=False)
+                    sock.setblocking(False)
+                    lst.server = _TlsServer(self, lst, sock)  # type: ignore[assignment]
             except OSError as e:
                 for other in self.listeners:
                     if other.server is not None:
@@ -656,7 +705,7 @@ class Broker:
         session = Session(peer_text, peer[0] if isinstance(peer, tuple) else str(peer),
                           listener_name=listener.name,
                           security_protocol=listener.spec.security_protocol)
-        if listener.ssl_context is not None and not await self._start_tls(listener, writer, session):
+        if listener.ssl_context is not None and not self._tls_principal(listener, writer, session):
             return
         if listener.sasl is not None:
             session.authenticated = False
@@ -672,26 +721,45 @@ class Broker:
         finally:
             self._connections.discard(conn)
 
-    async def _start_tls(self, listener: Listener, writer: asyncio.StreamWriter,
-                         session: Session) -> bool:
-        """The TLS handshake (bounded in time) and the certificate's principal; False
-        (connection dropped, one log line) if either fails."""
+    async def accept_tls(self, listener: Listener, conn: socket.socket) -> None:
+        """The TLS handshake of an accepted socket (bounded in time, one log line when it
+        fails), then the connection as any other."""
         assert listener.ssl_context is not None
+        loop = asyncio.get_running_loop()
         try:
-            await writer.start_tls(listener.ssl_context,
-                                   ssl_handshake_timeout=TLS_HANDSHAKE_TIMEOUT_S)
+            peer = conn.getpeername()
+        except OSError:
+            conn.close()
+            return
+        peer_text = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
+        if self.stopping.is_set():
+            conn.close()
+            return
+        reader = asyncio.StreamReader(limit=1 << 20)
+        protocol = asyncio.StreamReaderProtocol(reader)
+        try:
+            transport, _ = await loop.connect_accepted_socket(
+                lambda: protocol, conn, ssl=listener.ssl_context,
+                ssl_handshake_timeout=TLS_HANDSHAKE_TIMEOUT_S)
         except asyncio.CancelledError:
-            writer.transport.abort()
+            conn.close()
             raise
         except (OSError, TimeoutError, EOFError) as e:
-            reason = getattr(e, "reason", None) or getattr(e, "verify_message", None) or str(e) \
-                or type(e).__name__
             if isinstance(e, ssl.SSLCertVerificationError):
                 reason = f"client certificate rejected: {e.verify_message}"
-            log.info("closing %s on listener %s: TLS handshake failed: %s", session.peer,
+            else:
+                reason = getattr(e, "reason", None) or str(e) or type(e).__name__
+            log.info("closing %s on listener %s: TLS handshake failed: %s", peer_text,
                      listener.name, reason)
-            writer.transport.abort()
-            return False
+            conn.close()
+            return
+        writer = asyncio.StreamWriter(transport, protocol, reader, loop)
+        await self._on_connection(listener, reader, writer)
+
+    def _tls_principal(self, listener: Listener, writer: asyncio.StreamWriter,
+                       session: Session) -> bool:
+        """The principal of the client certificate (ANONYMOUS without one); False (the
+        connection dropped, one log line) if no ssl.principal.mapping.rules rule applies."""
         ssl_object = writer.get_extra_info("ssl_object")
         cert = ssl_object.getpeercert() if ssl_object is not None else None
         if cert and listener.principal_mapper is not None:
