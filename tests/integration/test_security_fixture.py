@@ -25,7 +25,7 @@ def test_fixture_serves_plaintext_sasl_ssl_and_mtls(txbroker, topic):
         conf = txbroker.client_config(listener, "alice" if listener == "EXTERNAL" else None, **kwargs)
         producer = Producer({**conf, "acks": "all"})
         errors: list = []
-        producer.produce(topic, listener.encode(), on_delivery=lambda e, _m: errors.append(e))
+        producer.produce(topic, listener.encode(), on_delivery=lambda e, _m, out=errors: out.append(e))
         assert producer.flush(15) == 0 and errors == [None]
         producers.append(producer)
     principals = {(listener, p) for _peer, listener, p in txbroker.sessions()}
