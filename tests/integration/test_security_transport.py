@@ -339,10 +339,12 @@ def test_requests_before_authentication_close_the_connection(broker, caplog):
 
 
 def test_plain_over_the_wire_and_the_delayed_failure(broker):
-    client = _raw(broker, "SASL_PLAINTEXT")
-    assert _handshake(client, "PLAIN")[1].error_code == 0
-    assert _authenticate(client, b"\x00alice\x00alice-secret")[1].error_code == 0
-    assert client.request(METADATA, 12, metadata_request(None)) is not None  # now allowed
+    for version in (0, 1, 2):  # every SaslAuthenticate version Kafka 4 serves
+        client = _raw(broker, "SASL_PLAINTEXT")
+        assert _handshake(client, "PLAIN")[1].error_code == 0
+        assert _authenticate(client, b"\x00alice\x00alice-secret", version)[1].error_code == 0
+        assert client.request(METADATA, 12, metadata_request(None)) is not None  # now allowed
+        assert _authenticate(client, b"again", version)[1].error_code == 34  # ILLEGAL_SASL_STATE
     client = _raw(broker, "SASL_PLAINTEXT")
     _handshake(client, "PLAIN")
     started = time.monotonic()
