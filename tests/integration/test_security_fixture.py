@@ -32,3 +32,14 @@ def test_fixture_serves_plaintext_sasl_ssl_and_mtls(txbroker, topic):
     assert {("PLAINTEXT", "User:ANONYMOUS"), ("EXTERNAL", "User:alice"),
             ("CERTS", "User:client")} <= principals
     assert txbroker.high_watermark(topic) == 3
+
+
+def test_secured_broker_thread_restarts_on_the_same_ports(txbroker, topic):
+    before = {name: txbroker.bootstrap_for(name) for name in ("PLAINTEXT", "EXTERNAL", "CERTS")}
+    txbroker.restart()
+    assert {name: txbroker.bootstrap_for(name) for name in before} == before
+    conf = txbroker.client_config("EXTERNAL", "alice", mechanism="SCRAM-SHA-512")
+    producer = Producer({**conf, "acks": "all"})
+    producer.produce(topic, b"after restart")
+    assert producer.flush(15) == 0
+    assert txbroker.high_watermark(topic) == 1

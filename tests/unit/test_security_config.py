@@ -238,3 +238,41 @@ def test_scram_credentials_are_durable_and_reloaded(tmp_path) -> None:
     assert ScramCredentialStore(str(tmp_path)).users() == {"alice": {"SCRAM-SHA-512": 4096}}
     store.apply({}, [("alice", "SCRAM-SHA-512")])
     assert ScramCredentialStore(str(tmp_path)).users() == {}
+
+
+def test_keystores_pem_file_inline_pem_and_pkcs12(tmp_path) -> None:
+    import ssl
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.serialization import pkcs12
+    from txbroker.broker.security_testing import TestCertificates
+
+    certs = TestCertificates(str(tmp_path / "tls"))
+    pem = open(certs.server_keystore).read()
+    split = pem.index("-----BEGIN CERTIFICATE-----")
+    key_pem, chain_pem = pem[:split], pem[split:]
+    key = serialization.load_pem_private_key(key_pem.encode(), None)
+    cert = x509.load_pem_x509_certificate(chain_pem.encode())
+    p12 = tmp_path / "server.p12"
+    p12.write_bytes(pkcs12.serialize_key_and_certificates(
+        b"server", key, cert, None, serialization.BestAvailableEncryption(b"pw")))
+    base = {"listeners": "SSL://127.0.0.1:0", "ssl.truststore.type": "PEM",
+            "ssl.truststore.certificates": open(certs.ca_file).read(), "ssl.client.auth": "required"}
+    for keystore in ({"ssl.keystore.type": "PEM", "ssl.keystore.location": certs.server_keystore},
+                     {"ssl.keystore.type": "PEM", "ssl.keystore.certificate.chain": chain_pem,
+                      "ssl.keystore.key": key_pem},
+                     {"ssl.keystore.type": "PKCS12", "ssl.keystore.location": str(p12),
+                      "ssl.keystore.password": "pw"}):
+        [listener] = build_listeners(BrokerConfig({**base, **keystore}))
+        ctx = listener.ssl_context
+        assert ctx is not None and ctx.verify_mode == ssl.CERT_REQUIRED
+        assert ctx.minimum_version == ssl.TLSVersion.TLSv1_2
+        assert len(ctx.get_ca_certs()) == 1
+    with pytest.raises(ConfigError, match="cannot open PKCS12"):
+        build_listeners(BrokerConfig({**base, "ssl.keystore.type": "PKCS12",
+                                      "ssl.keystore.location": str(p12), "ssl.keystore.password": "no"}))
+    [listener] = build_listeners(BrokerConfig({**base, "ssl.keystore.type": "PEM",
+                                               "ssl.keystore.location": certs.server_keystore,
+                                               "ssl.enabled.protocols": "TLSv1.3"}))
+    assert listener.ssl_context.minimum_version == ssl.TLSVersion.TLSv1_3
