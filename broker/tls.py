@@ -136,7 +136,9 @@ _OIDS = {
     "pseudonym": ("2.5.4.65", 0x0C), "businessCategory": ("2.5.4.15", 0x0C),
     "postalCode": ("2.5.4.17", 0x0C), "name": ("2.5.4.41", 0x0C),
 }
-_RFC2253_SPECIAL = set(',+"\\<>;')
+# What X500Principal.getName() (sun.security.x509.AVA.toRFC2253String) escapes anywhere
+# in a value; leading and trailing spaces are escaped too, NUL is written \00.
+_RFC2253_SPECIAL = set(',=+<>#;"\\')
 
 
 def _der_hex(tag: int, value: str) -> str:
@@ -149,14 +151,19 @@ def _der_hex(tag: int, value: str) -> str:
 
 def _escape(value: str) -> str:
     out = []
-    for i, c in enumerate(value):
-        if c in _RFC2253_SPECIAL or (i == 0 and c in "# ") or (i == len(value) - 1 and c == " "):
+    for c in value:
+        if c in _RFC2253_SPECIAL:
             out.append("\\" + c)
-        elif ord(c) < 0x20 or ord(c) == 0x7F:
-            out.append("".join(f"\\{b:02x}" for b in c.encode()))
+        elif c == "\x00":
+            out.append("\\00")
         else:
             out.append(c)
-    return "".join(out)
+    text = "".join(out)
+    stripped = text.lstrip(" \r")
+    lead = len(text) - len(stripped)
+    core = stripped.rstrip(" \r")
+    trail = stripped[len(core):]
+    return "".join("\\" + c for c in text[:lead]) + core + "".join("\\" + c for c in trail)
 
 
 def rfc2253_name(subject: tuple) -> str:

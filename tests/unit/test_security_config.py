@@ -161,6 +161,7 @@ def test_rfc2253_name_as_java_writes_it() -> None:
         "1.2.840.113549.1.9.1=#1611616c696365406578616d706c652e636f6d,CN=alice,OU=eng,"
         "O=Example\\, Inc.,C=US")
     assert tls.rfc2253_name(((("commonName", "#lead+trail "),),)) == "CN=\\#lead\\+trail\\ "
+    assert tls.rfc2253_name(((("commonName", "  a=b#c\x00"),),)) == "CN=\\ \\ a\\=b\\#c\\00"
 
 
 @pytest.mark.parametrize("rules, dn, name", [
