@@ -23,13 +23,12 @@ from collections.abc import Iterator
 
 import pyarrow as pa
 
-from .decoder import Columns, decode_fetch
 from .options import Range, SourceOptions
+from .vectorized import decode_arrow
 from .wire import TxBrokerSourceError, WireClient
 
 log = logging.getLogger("txbroker.spark_jobs.source")
 
-ROWS_PER_ARROW_BATCH = 16_384
 MAX_FETCH_BYTES = 256 << 20
 MARKER_ENV = "TXBROKER_SOURCE_TEST_READ_MARKER"
 DELAY_ENV = "TXBROKER_SOURCE_TEST_READ_DELAY"
@@ -63,7 +62,6 @@ def read_range(rng: Range, opts: SourceOptions, client: WireClient | None = None
         client = open_client(opts)
     where = f"{rng.topic}-{rng.partition}"
     try:
-        cols = Columns(opts.include_headers)
         position = rng.start
         max_bytes = opts.max_fetch_bytes
         idle_since: float | None = None
@@ -91,8 +89,9 @@ def read_range(rng: Range, opts: SourceOptions, client: WireClient | None = None
                                 f"were deleted (log start offset is now {earliest})")
                 position = earliest
                 continue
-            next_position = decode_fetch(result.records, result.aborted, position, rng.end,
-                                         cols, where=where)
+            batch, next_position = decode_arrow(
+                result.records, result.aborted, position, rng.end, rng.topic, rng.partition,
+                include_headers=opts.include_headers, where=where)
             if next_position > position:
                 position = next_position
                 idle_since = None
@@ -114,11 +113,8 @@ def read_range(rng: Range, opts: SourceOptions, client: WireClient | None = None
                         "REQUEST_TIMED_OUT")
                 time.sleep(0.05)
                 continue
-            if len(cols) >= ROWS_PER_ARROW_BATCH:
-                yield cols.to_arrow(rng.topic, rng.partition)
-                cols = Columns(opts.include_headers)
-        if len(cols):
-            yield cols.to_arrow(rng.topic, rng.partition)
+            if batch is not None:
+                yield batch  # every record of one fetch: Spark takes batches of any size
         if delay:
             time.sleep(delay)
     finally:
