@@ -339,6 +339,13 @@ def decode_fetch(buf: bytes, aborted: Iterable[tuple[int, int]], position: int, 
     the offset to fetch next (see ``committed_batches``)."""
     batches, next_position = committed_batches(buf, aborted, position, end, where=where,
                                                verify_crc=verify_crc)
+    decode_batches(batches, position, end, cols, where=where)
+    return next_position
+
+
+def decode_batches(batches: Iterable[DataBatch], position: int, end: int, cols: Columns,
+                   *, where: str = "") -> None:
+    """Append the records of ``batches`` with ``position <= offset < end`` to ``cols``."""
     for b in batches:
         try:
             n, stop = _decode_records(b.body, b.start, b.count, b.base_offset,
@@ -353,4 +360,3 @@ def decode_fetch(buf: bytes, aborted: Iterable[tuple[int, int]], position: int, 
             cols.types.extend([1] * n)
         else:
             cols.types.extend([0] * n)
-    return next_position

@@ -37,7 +37,7 @@ from .decoder import (
     _uvarint,
     arrow_schema,
     committed_batches,
-    decode_fetch,
+    decode_batches,
 )
 
 # Zero bytes after the joined bodies: a varint gathered at any position inside a record
@@ -55,17 +55,25 @@ def decode_arrow(buf: bytes, aborted: Iterable[tuple[int, int]], position: int, 
     """The committed records of ``buf`` with ``position <= offset < end`` as one Arrow
     record batch (None if there are none), and the offset to fetch next (see
     ``decoder.committed_batches``)."""
-    if include_headers:
-        cols = Columns(True)
-        nxt = decode_fetch(buf, aborted, position, end, cols, where=where,
-                           verify_crc=verify_crc)
-        return (cols.to_arrow(topic, partition) if len(cols) else None), nxt
     batches, nxt = committed_batches(buf, aborted, position, end, where=where,
                                      verify_crc=verify_crc)
+    return to_arrow(batches, position, end, topic, partition,
+                    include_headers=include_headers, where=where), nxt
+
+
+def to_arrow(batches: Sequence[DataBatch], position: int, end: int, topic: str,
+             partition: int, *, include_headers: bool = False, where: str = ""
+             ) -> pa.RecordBatch | None:
+    """The records of ``batches`` with ``position <= offset < end`` as one Arrow record
+    batch, None if there are none. Headers take the reference decoder."""
     if not batches:
-        return None, nxt
+        return None
+    if include_headers:
+        cols = Columns(True)
+        decode_batches(batches, position, end, cols, where=where)
+        return cols.to_arrow(topic, partition) if len(cols) else None
     try:
-        return decode(batches, position, end, topic, partition), nxt
+        return decode(batches, position, end, topic, partition)
     except (CorruptRecordError, IndexError, ValueError) as e:
         raise _corrupt(where, batches[0].base_offset, e) from None
 
