@@ -8,7 +8,8 @@ in a few array operations:
 
 1. the record bodies of all batches (decompressed where needed) are joined into
    one buffer, so that one set of array operations covers the whole fetch;
-2. a Python loop finds where each record starts;
+2. a Python loop finds where each record starts (runs of records of one size,
+   which fixed-size keys and values give, are taken in strided slices);
 3. numpy gathers the varints at those positions, field after field (length,
    attributes, timestamp delta, offset delta, key length, key, value length,
    value), all records at a time, and checks that they stay inside their record;
@@ -46,6 +47,7 @@ _PAD = bytes(16)
 # Arrow binary arrays have 32-bit offsets.
 _MAX_JOINED = 2**31 - 1 - len(_PAD)
 _U64_1 = np.uint64(1)
+_CHUNK = 32  # records walked one by one between two looks for a run of equal sizes
 
 
 def decode_arrow(buf: bytes, aborted: Iterable[tuple[int, int]], position: int, end: int,
@@ -159,28 +161,55 @@ def _record_starts(data: bytes, batches: Sequence[DataBatch], n: int) -> np.ndar
     """Where each record starts in ``data`` (the joined bodies), walking record lengths.
 
     Only the walk: the lengths are checked afterwards, all at once (sign, and that each
-    record's fields end inside it). A walk that leaves its batch's body fails here."""
+    record's fields end inside it), so a wrong guess here cannot pass. A walk that
+    leaves its batch's body fails here. Runs of records of one size (fixed-size keys
+    and values) are found in slices rather than record by record."""
     starts = [0] * n
     i = 0
     p = 0
     for b in batches:
         body_end = p + (b.end - b.start)
-        for k in range(i, i + b.count):
-            starts[k] = p
-            c = data[p]
-            if c < 0x80:  # one-byte length: records below 64 bytes
-                p += 1 + (c >> 1)
-            else:
-                c2 = data[p + 1]
-                if c2 < 0x80:  # two bytes: below 8 KiB
-                    p += 2 + (((c & 0x7F) | (c2 << 7)) >> 1)
+        stop = i + b.count
+        while i < stop:
+            first, top = i, min(stop, i + _CHUNK)
+            for k in range(first, top):
+                starts[k] = p
+                c = data[p]
+                if c < 0x80:  # one-byte length: records below 64 bytes
+                    p += 1 + (c >> 1)
                 else:
-                    v, q = _uvarint(data, p)
-                    p = q + (v >> 1)
-        i += b.count
+                    c2 = data[p + 1]
+                    if c2 < 0x80:  # two bytes: below 8 KiB
+                        p += 2 + (((c & 0x7F) | (c2 << 7)) >> 1)
+                    else:
+                        v, q = _uvarint(data, p)
+                        p = q + (v >> 1)
+            i = top
+            size = p - starts[i - 1]
+            if i < stop and p - starts[first] == (i - first) * size:
+                # The chunk's records likely all had one size: so may the next ones.
+                p, i = _run(data, starts, p, i, size, min(stop - i, (body_end - p) // size))
         if p != body_end:
             raise CorruptRecordError("record lengths do not add up to the batch length")
     return np.array(starts, np.int64)
+
+
+def _run(data: bytes, starts: list[int], p: int, i: int, size: int, m: int
+         ) -> tuple[int, int]:
+    """How many of the next ``m`` records have ``size`` bytes like the one before ``p``:
+    those whose length varint has the same bytes, found with a strided slice per byte.
+    Their starts are filled in; returns the position and index after them."""
+    ref = p - size  # the last record walked
+    if m <= 0 or data[ref] >= 0x80 and data[ref + 1] >= 0x80:
+        return p, i  # three-byte lengths: records of 8 KiB or more, walked one by one
+    last = p + (m - 1) * size + 1
+    col = data[p:last:size]
+    run = m - len(col.lstrip(data[ref:ref + 1]))
+    if run and data[ref] >= 0x80:
+        col = data[p + 1:last + 1:size][:run]
+        run -= len(col.lstrip(data[ref + 1:ref + 2]))
+    starts[i:i + run] = range(p, p + run * size, size)
+    return p + run * size, i + run
 
 
 def _varints(u8: np.ndarray, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray | int]:

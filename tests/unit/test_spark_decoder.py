@@ -470,3 +470,30 @@ def test_vectorized_rejects_a_record_count_larger_than_the_batch():
     with pytest.raises(TxBrokerSourceError, match="record count") as info:
         decode_arrow(bytes(raw), [], 0, 10, "t", 0, verify_crc=False)
     assert info.value.code == "CORRUPT_MESSAGE"
+
+
+# Runs of records of one size (the walk of record lengths skips over them in slices):
+# (records in the run, key length or None, value length), batches cut anywhere.
+runs_st = st.lists(st.tuples(st.integers(1, 90), st.one_of(st.none(), st.integers(0, 9)),
+                             st.sampled_from([0, 1, 50, 55, 56, 57, 120, 8170, 8180])),
+                   min_size=1, max_size=5)
+
+
+@FAST
+@given(runs_st, st.lists(st.integers(1, 200), min_size=1, max_size=4),
+       st.sampled_from([Compression.NONE, Compression.LZ4]), st.data())
+def test_vectorized_runs_of_equal_sized_records(runs, cuts, codec, data):
+    records = [Record(None if klen is None else b"k" * klen, b"%d" % (n % 10) * vlen,
+                      timestamp=TS + n)
+               for n, (count, klen, vlen) in enumerate(runs) for _ in range(count)]
+    buf = b""
+    start = 0
+    for cut in [*cuts, len(records)]:
+        chunk = records[start:start + cut]
+        if chunk:
+            buf += build_batch(chunk, base_offset=start, compression=codec)
+        start += len(chunk)
+    position = data.draw(st.integers(0, len(records)))
+    cols, nxt = decode(buf, position=position)
+    assert nxt == len(records)
+    assert cols.offsets == list(range(position, len(records)))
