@@ -446,12 +446,14 @@ def test_vectorized_batch_is_one_arrow_batch_without_python_rows():
 
 @FAST
 @given(st.lists(st.tuples(st.integers(0, 10_000), st.integers(0, 255)), min_size=1,
-                max_size=6))
-def test_vectorized_mangled_batches_fail_cleanly(flips):
+                max_size=6), st.booleans())
+def test_vectorized_mangled_batches_fail_cleanly(flips, one_size):
     # CRCs off: a lying broker's bytes reach the record decoding itself. Either the
     # records still decode (then to a valid Arrow batch) or the error is CORRUPT_MESSAGE,
-    # never an IndexError, a numpy error or a huge allocation.
-    raw = bytearray(build_batch([Record(b"key", b"v" * (i * 37 % 200), timestamp=TS + i)
+    # never an IndexError, a numpy error or a huge allocation. Records of one size
+    # take the walk's run path.
+    raw = bytearray(build_batch([Record(b"key", b"v" * (70 if one_size else i * 37 % 200),
+                                        timestamp=TS + i)
                                  for i in range(40)], base_offset=5))
     for at, value in flips:
         raw[61 + at % (len(raw) - 61)] = value  # the records, not the batch header
