@@ -115,15 +115,15 @@ def decode(batches: Sequence[DataBatch], lo: int, hi: int, topic: str, partition
     v, w = _varints(u8, p)
     key_len = _zigzag(v)
     key_pos = p + w
+    # Lengths are compared with what is left of the record, never added first: a
+    # 10-byte varint would overflow the position.
+    _fits(key_len, ends - key_pos)
     p = key_pos + np.maximum(key_len, 0)
     _inside(p, ends)
     v, w = _varints(u8, p)
     value_len = _zigzag(v)
     value_pos = p + w
-    # The headers count follows the value (headers themselves are skipped).
-    if (key_len < -1).any() or (value_len < -1).any():
-        raise CorruptRecordError("record key or value length below -1")
-    _inside(value_pos + np.maximum(value_len, 0), ends)
+    _fits(value_len, ends - value_pos - 1)  # the headers count follows (headers skipped)
 
     base_ts = np.repeat(np.fromiter((b.base_timestamp for b in batches), np.int64,
                                     len(batches)), counts)
@@ -238,6 +238,11 @@ def _zigzag(v: np.ndarray) -> np.ndarray:
 def _inside(pos: np.ndarray, ends: np.ndarray) -> None:
     if (pos >= ends).any():
         raise CorruptRecordError("record fields run past the record's length")
+
+
+def _fits(length: np.ndarray, room: np.ndarray) -> None:
+    if (length < -1).any() or (length > room).any():
+        raise CorruptRecordError("record key or value length outside the record")
 
 
 def _binary(buffer: pa.Buffer, pos: np.ndarray, length: np.ndarray) -> pa.Array:

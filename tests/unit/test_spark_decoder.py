@@ -499,3 +499,27 @@ def test_vectorized_runs_of_equal_sized_records(runs, cuts, codec, data):
     cols, nxt = decode(buf, position=position)
     assert nxt == len(records)
     assert cols.offsets == list(range(position, len(records)))
+
+
+def _uvarint_bytes(v: int) -> bytes:
+    out = bytearray()
+    while v >= 0x80:
+        out.append(v & 0x7F | 0x80)
+        v >>= 7
+    out.append(v)
+    return bytes(out)
+
+
+@pytest.mark.parametrize("key_len", [2**63 - 1, 2**62, 2**40, 5, -2])
+def test_vectorized_key_length_beyond_the_record(key_len):
+    # A record whose key length is far larger than the record (a 10-byte varint, which
+    # would overflow a position) or below -1: CORRUPT_MESSAGE, not a read elsewhere.
+    zigzag = (key_len << 1) ^ (key_len >> 63)
+    body = b"\x00\x00\x00" + _uvarint_bytes(zigzag) + b"\x02v\x00"
+    record = _uvarint_bytes(len(body) << 1) + body
+    raw = bytearray(build_batch([Record(None, b"v")], base_offset=0))
+    raw[61:] = record
+    struct.pack_into(">i", raw, 8, len(raw) - 12)
+    with pytest.raises(TxBrokerSourceError, match="outside the record") as info:
+        decode_arrow(bytes(raw), [], 0, 10, "t", 0, verify_crc=False)
+    assert info.value.code == "CORRUPT_MESSAGE"
