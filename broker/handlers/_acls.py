@@ -24,6 +24,17 @@ MAX_VERSION = 3
 
 NO_AUTHORIZER = "No Authorizer is configured."
 
+# Kafka's controller writes at most MAX_RECORDS_PER_USER_OP (10000) records for one
+# request: a CreateAcls adding more new ACLs fails as a whole, with the
+# PolicyViolationException its controller makes of the BoundedListTooLongException; a
+# DeleteAcls filter that would take the request past that many removals fails.
+MAX_RECORDS_PER_USER_OP = 10000
+EXCESSIVE_BATCH = "Unable to perform excessively large batch operation."
+
+
+class TooManyRecords(Exception):
+    """A CreateAcls would write more than MAX_RECORDS_PER_USER_OP new ACLs."""
+
 
 def refuse_unknown_codes(ctx, api: str, items) -> None:
     """Kafka's request classes refuse a code of 0 (UNKNOWN) in any of the four enum

@@ -4,7 +4,10 @@ ACL set is fsynced.
 Needs ALTER on the cluster; SECURITY_DISABLED without an authorizer. A filter with an
 unknown resource type, pattern type, operation or permission type gets INVALID_REQUEST;
 each filter is matched against the ACLs as they were before the request (two filters
-matching one ACL both list it), as Kafka's controller does.
+matching one ACL both list it), as Kafka's controller does. A filter that would take the
+request past 10000 removals gets UNKNOWN_SERVER_ERROR (Kafka's controller: "Cannot remove
+more than 10000 acls in a single delete operation.", sent without its message) and
+removes nothing.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ MAX_VERSION = _acls.MAX_VERSION
 _ZERO = datetime.timedelta(0)
 
 log = logging.getLogger(__name__)
+_TOO_MANY = object()  # a filter's result: over MAX_RECORDS_PER_USER_OP removals
 
 
 async def handle(ctx, request):
@@ -40,10 +44,18 @@ async def handle(ctx, request):
 
     def compute(current):
         matched.clear()
+        removed: set = set()
         for flt in filters:
-            matched.append(None if flt.is_unknown()
-                           else sorted(a for a in current if flt.matches(a)))
-        return (), {a for found in matched if found for a in found}
+            if flt.is_unknown():
+                matched.append(None)
+                continue
+            found = sorted(a for a in current if flt.matches(a))
+            if len(removed.union(found)) > _acls.MAX_RECORDS_PER_USER_OP:
+                matched.append(_TOO_MANY)
+                continue
+            removed.update(found)
+            matched.append(found)
+        return (), removed
 
     error: tuple[ErrorCode, str] | None = None
     try:
@@ -58,6 +70,12 @@ async def handle(ctx, request):
                                  error_code=ErrorCode.invalid_request,
                                  error_message="Unknown patternFilter." if flt.pattern_type == 0
                                  or flt.resource_type == 0 else "Unknown entryFilter.",
+                                 matching_acls=()))
+        elif found is _TOO_MANY:
+            log.info("DeleteAcls from %s (%s): a filter refused: more than %d ACLs removed "
+                     "in one request", ctx.peer, ctx.principal, _acls.MAX_RECORDS_PER_USER_OP)
+            results.append(build(schema.DeleteAclsFilterResult,
+                                 error_code=ErrorCode.unknown_server_error, error_message=None,
                                  matching_acls=()))
         elif error is not None:
             results.append(build(schema.DeleteAclsFilterResult, error_code=error[0],

@@ -368,3 +368,117 @@ def test_acls_tool_add_list_remove(secured, capsys, tmp_path):
     # Refused bindings are reported and fail the command.
     assert main(["acls", *server, "--add", "--allow-principal", "User:bob",
                  "--resource-pattern-type", "match", "--topic", "t"]) == 1
+
+
+CREATE_ACLS, DELETE_ACLS = 30, 31
+
+
+def _creations(m, names) -> tuple:
+    # TOPIC (2), LITERAL (3), READ (3), ALLOW (3)
+    return tuple(build(m.AclCreation, resource_type=2, resource_name=n, resource_pattern_type=3,
+                       principal="User:bob", host="*", operation=3, permission_type=3)
+                 for n in names)
+
+
+def test_at_most_10000_acls_per_create_or_delete_request(secured):
+    """Kafka's controller writes at most 10000 records per request (MAX_RECORDS_PER_USER_OP):
+    CreateAcls with more new ACLs fails whole with POLICY_VIOLATION; a DeleteAcls filter
+    that would remove the 10001st gets UNKNOWN_SERVER_ERROR and removes nothing."""
+    create = request_module(CREATE_ACLS, 3)
+    bulk = [f"bulk-{i}" for i in range(10000)]
+    r = raw_request(secured, CREATE_ACLS, 3, build(
+        create.CreateAclsRequest, creations=_creations(create, [*bulk, "one-more"])), "admin")
+    assert {(x.error_code, x.error_message) for x in r.results} == {
+        (ErrorCode.policy_violation, "Unable to perform excessively large batch operation.")}
+    assert secured.call(lambda b: len(b.authorizer.acls)) == 0
+    r = raw_request(secured, CREATE_ACLS, 3, build(
+        create.CreateAclsRequest, creations=_creations(create, bulk)), "admin")
+    assert {x.error_code for x in r.results} == {ErrorCode.none}
+    r = raw_request(secured, CREATE_ACLS, 3, build(
+        create.CreateAclsRequest, creations=_creations(create, ["one-more"])), "admin")
+    assert r.results[0].error_code == ErrorCode.none
+    delete = request_module(DELETE_ACLS, 3)
+
+    def literal_filter(name: str):
+        return build(delete.DeleteAclsFilter, resource_type_filter=2, resource_name_filter=name,
+                     pattern_type_filter=3, principal_filter=None, host_filter=None,
+                     operation=1, permission_type=1)
+
+    everything_bulk = build(delete.DeleteAclsFilter, resource_type_filter=2,
+                            resource_name_filter=None, pattern_type_filter=3,
+                            principal_filter="User:bob", host_filter=None, operation=3,
+                            permission_type=1)
+    r = raw_request(secured, DELETE_ACLS, 3, build(
+        delete.DeleteAclsRequest, filters=(literal_filter("one-more"), everything_bulk)),
+        "admin")
+    first, second = r.filter_results
+    assert first.error_code == ErrorCode.none and len(first.matching_acls) == 1
+    assert second.error_code == ErrorCode.unknown_server_error and second.matching_acls == ()
+    assert secured.call(lambda b: len(b.authorizer.acls)) == 10000  # only one-more went
+    # 10000 at once is within the limit.
+    r = raw_request(secured, DELETE_ACLS, 3, build(
+        delete.DeleteAclsRequest, filters=(everything_bulk,)), "admin")
+    assert r.filter_results[0].error_code == ErrorCode.none
+    assert len(r.filter_results[0].matching_acls) == 10000
+    assert secured.call(lambda b: len(b.authorizer.acls)) == 0
+
+
+@pytest.mark.parametrize("version", [1, 2, 3])
+def test_describe_acls_user_resource_type_in_every_version(secured, version):
+    """Kafka's broker does not check the USER resource type (7) against the version
+    ("Version 3 adds user resource type" is a schema comment only): every version answers."""
+    create = request_module(CREATE_ACLS, 3)
+    r = raw_request(secured, CREATE_ACLS, 3, build(create.CreateAclsRequest, creations=(build(
+        create.AclCreation, resource_type=7, resource_name="bob", resource_pattern_type=3,
+        principal="User:alice", host="*", operation=9, permission_type=3),)), "admin")
+    assert r.results[0].error_code == ErrorCode.none
+    m = request_module(DESCRIBE_ACLS, version)
+    r = raw_request(secured, DESCRIBE_ACLS, version, build(
+        m.DescribeAclsRequest, resource_type_filter=7, resource_name_filter=None,
+        pattern_type_filter=1, principal_filter=None, host_filter=None, operation=1,
+        permission_type=1), "admin")
+    assert r.error_code == ErrorCode.none
+    assert [(x.resource_type, x.resource_name) for x in r.resources] == [(7, "bob")]
+
+
+def test_fetch_long_polls_the_readable_partitions_despite_denied_ones(secured):
+    """Kafka sets the partitions the principal may not read aside (TOPIC_AUTHORIZATION_FAILED)
+    and long-polls the others: data arriving during max.wait is in the answer."""
+    import threading
+
+    from tests.integration.wire_util import FETCH, fetch_partition, fetch_request
+
+    readable, denied = new_topic(secured), new_topic(secured)
+    create_acls(secured, allow(readable, AclOperation.READ))
+    timer = threading.Timer(0.5, lambda: produce_error(secured, readable, "admin"))
+    timer.start()
+    try:
+        r = raw_request(secured, FETCH, 12, fetch_request(
+            {readable: {0: 0}, denied: {0: 0}}, max_wait_ms=20000))
+    finally:
+        timer.join()
+    assert fetch_partition(r, denied, 0).error_code == ErrorCode.topic_authorization_failed
+    got = fetch_partition(r, readable, 0)
+    assert got.error_code == ErrorCode.none and got.records  # the record produced meanwhile
+
+
+def test_metadata_by_topic_id_for_an_undescribable_topic(secured):
+    """Asked by id, Kafka answers TOPIC_AUTHORIZATION_FAILED with that id and a null name
+    (asked by name: the name and no id)."""
+    from tests.integration.wire_util import METADATA
+
+    hidden = new_topic(secured)
+    topic_id = secured.call(lambda b: b.logs.topics[hidden].topic_id)
+    m = request_module(METADATA, 12)
+    r = raw_request(secured, METADATA, 12, build(
+        m.MetadataRequest, topics=(build(m.MetadataRequestTopic, name=None, topic_id=topic_id),),
+        allow_auto_topic_creation=False, include_topic_authorized_operations=False))
+    [t] = r.topics
+    assert (t.error_code, t.name, t.topic_id) == \
+        (ErrorCode.topic_authorization_failed, None, topic_id)
+    r = raw_request(secured, METADATA, 12, build(
+        m.MetadataRequest, topics=(build(m.MetadataRequestTopic, name=hidden, topic_id=None),),
+        allow_auto_topic_creation=False, include_topic_authorized_operations=False))
+    [t] = r.topics
+    assert (t.error_code, t.name) == (ErrorCode.topic_authorization_failed, hidden)
+    assert t.topic_id is None  # the zero UUID, as kio decodes it

@@ -365,18 +365,22 @@ def test_mallory_cannot_fence_or_abort_apps_transaction(broker):
         raw.close()
 
 
-def test_mallory_describe_transactions_is_refused(broker, tmp_path, capsys):
+def test_mallory_describe_transactions_is_refused(broker, tmp_path, capsys, monkeypatch):
     """DescribeTransactions without DESCRIBE on the transactional id, through the
     transactions tool with mallory's --command-config: TRANSACTIONAL_ID_AUTHORIZATION_FAILED."""
+    import io
+
+    from txbroker.broker import transactions_cli
     from txbroker.broker.cli import main
 
     def describe(user: str) -> tuple[int, str, str]:
         props = tmp_path / f"{user}.properties"
         props.write_text("".join(f"{k}={v}\n" for k, v in conf(broker, user).items()))
+        out = io.StringIO()
+        monkeypatch.setattr(transactions_cli, "OUT", out)  # bound to sys.stdout at import
         code = main(["transactions", "--command-config", str(props), "describe",
                      "--transactional-id", TXN_ID])
-        out = capsys.readouterr()
-        return code, out.out, out.err
+        return code, out.getvalue(), capsys.readouterr().err
 
     code, _out, err = describe("mallory")
     assert code == 1 and "TRANSACTIONAL_ID_AUTHORIZATION_FAILED" in err, err
