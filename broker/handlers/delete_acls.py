@@ -4,10 +4,9 @@ ACL set is fsynced.
 Needs ALTER on the cluster; SECURITY_DISABLED without an authorizer. A filter with an
 unknown resource type, pattern type, operation or permission type gets INVALID_REQUEST;
 each filter is matched against the ACLs as they were before the request (two filters
-matching one ACL both list it), as Kafka's controller does. A filter that would take the
-request past 10000 removals gets UNKNOWN_SERVER_ERROR (Kafka's controller: "Cannot remove
-more than 10000 acls in a single delete operation.", sent without its message) and
-removes nothing.
+matching one ACL both list it), as Kafka's controller does. Filters that together match
+more than 10000 ACLs: the request is refused, every filter gets INVALID_REQUEST with
+Kafka's message and nothing is removed (as Apache Kafka 4.3 answers).
 """
 
 from __future__ import annotations
@@ -27,7 +26,6 @@ MAX_VERSION = _acls.MAX_VERSION
 _ZERO = datetime.timedelta(0)
 
 log = logging.getLogger(__name__)
-_TOO_MANY = object()  # a filter's result: over MAX_RECORDS_PER_USER_OP removals
 
 
 async def handle(ctx, request):
@@ -50,16 +48,22 @@ async def handle(ctx, request):
                 matched.append(None)
                 continue
             found = sorted(a for a in current if flt.matches(a))
-            if len(removed.union(found)) > _acls.MAX_RECORDS_PER_USER_OP:
-                matched.append(_TOO_MANY)
-                continue
             removed.update(found)
             matched.append(found)
+            if len(removed) > _acls.MAX_RECORDS_PER_USER_OP:
+                raise _acls.TooManyRecords
         return (), removed
 
     error: tuple[ErrorCode, str] | None = None
     try:
         await ctx.broker.acl_store.change(compute)
+    except _acls.TooManyRecords:
+        log.info("DeleteAcls from %s (%s) refused: its filters match more than %d ACLs",
+                 ctx.peer, ctx.principal, _acls.MAX_RECORDS_PER_USER_OP)
+        return build(ctx.response_type, throttle_time=_ZERO, filter_results=tuple(
+            build(schema.DeleteAclsFilterResult, error_code=ErrorCode.invalid_request,
+                  error_message=_acls.TOO_MANY_REMOVALS, matching_acls=())
+            for _ in filters))
     except OSError as e:
         log.error("DeleteAcls from %s: cannot write the ACLs: %r", ctx.peer, e)
         error = ErrorCode.unknown_server_error, f"cannot write the ACLs: {e}"
@@ -70,12 +74,6 @@ async def handle(ctx, request):
                                  error_code=ErrorCode.invalid_request,
                                  error_message="Unknown patternFilter." if flt.pattern_type == 0
                                  or flt.resource_type == 0 else "Unknown entryFilter.",
-                                 matching_acls=()))
-        elif found is _TOO_MANY:
-            log.info("DeleteAcls from %s (%s): a filter refused: more than %d ACLs removed "
-                     "in one request", ctx.peer, ctx.principal, _acls.MAX_RECORDS_PER_USER_OP)
-            results.append(build(schema.DeleteAclsFilterResult,
-                                 error_code=ErrorCode.unknown_server_error, error_message=None,
                                  matching_acls=()))
         elif error is not None:
             results.append(build(schema.DeleteAclsFilterResult, error_code=error[0],
