@@ -222,3 +222,68 @@ def test_metadata_by_topic_id_of_an_undescribable_topic(secured) -> None:
     t = metadata(build(m.MetadataRequestTopic, name=hidden, topic_id=None), True)
     assert (t.error_code, t.name, t.topic_id) == \
         (ErrorCode.topic_authorization_failed, hidden, None)
+
+
+def test_an_unauthorized_principal_cannot_see_or_abort_a_transaction(secured) -> None:
+    """Issue 15's attack and Kafka's filtering (KIP-664): with a transaction open, alice
+    (no ACL) does not find it in ListTransactions, gets TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+    from DescribeTransactions and TOPIC_AUTHORIZATION_FAILED from DescribeProducers, and
+    her raw WriteTxnMarkers abort gets CLUSTER_AUTHORIZATION_FAILED; with DESCRIBE on the
+    transactional id only, she sees the transaction without its topic. The producer then
+    commits and a read_committed reader sees the record."""
+    from confluent_kafka import Producer
+
+    from tests.integration.txn_util import (
+        describe_producers,
+        describe_transactions,
+        list_transactions,
+        write_txn_marker,
+    )
+
+    topic, tid = secured.create_topic(), f"edge-tx-{uuid.uuid4().hex[:6]}"
+    producer = Producer({"bootstrap.servers": f"{secured.host}:{secured.plaintext}",
+                         "transactional.id": tid})
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    producer.produce(topic, b"precious")
+    producer.flush(15)
+    admin = secured.super_user()
+    alice = secured.alice()
+    try:
+        assert wait_until(lambda: describe_transactions(admin, tid)[tid].topics, timeout=10)
+        state = describe_transactions(admin, tid)[tid]
+        assert tid not in {t.transactional_id for t in list_transactions(alice).transaction_states}
+        assert describe_transactions(alice, tid)[tid].error_code == \
+            ErrorCode.transactional_id_authorization_failed
+        assert describe_producers(alice, (topic, 0)).error_code == \
+            ErrorCode.topic_authorization_failed
+        assert write_txn_marker(alice, (topic, 0), state.producer_id, state.producer_epoch,
+                                commit=False, coordinator_epoch=0) == \
+            ErrorCode.cluster_authorization_failed
+        m = request_module(CREATE_ACLS, 3)
+        r = secured.request(CREATE_ACLS, 3, build(m.CreateAclsRequest, creations=(build(
+            m.AclCreation, resource_type=5, resource_name=tid, resource_pattern_type=LITERAL,
+            principal="User:alice", host="*", operation=8, permission_type=ALLOW),)))  # DESCRIBE
+        assert r.results[0].error_code == 0
+        assert wait_until(lambda: describe_transactions(alice, tid)[tid].error_code == 0,
+                          timeout=10)
+        seen = describe_transactions(alice, tid)[tid]
+        assert seen.transaction_state == "Ongoing" and seen.topics == ()
+        assert tid in {t.transactional_id for t in list_transactions(alice).transaction_states}
+    finally:
+        alice.close()
+        admin.close()
+    producer.commit_transaction(30)
+    from confluent_kafka import Consumer, TopicPartition
+
+    c = Consumer({"bootstrap.servers": f"{secured.host}:{secured.plaintext}",
+                  "group.id": f"g-{tid}", "isolation.level": "read_committed",
+                  "enable.partition.eof": True})
+    try:
+        c.assign([TopicPartition(topic, 0, 0)])
+        got: list = []
+        assert wait_until(lambda: got.extend(
+            m.value() for m in c.consume(10, 0.5) if m.error() is None) or got, timeout=20)
+        assert got == [b"precious"]
+    finally:
+        c.close()
