@@ -3,6 +3,11 @@
 Kafka 4 still advertises Produce from v0 because older librdkafka decides
 feature support from it, and rejects v0-2; so do we (their requests close the
 connection with a log line, as any unparsable request).
+
+Transactional batches are checked with the transaction coordinator when they open
+a transaction in the partition (KIP-890): up to v11 the partition must already be
+in the producer's transaction (verification); from v12 (transactions v2) the
+partition is added to it here, as Kafka's leader does with AddPartitionsToTxn.
 """
 
 from __future__ import annotations
@@ -11,6 +16,7 @@ import asyncio
 import datetime
 import logging
 
+from txbroker.coordinator.transaction.coordinator import ADD_PARTITIONS_FROM_LEADER
 from txbroker.protocol import fast_responses
 from txbroker.protocol.errors import (
     ErrorCode,
@@ -40,7 +46,7 @@ from ..context import CloseConnection
 API_KEY = 0
 MIN_VERSION = 0  # advertised, as Kafka 4 does; v0-2 are refused
 MIN_PARSED_VERSION = 3
-MAX_VERSION = 9
+MAX_VERSION = 12
 
 log = logging.getLogger(__name__)
 _ZERO = datetime.timedelta(0)
@@ -110,8 +116,8 @@ async def handle(ctx, request):
                         records, header,
                         max_uncompressed=uncompressed_limit(plog.config.max_message_bytes))
                     if header.is_transactional:
-                        _verify_transactional(broker, request, topic.name, part.index, plog,
-                                              header)
+                        await _verify_transactional(broker, request, topic.name, part.index,
+                                                    plog, header, ctx.version)
                     # After the verification, as in Kafka (ReplicaManager verifies, then
                     # the log validates).
                     _check_records(plog, f"{topic.name}-{part.index}", records, header,
@@ -243,15 +249,9 @@ def _check_records(plog, partition: str, records: bytes, header, content) -> Non
     raise RecordValidationError(errors)
 
 
-_VERIFY_ERRORS = {
-    # What a produce request of these versions may carry instead of the coordinator's code.
-    ErrorCode.transaction_abortable.value: ErrorCode.invalid_txn_state,
-    ErrorCode.producer_fenced.value: ErrorCode.invalid_producer_epoch,
-}
 # Retriable verification failures that clients do not retry on Produce: Kafka's
 # ReplicaManager answers NOT_ENOUGH_REPLICAS instead (retried, and no metadata refresh).
-# CONCURRENT_TRANSACTIONS is passed through only to transactions v2 clients (Produce
-# v12+, which we do not speak), so every version we accept gets the substitute too.
+# CONCURRENT_TRANSACTIONS is passed through only to transactions v2 clients (v12+).
 _VERIFY_RETRIABLE = frozenset(code.value for code in (
     ErrorCode.network_exception,
     ErrorCode.coordinator_load_in_progress,
@@ -261,26 +261,47 @@ _VERIFY_RETRIABLE = frozenset(code.value for code in (
 ))
 
 
-def _verify_transactional(broker, request, topic: str, partition: int, plog, header) -> None:
+def _verify_error(error: int, version: int) -> ErrorCode:
+    """The code a produce request of this version may carry for the coordinator's."""
+    if error == ErrorCode.transaction_abortable.value and version < 11:
+        return ErrorCode.invalid_txn_state  # Kafka's DEFAULT_ERROR operation
+    if error == ErrorCode.producer_fenced.value:
+        return ErrorCode.invalid_producer_epoch
+    return ErrorCode(error)
+
+
+async def _verify_transactional(broker, request, topic: str, partition: int, plog, header,
+                                version: int) -> None:
     """Transactional batches need a transactional id, and the first batch of a
     transaction in a partition must belong to a partition the coordinator added to the
     producer's ongoing transaction (KIP-890 part 1): a zombie cannot open a
-    transaction nobody will end."""
+    transaction nobody will end. From v12 the coordinator adds it (part 2)."""
     if request.transactional_id is None:
         raise KafkaError("transactional records in a produce request without a transactional id",
                          ErrorCode.transactional_id_authorization_failed)
-    if header.producer_id in plog.ongoing_txns:
+    pid, epoch = header.producer_id, header.producer_epoch
+    entry = plog.producer_state.producers.get(pid)
+    if pid in plog.ongoing_txns and entry is not None and entry.epoch == epoch:
+        # Kafka's hasOngoingTransaction(pid, epoch): this transaction is open here. A
+        # newer epoch (transactions v2: the next transaction, before the previous
+        # one's marker) is checked with the coordinator, which holds it back.
         return
     tp = (topic, partition)
-    error = broker.transactions.state.verify_partitions(
-        request.transactional_id, header.producer_id, header.producer_epoch, [tp])[tp]
+    if version >= 12:
+        result = await broker.transactions.add_partitions(
+            request.transactional_id, pid, epoch, [tp], ADD_PARTITIONS_FROM_LEADER)
+        error = result.errors[tp]
+    else:
+        error = broker.transactions.state.verify_partitions(
+            request.transactional_id, pid, epoch, [tp])[tp]
     if error == ErrorCode.none.value:
         return
-    if error in _VERIFY_RETRIABLE:
+    if error in _VERIFY_RETRIABLE and not (
+            version >= 12 and error == ErrorCode.concurrent_transactions.value):
         raise KafkaError(f"unable to verify that partition {topic}-{partition} is part of the "
                          f"transaction of {request.transactional_id!r}; underlying error: "
                          f"{ErrorCode(error).name.upper()}", ErrorCode.not_enough_replicas)
-    code = _VERIFY_ERRORS.get(error, ErrorCode(error))
+    code = _verify_error(error, version)
     raise KafkaError(f"partition {topic}-{partition} is not part of the ongoing transaction "
                      f"of {request.transactional_id!r} (producer {header.producer_id} epoch "
                      f"{header.producer_epoch}): {ErrorCode(error).name.upper()}", code)
