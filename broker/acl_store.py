@@ -14,6 +14,8 @@ import logging
 import os
 from collections.abc import Callable, Iterable
 
+from txbroker.storage.durable_file import write_durably
+
 from .authorizer import (
     AclBinding,
     AclOperation,
@@ -72,19 +74,9 @@ def load_acls(data_dir: str) -> list[AclBinding]:
 def write_acls(data_dir: str, acls: Iterable[AclBinding]) -> None:
     """Replace the ACL file durably (temp file, fsync, rename, fsync the directory)."""
     path = os.path.join(data_dir, ACL_FILE)
-    tmp = path + ".tmp"
     body = json.dumps({"version": FORMAT_VERSION, "acls": [_encode(a) for a in sorted(acls)]},
                       indent=1)
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(body)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    dfd = os.open(data_dir, os.O_RDONLY)
-    try:
-        os.fsync(dfd)
-    finally:
-        os.close(dfd)
+    write_durably(path, body.encode())
 
 
 class AclStore:

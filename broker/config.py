@@ -17,9 +17,9 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from urllib.parse import urlsplit
 
 from txbroker.storage.log_config import TOPIC_CONFIGS, ConfigError
 
@@ -71,30 +71,37 @@ def _client_auth(text: str) -> str:
 
 
 def _split_listener(item: str) -> tuple[str, str, int | None]:
-    """``NAME://host:port`` (or bare ``host:port``, PLAINTEXT) -> (NAME, host, port)."""
+    """``NAME://host:port`` (or bare ``host:port``, PLAINTEXT) -> (NAME, host, port).
+    Not urlsplit: listener names such as SASL_SSL are not valid URL schemes."""
     item = item.strip()
     if "://" not in item:
         item = "PLAINTEXT://" + item
-    parts = urlsplit(item)
-    try:
-        port = parts.port
-    except ValueError:
-        raise ConfigError(f"{item!r}: the port is not a number in [0, 65535]") from None
-    return parts.scheme.upper(), parts.hostname or "", port
+    name, _, address = item.partition("://")
+    m = re.fullmatch(r"(\[[^\]]*\]|[^:/\[\]]*)(?::([^:/]*))?/?", address)
+    if m is None:
+        raise ConfigError(f"{item!r} is not NAME://host:port")
+    host, port_text = m.group(1).strip("[]"), m.group(2)
+    port = None
+    if port_text is not None:
+        if not port_text.isdigit() or int(port_text) > 65535:
+            raise ConfigError(f"{item!r}: the port is not a number in [0, 65535]")
+        port = int(port_text)
+    return name.upper(), host, port
 
 
 def _listeners(text: str) -> str:
-    found_plaintext = False
+    names = set()
     for item in filter(None, (x.strip() for x in str(text).split(","))):
         name, _host, port = _split_listener(item)
         if port is None:
             raise ConfigError(f"{item!r} needs a port (NAME://host:port)")
-        found_plaintext = found_plaintext or name == "PLAINTEXT"
-    if not found_plaintext:
-        # Refused rather than served in plaintext: a client configured for TLS or SASL
-        # would otherwise fail in confusing ways, or send secrets in the clear.
-        raise ConfigError("no PLAINTEXT listener (txbroker serves PLAINTEXT only; SSL and "
-                          "SASL listeners are not supported)")
+        if not re.fullmatch(r"[A-Z0-9_]+", name):
+            raise ConfigError(f"{item!r}: a listener name is letters, digits and '_'")
+        if name in names:
+            raise ConfigError(f"listener name {name} appears twice")
+        names.add(name)
+    if not names:
+        raise ConfigError("no listener (NAME://host:port,...)")
     return str(text).strip()
 
 
@@ -105,6 +112,67 @@ def _advertised(text: str) -> str:
         if not host or port is None:
             raise ConfigError(f"{item!r} needs host:port (e.g. PLAINTEXT://kafka.example:9092)")
     return text
+
+
+SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+
+
+def _protocol_map(text: str) -> dict[str, str]:
+    """``NAME:PROTOCOL,...`` (Kafka's listener.security.protocol.map)."""
+    out: dict[str, str] = {}
+    for item in filter(None, (x.strip() for x in str(text).split(","))):
+        name, sep, protocol = item.partition(":")
+        name, protocol = name.strip().upper(), protocol.strip().upper()
+        if not sep or not name:
+            raise ConfigError(f"{item!r} is not NAME:PROTOCOL")
+        if protocol not in SECURITY_PROTOCOLS:
+            raise ConfigError(f"{item!r}: the security protocol must be one of "
+                              f"{', '.join(SECURITY_PROTOCOLS)}")
+        out[name] = protocol
+    return out
+
+
+def _names(text: str) -> list[str]:
+    return [x.strip() for x in str(text).split(",") if x.strip()]
+
+
+def _one_of(*choices: str) -> Callable[[str], str]:
+    def parse(text: str) -> str:
+        value = str(text).strip().lower()
+        if value not in choices:
+            raise ConfigError(f"{text!r} is not one of {', '.join(choices)}")
+        return value
+
+    return parse
+
+
+def _tls_protocols(text: str) -> list[str]:
+    names = _names(text)
+    for name in names:
+        if name not in ("TLSv1.2", "TLSv1.3", "TLSv1", "TLSv1.1"):
+            raise ConfigError(f"{name!r} is not a TLS protocol name (TLSv1.2, TLSv1.3)")
+    return names
+
+
+def _store_type(text: str) -> str:
+    value = str(text).strip().upper()
+    if value not in ("JKS", "PKCS12", "PEM"):
+        raise ConfigError(f"{text!r} is not one of JKS, PKCS12, PEM")
+    return value
+
+
+def _mechanisms(text: str) -> list[str]:
+    return [m.upper() for m in _names(text)]
+
+
+def _principal_rules(text: str) -> str:
+    from .tls import parse_principal_mapping_rules
+
+    try:
+        parse_principal_mapping_rules(text)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+    return str(text).strip()
 
 
 def _fault_points(text: str) -> str:
@@ -146,10 +214,64 @@ BROKER_KEYS: dict[str, BrokerKey] = {
     k.name: k
     for k in [
         BrokerKey("listeners", "PLAINTEXT://127.0.0.1:9092", _listeners,
-                  "where the broker listens; the first PLAINTEXT listener is used (port 0: any free port)"),
+                  "where the broker listens: NAME://host:port,... (port 0: any free port); each "
+                  "name maps to a security protocol by listener.security.protocol.map; listeners "
+                  "named in controller.listener.names are not served"),
         BrokerKey("advertised.listeners", "", _advertised,
-                  "host:port clients are told to connect to (default: the listener; a 0.0.0.0 "
-                  "listener advertises the machine's host name)"),
+                  "NAME://host:port per listener name: what Metadata, FindCoordinator and "
+                  "DescribeCluster tell a client that connected through that listener (default: "
+                  "the listener itself; a 0.0.0.0 listener advertises the machine's host name)"),
+        BrokerKey("listener.security.protocol.map",
+                  "SASL_SSL:SASL_SSL,PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT",
+                  _protocol_map, "listener name -> PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL"),
+        BrokerKey("controller.listener.names", "", _names,
+                  "listeners of a KRaft controller (Kafka's server.properties names one): "
+                  "accepted and not served"),
+        # TLS. Each ssl.* key and sasl.enabled.mechanisms may also be set per listener as
+        # listener.name.<listener name in lower case>.<key>, which wins over the global one.
+        BrokerKey("ssl.keystore.type", "JKS", _store_type,
+                  "PEM or PKCS12 (Kafka's default JKS is not supported: set PEM or PKCS12 on a "
+                  "TLS listener)"),
+        BrokerKey("ssl.keystore.location", "", _str,
+                  "the server's key store file: PEM (private key and certificate chain in one "
+                  "file) or PKCS12"),
+        BrokerKey("ssl.keystore.password", "", _str, "password of a PKCS12 key store"),
+        BrokerKey("ssl.keystore.certificate.chain", "", _str,
+                  "PEM certificate chain given inline (with ssl.keystore.key, ssl.keystore.type=PEM)"),
+        BrokerKey("ssl.keystore.key", "", _str,
+                  "PEM private key given inline (ssl.keystore.type=PEM)"),
+        BrokerKey("ssl.key.password", "", _str, "password of an encrypted PEM private key"),
+        BrokerKey("ssl.truststore.type", "JKS", _store_type,
+                  "PEM (ssl.truststore.location or ssl.truststore.certificates) or PKCS12; the "
+                  "CAs client certificates are checked against"),
+        BrokerKey("ssl.truststore.location", "", _str, "trust store file (PEM CA certificates or PKCS12)"),
+        BrokerKey("ssl.truststore.password", "", _str, "password of a PKCS12 trust store"),
+        BrokerKey("ssl.truststore.certificates", "", _str, "PEM CA certificates given inline"),
+        BrokerKey("ssl.enabled.protocols", "TLSv1.2,TLSv1.3", _tls_protocols,
+                  "TLS versions accepted (TLSv1.2 is the minimum txbroker serves)"),
+        BrokerKey("ssl.protocol", "TLSv1.3", _str,
+                  "accepted for compatibility; ssl.enabled.protocols decides"),
+        BrokerKey("ssl.cipher.suites", "", _names,
+                  "OpenSSL names of the TLS 1.2 cipher suites to allow (empty: Python's defaults)"),
+        BrokerKey("ssl.client.auth", "none", _one_of("none", "requested", "required"),
+                  "client certificates: none, requested (checked when sent) or required (mTLS)"),
+        BrokerKey("ssl.principal.mapping.rules", "DEFAULT", _principal_rules,
+                  "client certificate subject (RFC 2253) -> principal name: DEFAULT or "
+                  "RULE:pattern/replacement/[LU],... as Kafka's SslPrincipalMapper"),
+        BrokerKey("ssl.endpoint.identification.algorithm", "https", _str,
+                  "accepted for compatibility (a client-side check; unused by the broker)"),
+        # SASL.
+        BrokerKey("sasl.enabled.mechanisms", "GSSAPI", _mechanisms,
+                  "SASL mechanisms of SASL listeners: PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, "
+                  "OAUTHBEARER (Kafka's default GSSAPI is not supported)"),
+        BrokerKey("sasl.jaas.config", "", _str,
+                  "JAAS config used when no listener.name.<listener>.<mechanism>.sasl.jaas.config "
+                  "is set: PLAIN users as user_<name>=\"<password>\" of PlainLoginModule, "
+                  "OAUTHBEARER unsecuredValidator* options"),
+        BrokerKey("sasl.server.max.receive.size", "524288", _int,
+                  "largest request frame accepted before a SASL connection is authenticated"),
+        BrokerKey("connection.failed.authentication.delay.ms", "100", _int,
+                  "how long a failed authentication waits before its answer and the close"),
         BrokerKey("node.id", "1", _int_in(0, 2**31 - 1), "this broker's id in Metadata responses"),
         BrokerKey("log.dirs", "./txbroker-data", _str, "the data directory (one directory)"),
         BrokerKey("num.partitions", "1", _int, "partitions of auto-created topics and of "
@@ -282,8 +404,10 @@ ALIASES = {"log.retention.minutes": None, "log.dir": None, "broker.id": "node.id
 # Kafka keys that mean nothing on one broker without replicas, controllers or thread
 # pools: accepted (Kafka's own server.properties sets many of them) with one warning.
 SINGLE_BROKER_KEYS = frozenset({
-    "process.roles", "controller.listener.names", "inter.broker.listener.name",
-    "inter.broker.protocol.version", "listener.security.protocol.map",
+    "process.roles", "inter.broker.listener.name", "sasl.mechanism.inter.broker.protocol",
+    "sasl.mechanism.controller.protocol", "ssl.keymanager.algorithm", "ssl.trustmanager.algorithm",
+    "ssl.secure.random.implementation", "ssl.engine.factory.class",
+    "inter.broker.protocol.version",
     "num.network.threads", "num.io.threads", "num.replica.fetchers",
     "num.recovery.threads.per.data.dir", "background.threads",
     "socket.send.buffer.bytes", "socket.receive.buffer.bytes", "socket.listen.backlog.size",
@@ -304,11 +428,55 @@ def is_single_broker_key(key: str) -> bool:
     return key in SINGLE_BROKER_KEYS or key.startswith(SINGLE_BROKER_PREFIXES)
 
 
+LISTENER_PREFIX = "listener.name."
+# Keys a listener may override as listener.name.<listener>.<key> (Kafka's listener prefix).
+PER_LISTENER_KEYS = frozenset(k for k in BROKER_KEYS if k.startswith("ssl.")) | {
+    "sasl.enabled.mechanisms", "sasl.server.max.receive.size"}
+SASL_MECHANISM_PREFIXES = ("plain", "scram-sha-256", "scram-sha-512", "oauthbearer", "gssapi")
+_LISTENER_KEY = re.compile(r"listener\.name\.([a-z0-9_]+)\.(.+)")
+
+
+def _parse_listener_key(key: str, value: str, source: str) -> None:
+    """listener.name.<listener>.<key> or listener.name.<listener>.<mechanism>.sasl.jaas.config
+    (the listener name in lower case, as Kafka requires)."""
+    m = _LISTENER_KEY.fullmatch(key)
+    if m is None:
+        raise UnknownConfigError(key, source)
+    rest = m.group(2)
+    if rest in PER_LISTENER_KEYS:
+        BROKER_KEYS[rest].parse(value)
+        return
+    mech, _, tail = rest.partition(".")
+    if tail == "sasl.jaas.config" and mech in SASL_MECHANISM_PREFIXES:
+        return
+    if is_single_broker_key(rest) or rest.endswith((".sasl.server.callback.handler.class",
+                                                   ".sasl.login.callback.handler.class")):
+        return  # JVM-only keys under a listener prefix: stored, unused
+    raise UnknownConfigError(key, source)
+
+
 class UnknownConfigError(ConfigError):
     def __init__(self, key: str, source: str) -> None:
         super().__init__(f"unknown broker config {key!r} ({source})")
         self.key = key
         self.source = source
+
+
+@dataclass(frozen=True)
+class ListenerSpec:
+    name: str
+    host: str
+    port: int
+    security_protocol: str
+    advertised: tuple[str, int] | None = None
+
+    @property
+    def uses_tls(self) -> bool:
+        return self.security_protocol in ("SSL", "SASL_SSL")
+
+    @property
+    def uses_sasl(self) -> bool:
+        return self.security_protocol in ("SASL_PLAINTEXT", "SASL_SSL")
 
 
 class BrokerConfig:
@@ -328,6 +496,8 @@ class BrokerConfig:
         try:
             if key in BROKER_KEYS:
                 BROKER_KEYS[key].parse(value)
+            elif key.startswith(LISTENER_PREFIX):
+                _parse_listener_key(key, value, source)
             elif key in TOPIC_DEFAULT_KEYS:
                 TOPIC_DEFAULT_KEYS[key].parse(value)
             elif key == "log.retention.minutes":
@@ -384,6 +554,17 @@ class BrokerConfig:
     def check(self) -> list[str]:
         """Rules between keys (each key's own value was checked when set)."""
         problems = []
+        try:
+            self.listener_specs()
+        except ConfigError as e:
+            problems.append(str(e))
+        delay = self.get("connection.failed.authentication.delay.ms")
+        idle = self.get("connections.max.idle.ms")
+        if not 0 <= delay < idle:
+            problems.append(
+                f"connection.failed.authentication.delay.ms={delay} "
+                f"({self.source('connection.failed.authentication.delay.ms')}) must be at least 0 "
+                f"and less than connections.max.idle.ms={idle}")
         queued, frame = self.get("queued.max.request.bytes"), self.get("socket.request.max.bytes")
         if 0 <= queued < frame:
             # As Kafka requires: else one allowed request could never be read.
@@ -395,26 +576,67 @@ class BrokerConfig:
 
     # --- convenience accessors ------------------------------------------------------
 
+    def listener_specs(self) -> list[ListenerSpec]:
+        """The listeners this broker serves, in the order ``listeners`` gives them
+        (controller listeners left out), each with its security protocol and its
+        advertised host:port if ``advertised.listeners`` names it."""
+        controllers = {n.upper() for n in self.get("controller.listener.names")}
+        protocols = self.get("listener.security.protocol.map")
+        advertised = {name: (host, port) for name, host, port in
+                      (_split_listener(x) for x in _names(self.get("advertised.listeners")))}
+        specs = []
+        for item in _names(self.get("listeners")):
+            name, host, port = _split_listener(item)
+            if name in controllers:
+                continue
+            if name not in protocols:
+                raise ConfigError(
+                    f"listener {name} ({item}, listeners, {self.source('listeners')}) is not in "
+                    f"listener.security.protocol.map ({self.source('listener.security.protocol.map')})"
+                    f": add {name}:PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL")
+            adv = advertised.get(name)
+            specs.append(ListenerSpec(name, host or "0.0.0.0", 9092 if port is None else port,
+                                      protocols[name], adv))
+        if not specs:
+            raise ConfigError("listeners has no listener to serve (all are controller listeners)")
+        return specs
+
+    def for_listener(self, listener: str, key: str):
+        """``key``'s value for one listener: listener.name.<listener>.<key> if set, else
+        the broker-wide value (Kafka's listener prefix)."""
+        prefixed = f"{LISTENER_PREFIX}{listener.lower()}.{key}"
+        if prefixed in self.values and key in BROKER_KEYS:
+            return BROKER_KEYS[key].parse(self.values[prefixed])
+        return self.get(key)
+
+    def listener_source(self, listener: str, key: str) -> str:
+        """Which key (and where) for_listener took its value from, for error messages."""
+        prefixed = f"{LISTENER_PREFIX}{listener.lower()}.{key}"
+        if prefixed in self.values:
+            return f"{prefixed}, {self.source(prefixed)}"
+        return f"{key}, {self.source(key)}"
+
+    def jaas_config(self, listener: str, mechanism: str) -> tuple[str, str]:
+        """The JAAS text for a mechanism on a listener and the key it came from:
+        listener.name.<listener>.<mechanism>.sasl.jaas.config, else sasl.jaas.config."""
+        prefixed = f"{LISTENER_PREFIX}{listener.lower()}.{mechanism.lower()}.sasl.jaas.config"
+        if prefixed in self.values:
+            return self.values[prefixed], prefixed
+        return self.get("sasl.jaas.config"), "sasl.jaas.config"
+
     @property
     def listener(self) -> tuple[str, int]:
-        """The first PLAINTEXT listener (others, e.g. Kafka's CONTROLLER, are not ours)."""
-        for item in filter(None, (x.strip() for x in self.get("listeners").split(","))):
-            name, host, port = _split_listener(item)
-            if name == "PLAINTEXT":
-                return host or "0.0.0.0", 9092 if port is None else port
-        raise ConfigError("listeners has no PLAINTEXT listener")
+        """The primary listener: the first PLAINTEXT one, else the first one served."""
+        specs = self.listener_specs()
+        spec = next((s for s in specs if s.security_protocol == "PLAINTEXT"), specs[0])
+        return spec.host, spec.port
 
     @property
     def advertised(self) -> tuple[str, int] | None:
-        """The advertised PLAINTEXT listener (else the first one), if set."""
-        text = self.get("advertised.listeners")
-        if not text:
-            return None
-        items = [_split_listener(x) for x in text.split(",") if x.strip()]
-        _name, host, port = next((i for i in items if i[0] == "PLAINTEXT"), items[0])
-        if not host or port is None:
-            raise ConfigError(f"advertised.listeners {text!r} needs host:port")
-        return host, port
+        """The advertised address of the primary listener, if set."""
+        specs = self.listener_specs()
+        spec = next((s for s in specs if s.security_protocol == "PLAINTEXT"), specs[0])
+        return spec.advertised
 
     @property
     def data_dir(self) -> str:
@@ -473,6 +695,18 @@ def env_overrides(environ: Mapping[str, str]) -> dict[str, str]:
     return out
 
 
+def _with_primary(cfg: BrokerConfig, host: str, port: int) -> str:
+    """``listeners`` with the primary listener (config.listener's) moved to host:port
+    (--host/--port); the other listeners are kept, controller listeners dropped."""
+    try:
+        specs = cfg.listener_specs()
+    except ConfigError:
+        return f"PLAINTEXT://{host}:{port}"
+    primary = next((s for s in specs if s.security_protocol == "PLAINTEXT"), specs[0])
+    return ",".join(f"{s.name}://{host}:{port}" if s is primary else f"{s.name}://{s.host}:{s.port}"
+                    for s in specs)
+
+
 def load_config(*, config_file: str | None = None, host: str | None = None,
                 port: int | None = None, data_dir: str | None = None,
                 overrides: Mapping[str, str] | None = None,
@@ -515,8 +749,8 @@ def load_config(*, config_file: str | None = None, host: str | None = None,
             except ConfigError:
                 cur_host, cur_port = "127.0.0.1", 9092  # the listeners error is reported
             source = " ".join(o for o, v in (("--host", host), ("--port", port)) if v is not None)
-            put("listeners",
-                f"PLAINTEXT://{host or cur_host}:{cur_port if port is None else port}", source)
+            put("listeners", _with_primary(cfg, host or cur_host, cur_port if port is None else port),
+                source)
     if data_dir is not None:
         put("log.dirs", data_dir, "--data-dir")
     for key, value in (overrides or {}).items():

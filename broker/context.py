@@ -36,6 +36,14 @@ class Session:
     listener_name: str = "PLAINTEXT"
     security_protocol: str = "PLAINTEXT"
     authenticated: bool = True  # False on a SASL listener until SaslAuthenticate succeeds
+    # SASL progress on a SASL listener, as Kafka's SaslServerAuthenticator: "handshake"
+    # (ApiVersions or SaslHandshake expected), "authenticate" (SaslAuthenticate expected),
+    # "raw" (SaslHandshake v0: bare tokens follow), "complete".
+    sasl_state: str = "complete"
+    sasl_mechanism: str | None = None
+    sasl_server: Any = None  # the mechanism's state machine (broker/sasl.py)
+    # Set by a handler whose answer must be the connection's last (a failed authentication).
+    close_after_response: bool = False
 
 
 class DenialLog:

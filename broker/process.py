@@ -18,18 +18,26 @@ import signal
 import subprocess
 import sys
 import threading
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+
+from .security_testing import SecuritySetup
 
 READY = re.compile(r"ready: listening on (\S+):(\d+)")
+LISTENER = re.compile(r"listener (\S+) \((\S+)\) on (\S+):(\d+)")
 
 
 class BrokerProcess:
     """``python -m txbroker serve`` in a child process; restarts reuse the first port."""
 
     def __init__(self, data_dir: str, overrides: Mapping[str, str] | None = None,
-                 port: int = 0) -> None:
+                 port: int = 0, *, listeners: Sequence[str] | Mapping[str, str] | None = None,
+                 users: Mapping[str, str] | None = None, **security) -> None:
+        """``listeners``/``users``/``security``: a secured broker, as BrokerThread's."""
         self.data_dir = data_dir
         self.overrides = dict(overrides or {})
+        self.security = (SecuritySetup(data_dir, listeners, users, **security)
+                         if listeners is not None else None)
+        self.ports: dict[str, int] = {}  # listener name -> bound port
         self.requested_port = port
         self.proc: subprocess.Popen | None = None
         self.port = 0
@@ -41,6 +49,18 @@ class BrokerProcess:
     def bootstrap(self) -> str:
         return f"{self.host}:{self.port}"
 
+    def bootstrap_for(self, listener: str) -> str:
+        return f"{self.host}:{self.ports[listener]}"
+
+    @property
+    def certs(self):
+        assert self.security is not None and self.security.certs is not None
+        return self.security.certs
+
+    def client_config(self, listener: str, user: str | None = None, **kwargs) -> dict[str, str]:
+        assert self.security is not None
+        return self.security.client_config(self.bootstrap_for(listener), listener, user, **kwargs)
+
     @property
     def running(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
@@ -48,7 +68,11 @@ class BrokerProcess:
     def start(self, timeout: float = 30) -> BrokerProcess:
         cmd = [sys.executable, "-m", "txbroker", "serve", "--host", "127.0.0.1",
                "--port", str(self.requested_port), "--data-dir", self.data_dir]
-        for k, v in self.overrides.items():
+        overrides = dict(self.overrides)
+        if self.security is not None:
+            self.security.prepare_data_dir()
+            overrides = {**self.security.overrides(self.ports), **overrides}
+        for k, v in overrides.items():
             cmd += ["--override", f"{k}={v}"]
         env = dict(os.environ)
         # pytest's -W settings would turn the child's harmless warnings into noise.
@@ -65,6 +89,7 @@ class BrokerProcess:
                 m = READY.search(line)
                 if m:
                     self.port = int(m.group(2))
+                    self.ports = {name: int(port) for name, _p, _h, port in LISTENER.findall(line)}
                     ready.set()
 
         self._reader = threading.Thread(target=pump, daemon=True)

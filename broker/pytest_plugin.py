@@ -8,7 +8,10 @@ Installed with the package, so any test suite can write::
 Each test gets a fresh in-process broker on an ephemeral port with its own
 temporary data directory. ``txbroker_config`` (a dict fixture you may override)
 passes broker config keys, e.g. ``{"num.partitions": "3"}``; they are applied over
-``FIXTURE_DEFAULTS``.
+``FIXTURE_DEFAULTS``. ``txbroker_security`` (None by default) starts a secured broker
+instead: e.g. ``{"listeners": ["PLAINTEXT", "SASL_SSL"], "users": {"alice": "pw"}}``
+(BrokerThread's keyword arguments); the fixture then offers ``bootstrap_for(listener)``,
+``client_config(listener, user)`` and ``certs``.
 """
 
 from __future__ import annotations
@@ -28,14 +31,21 @@ def txbroker_config() -> dict[str, str]:
 
 
 @pytest.fixture
-def txbroker(tmp_path, txbroker_config):
+def txbroker_security() -> dict | None:
+    """Override in your conftest.py (or parametrize) to secure the txbroker fixture."""
+    return None
+
+
+@pytest.fixture
+def txbroker(tmp_path, txbroker_config, txbroker_security):
     """A running in-process broker: ``.bootstrap`` is "host:port"."""
     # Imported here, not at plugin load: the broker pulls in kio, whose types register
     # hypothesis strategies, and plugins must not do that before hypothesis is set up.
     from .testing import BrokerThread
 
     broker = BrokerThread(str(tmp_path / "txbroker-data"),
-                          {**FIXTURE_DEFAULTS, **(txbroker_config or {})})
+                          {**FIXTURE_DEFAULTS, **(txbroker_config or {})},
+                          **(txbroker_security or {}))
     broker.start()
     try:
         yield broker

@@ -17,9 +17,11 @@ import functools
 import logging
 import os
 import socket
+import ssl
 import struct
 import time
 from collections import deque
+from dataclasses import dataclass
 
 from txbroker.coordinator.group.coordinator import GroupCoordinator, GroupCoordinatorConfig
 from txbroker.coordinator.group.state import GroupConfig
@@ -43,10 +45,12 @@ from txbroker.protocol.messages import (
 from txbroker.protocol.primitives import DecodeError
 from txbroker.storage.manager import LogManager
 
+from . import sasl as sasl_config
+from . import tls
 from .acl_store import AclStore, AclStoreError, load_acls
 from .authorizer import Authorizer, parse_super_users
-from .config import BrokerConfig, ConfigError, StartupError
-from .context import CloseConnection, DenialLog, RequestContext, Session
+from .config import BrokerConfig, ConfigError, ListenerSpec, StartupError
+from .context import ANONYMOUS, CloseConnection, DenialLog, RequestContext, Session
 from .handlers import HANDLERS, accepts, api_versions, supported_versions
 from .metrics import BrokerMetrics
 
@@ -66,6 +70,103 @@ MAX_UNSENT_BYTES = 4 << 20
 LARGE_FRAME = 1 << 20
 _FETCH_KEY = struct.Struct(">h")
 FETCH = 1
+SASL_HANDSHAKE_KEY = 17
+SASL_AUTHENTICATE_KEY = 36
+# A TLS handshake not done in this time is dropped: half-open handshakes cannot pile up.
+TLS_HANDSHAKE_TIMEOUT_S = 10.0
+
+
+class CloseAfter:
+    """An answer after which the connection is closed (a failed authentication)."""
+
+    __slots__ = ("data",)
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+
+
+@dataclass
+class Listener:
+    """One served listener: its config, TLS context, SASL setup and bound address."""
+
+    spec: ListenerSpec
+    ssl_context: ssl.SSLContext | None = None
+    sasl: sasl_config.ListenerSasl | None = None
+    principal_mapper: tls.PrincipalMapper | None = None
+    server: asyncio.AbstractServer | None = None
+    host: str = ""
+    port: int = 0
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    def advertised(self) -> tuple[str, int]:
+        if self.spec.advertised is not None:
+            return self.spec.advertised
+        host = self.host
+        if host in ("0.0.0.0", "::", ""):
+            host = socket.gethostname()
+        return host, self.port
+
+
+class _TlsServer:
+    """The accepting side of a TLS listener. Each accepted socket goes to
+    loop.connect_accepted_socket with the listener's SSLContext: the handshake sees every
+    byte from the first (no StreamReader read it before TLS did), is bounded in time,
+    and its failure is seen here, where the peer is known, for the log line."""
+
+    def __init__(self, broker: Broker, listener: Listener, sock: socket.socket) -> None:
+        self.broker = broker
+        self.listener = listener
+        self.sockets = [sock]
+        self._accepting = asyncio.ensure_future(self._accept_loop())
+        self._handshakes: set[asyncio.Task] = set()
+
+    async def _accept_loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        sock = self.sockets[0]
+        while True:
+            try:
+                conn, _addr = await loop.sock_accept(sock)
+            except OSError as e:  # EMFILE and the like: as asyncio's own servers do, go on
+                log.warning("listener %s: accept failed: %s", self.listener.name, e)
+                await asyncio.sleep(0.1)
+                continue
+            task = asyncio.ensure_future(self.broker.accept_tls(self.listener, conn))
+            self._handshakes.add(task)
+            task.add_done_callback(self._handshakes.discard)
+
+    def close(self) -> None:
+        self._accepting.cancel()
+        for task in list(self._handshakes):
+            if not task.done():
+                task.cancel()
+        self.sockets[0].close()
+
+    async def wait_closed(self) -> None:
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._accepting
+
+
+def _family(host: str) -> socket.AddressFamily:
+    return socket.AF_INET6 if ":" in host else socket.AF_INET
+
+
+def build_listeners(config: BrokerConfig) -> list[Listener]:
+    """Every served listener with its TLS context and SASL setup; ConfigError (one line)
+    for a listener that cannot be set up from its keys."""
+    listeners = []
+    for spec in config.listener_specs():
+        lst = Listener(spec)
+        if spec.uses_tls:
+            lst.ssl_context = tls.server_context(config, spec.name)
+            lst.principal_mapper = tls.PrincipalMapper(
+                config.for_listener(spec.name, "ssl.principal.mapping.rules"))
+        if spec.uses_sasl:
+            lst.sasl = sasl_config.listener_sasl(config, spec.name)
+        listeners.append(lst)
+    return listeners
 
 
 def return_large_buffers_to_the_os() -> None:
@@ -119,13 +220,12 @@ class RequestMemory:
 
 class Connection:
     def __init__(self, broker: Broker, reader: asyncio.StreamReader,
-                 writer: asyncio.StreamWriter) -> None:
+                 writer: asyncio.StreamWriter, session: Session) -> None:
         self.broker = broker
         self.reader = reader
         self.writer = writer
-        peer = writer.get_extra_info("peername")
-        self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
-        self.session = Session(self.peer, peer[0] if isinstance(peer, tuple) else str(peer))
+        self.peer = session.peer
+        self.session = session
         self.last_active = time.monotonic()
         self.in_flight = 0
         self._max_queued = max(1, broker.config.get("queued.max.requests"))
@@ -184,11 +284,19 @@ class Connection:
 
     async def _read_loop(self) -> None:
         max_bytes = self.broker.config.get("socket.request.max.bytes")
+        sasl_max = self.broker.config.for_listener(self.session.listener_name,
+                                                   "sasl.server.max.receive.size")
         memory = self.broker.request_memory
         read = self.reader.readexactly
+        session = self.session
         while True:
             size = _SIZE.unpack(await read(4))[0]
             self.last_active = time.monotonic()
+            if not session.authenticated and not 0 <= size <= sasl_max:
+                # Before authentication, Kafka's sasl.server.max.receive.size bounds a frame.
+                log.warning("closing %s: request size %d before SASL authentication is outside "
+                            "[0, sasl.server.max.receive.size=%d]", self.peer, size, sasl_max)
+                raise CloseConnection
             if size < 0 or size > max_bytes:
                 log.warning("closing %s: request size %d is outside [0, socket.request.max.bytes=%d]",
                             self.peer, size, max_bytes)
@@ -214,6 +322,10 @@ class Connection:
             self._queued.set()
             if self.closing:
                 return
+            if not session.authenticated:
+                # During SASL authentication one request at a time, as Kafka: the next
+                # frame is judged by the state this one leaves.
+                await asyncio.wait([task])
             # Frames already buffered are read without suspending: yield once per
             # request, so a client pipelining thousands cannot hold the loop from others.
             await asyncio.sleep(0)
@@ -294,6 +406,12 @@ class Connection:
                 self._abort_reading()
                 self._cancel_pending()
                 return
+            if type(response) is CloseAfter:
+                if not self.writer.transport.is_closing():
+                    self.writer.write(response.data)
+                self._abort_reading()
+                self._cancel_pending()
+                return
             if response is not None:
                 if self.writer.transport.is_closing():
                     self._cancel_pending()
@@ -326,6 +444,25 @@ class Connection:
         """Drop the connection now, answered or not (a client that does not read)."""
         self._abort_reading()
         self.writer.transport.abort()
+
+
+# APIs whose schemas are imported before "ready": what clients send first (ApiVersions,
+# Metadata, FindCoordinator, InitProducerId, Produce, AddPartitionsToTxn, EndTxn).
+FIRST_APIS = frozenset({18, 3, 10, 22, 0, 24, 26})
+PRELOAD_DELAY_S = 1.0
+
+
+async def _preload_in_background(versions: list[tuple[int, int, int]],
+                                 after: asyncio.Task | None) -> None:
+    """Import the other APIs' schemas one API at a time, serving in between, once
+    ``after`` (the transaction coordinator's load) is done and the clients waiting
+    for it had PRELOAD_DELAY_S to go on."""
+    if after is not None:
+        await asyncio.wait([after])
+    await asyncio.sleep(PRELOAD_DELAY_S)
+    for version_range in versions:
+        await asyncio.sleep(0)
+        preload_schemas([version_range])
 
 
 class Broker:
@@ -383,6 +520,12 @@ class Broker:
             raise ConfigError(f"queued.max.request.bytes={queued_bytes} must be -1 or at least "
                               f"socket.request.max.bytes={config.get('socket.request.max.bytes')}")
         self.request_memory = RequestMemory(queued_bytes)
+        self.listeners = build_listeners(config)
+        self.listeners_by_name = {lst.name: lst for lst in self.listeners}
+        self.primary_listener = next(
+            (lst for lst in self.listeners if lst.spec.security_protocol == "PLAINTEXT"),
+            self.listeners[0])
+        self.scram_credentials = None  # ScramCredentialStore, once the data dir is open
         self.fetch_max_bytes: int = config.get("fetch.max.bytes")  # read once: hot path
         self._server: asyncio.AbstractServer | None = None
         self._connections: set[Connection] = set()
@@ -410,6 +553,7 @@ class Broker:
         # only from Python (BrokerThread.set_test_principal); nothing on the wire or in
         # the config reaches it, and it is empty in every real broker.
         self.test_principals: dict[str, str] = {}
+        self._preload: asyncio.Task | None = None  # kio schemas imported after "ready"
 
     def coordinator_status(self, key_type: int) -> ErrorCode:
         """FindCoordinator's answer for a key type: 0 group, 1 transaction. Like Kafka it
@@ -446,8 +590,7 @@ class Broker:
             os._exit(137)
         self.crashed = True
         self.stopping.set()
-        if self._server is not None:
-            self._server.close()
+        self._close_servers()
         if self._reaper is not None:
             self._reaper.cancel()
         for conn in list(self._connections):
@@ -475,13 +618,14 @@ class Broker:
 
     @property
     def advertised_host_port(self) -> tuple[str, int]:
-        adv = self.config.advertised
-        if adv is not None:
-            return adv
-        host = self.host
-        if host in ("0.0.0.0", "::", ""):
-            host = socket.gethostname()
-        return host, self.port
+        """What the primary listener advertises."""
+        return self.primary_listener.advertised()
+
+    def advertised_for(self, listener_name: str) -> tuple[str, int]:
+        """The advertised endpoint of the listener a client came in through: Metadata,
+        FindCoordinator and DescribeCluster answer with it, as Kafka does."""
+        lst = self.listeners_by_name.get(listener_name, self.primary_listener)
+        return lst.advertised()
 
     async def start(self) -> None:
         self.stopping = asyncio.Event()
@@ -493,8 +637,13 @@ class Broker:
             self.admin_http = AdminHttpServer(self, self.config.get("admin.http.host"),
                                               self.config.get("admin.http.port"))
         return_large_buffers_to_the_os()
-        preload_schemas(supported_versions())
-        await loop.run_in_executor(None, self.logs.open)
+        # kio's schemas take ~0.7 s to import: the APIs a client starts with are loaded
+        # while the logs open in a worker thread, the rest right after "ready" (a
+        # request that comes first imports its own on demand).
+        opening = loop.run_in_executor(None, self.logs.open)
+        later = [v for v in supported_versions() if v[0] not in FIRST_APIS]
+        preload_schemas([v for v in supported_versions() if v[0] in FIRST_APIS])
+        await opening
         if self.authorizer is not None:
             try:
                 acls = load_acls(self.logs.data_dir)
@@ -509,16 +658,32 @@ class Broker:
         await self.logs.start()
         await self.groups.start()
         await self.transactions.start()
-        host, port = self.config.listener
-        try:
-            self._server = await asyncio.start_server(
-                self._on_connection, host, port, reuse_address=True, limit=1 << 20, backlog=512
-            )
-        except OSError as e:
-            raise StartupError(f"cannot listen on {host}:{port} (listeners, "
-                               f"{self.config.source('listeners')}): {e.strerror or e}") from e
-        sock = self._server.sockets[0]
-        self.host, self.port = sock.getsockname()[:2]
+        from .scram_credentials import ScramCredentialStore
+
+        self.scram_credentials = await loop.run_in_executor(
+            None, ScramCredentialStore, self.logs.data_dir)
+        for lst in self.listeners:
+            host, port = lst.spec.host, lst.spec.port
+            try:
+                if lst.ssl_context is None:
+                    lst.server = await asyncio.start_server(
+                        functools.partial(self._on_connection, lst), host, port,
+                        reuse_address=True, limit=1 << 20, backlog=512)
+                else:
+                    sock = socket.create_server((host, port), backlog=512,
+                                                family=_family(host), reuse_port=False)
+                    sock.setblocking(False)
+                    lst.server = _TlsServer(self, lst, sock)  # type: ignore[assignment]
+            except OSError as e:
+                for other in self.listeners:
+                    if other.server is not None:
+                        other.server.close()
+                raise StartupError(f"cannot listen on {host}:{port} (listener {lst.name}, "
+                                   f"listeners, {self.config.source('listeners')}): "
+                                   f"{e.strerror or e}") from e
+            lst.host, lst.port = lst.server.sockets[0].getsockname()[:2]
+        self._server = self.primary_listener.server
+        self.host, self.port = self.primary_listener.host, self.primary_listener.port
         self._reaper = asyncio.create_task(self._reap_idle(), name="idle-reaper")
         self.started_at = time.time()
         if self.admin_http is not None:
@@ -538,20 +703,27 @@ class Broker:
                         "produce, transaction state, markers and committed offsets are acted "
                         "on before they are fsynced; a power loss can take them back "
                         "(topics with flush.messages=1 still fsync first)", flush_messages)
+        self._preload = asyncio.create_task(
+            _preload_in_background(later, self.transactions.load_task), name="preload")
         adv_host, adv_port = self.advertised_host_port
-        log.info("txbroker ready: listening on %s:%d (advertised %s:%d), data dir %s, node %d",
-                 self.host, self.port, adv_host, adv_port, self.logs.data_dir, self.node_id)
+        others = "".join(
+            f"; listener {lst.name} ({lst.spec.security_protocol}) on {lst.host}:{lst.port} "
+            f"(advertised {':'.join(map(str, lst.advertised()))})" for lst in self.listeners)
+        log.info("txbroker ready: listening on %s:%d (advertised %s:%d), data dir %s, node %d%s",
+                 self.host, self.port, adv_host, adv_port, self.logs.data_dir, self.node_id,
+                 others)
 
     async def stop(self) -> None:
         """Stop accepting, finish in-flight requests, flush and close the logs."""
+        if self._preload is not None:
+            self._preload.cancel()
         if self.crashed:
             if self._teardown is not None:
                 await self._teardown  # the crash's teardown: files closed, lock released
             return
         log.info("shutting down")
         self.stopping.set()
-        if self._server is not None:
-            self._server.close()
+        self._close_servers()
         if self._reaper is not None:
             self._reaper.cancel()
         for conn in list(self._connections):
@@ -570,22 +742,39 @@ class Broker:
             conn.abort()
         while self._connections and time.monotonic() < deadline:
             await asyncio.sleep(0.01)
-        if self._server is not None:
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(self._server.wait_closed(), 1)
+        for lst in self.listeners:
+            if lst.server is not None:
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(lst.server.wait_closed(), 1)
         if self.admin_http is not None:
             await self.admin_http.stop()
+        await self.transactions.write_snapshots()  # the next start loads without replay
         await self.transactions.stop()
         await self.groups.stop()
         await self.logs.close()
         log.info("shutdown complete")
 
-    async def _on_connection(self, reader: asyncio.StreamReader,
+    def _close_servers(self) -> None:
+        for lst in self.listeners:
+            if lst.server is not None:
+                lst.server.close()
+
+    async def _on_connection(self, listener: Listener, reader: asyncio.StreamReader,
                              writer: asyncio.StreamWriter) -> None:
         if self.stopping.is_set():
             writer.close()
             return
-        conn = Connection(self, reader, writer)
+        peer = writer.get_extra_info("peername")
+        peer_text = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
+        session = Session(peer_text, peer[0] if isinstance(peer, tuple) else str(peer),
+                          listener_name=listener.name,
+                          security_protocol=listener.spec.security_protocol)
+        if listener.ssl_context is not None and not self._tls_principal(listener, writer, session):
+            return
+        if listener.sasl is not None:
+            session.authenticated = False
+            session.sasl_state = "handshake"
+        conn = Connection(self, reader, writer, session)
         self._connections.add(conn)
         try:
             await conn.run()
@@ -595,6 +784,62 @@ class Broker:
             conn.abort()
         finally:
             self._connections.discard(conn)
+
+    async def accept_tls(self, listener: Listener, conn: socket.socket) -> None:
+        """The TLS handshake of an accepted socket (bounded in time, one log line when it
+        fails), then the connection as any other."""
+        assert listener.ssl_context is not None
+        loop = asyncio.get_running_loop()
+        try:
+            peer = conn.getpeername()
+        except OSError:
+            conn.close()
+            return
+        peer_text = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
+        if self.stopping.is_set():
+            conn.close()
+            return
+        reader = asyncio.StreamReader(limit=1 << 20)
+        protocol = asyncio.StreamReaderProtocol(reader)
+        try:
+            transport, _ = await loop.connect_accepted_socket(
+                lambda: protocol, conn, ssl=listener.ssl_context,
+                ssl_handshake_timeout=TLS_HANDSHAKE_TIMEOUT_S)
+        except asyncio.CancelledError:
+            conn.close()
+            raise
+        except (OSError, TimeoutError, EOFError) as e:
+            if isinstance(e, ssl.SSLCertVerificationError):
+                reason = f"client certificate rejected: {e.verify_message}"
+            else:
+                reason = getattr(e, "reason", None) or str(e) or type(e).__name__
+            log.info("closing %s on listener %s: TLS handshake failed: %s", peer_text,
+                     listener.name, reason)
+            conn.close()
+            return
+        writer = asyncio.StreamWriter(transport, protocol, reader, loop)
+        await self._on_connection(listener, reader, writer)
+
+    def _tls_principal(self, listener: Listener, writer: asyncio.StreamWriter,
+                       session: Session) -> bool:
+        """The principal of the client certificate (ANONYMOUS without one); False (the
+        connection dropped, one log line) if no ssl.principal.mapping.rules rule applies."""
+        ssl_object = writer.get_extra_info("ssl_object")
+        cert = ssl_object.getpeercert() if ssl_object is not None else None
+        if cert and listener.principal_mapper is not None:
+            dn = tls.rfc2253_name(cert.get("subject", ()))
+            try:
+                session.principal = "User:" + listener.principal_mapper.name(dn)
+            except tls.NoMatchingRule as e:
+                log.warning("closing %s on listener %s: failed authentication: %s", session.peer,
+                            listener.name, e)
+                writer.transport.abort()
+                return False
+            log.debug("%s on listener %s: client certificate %s -> %s", session.peer,
+                      listener.name, dn, session.principal)
+        else:
+            session.principal = ANONYMOUS
+        return True
 
     async def _reap_idle(self) -> None:
         max_idle = self.config.get("connections.max.idle.ms") / 1000
@@ -622,14 +867,29 @@ class Broker:
         except CloseConnection:
             return CLOSE
 
-    async def _handle(self, frame: bytes, session: Session) -> bytes | None:
+    async def _handle(self, frame: bytes, session: Session) -> bytes | CloseAfter | None:
         started = time.perf_counter()
         peer = session.peer
+        if session.sasl_state == "raw":
+            # After SaslHandshake v0 the client sends bare SASL tokens, no request header.
+            from .handlers import sasl_authenticate
+
+            return await sasl_authenticate.raw_token(self, session, bytes(frame))
         try:
             api_key, version, correlation_id = parse_correlation_id(frame)
         except DecodeError:
             log.warning("closing %s: request of %d bytes is too short for a header", peer, len(frame))
             raise CloseConnection from None
+        if not session.authenticated:
+            allowed = ((API_VERSIONS_KEY, SASL_HANDSHAKE_KEY) if session.sasl_state == "handshake"
+                       else (SASL_AUTHENTICATE_KEY,))
+            if api_key not in allowed:
+                # As Kafka's SaslServerAuthenticator: nothing else before authentication.
+                log.warning("closing %s on listener %s: %s request (correlation id %d) before "
+                            "SASL authentication completed", peer, session.listener_name,
+                            api_name(api_key) if api_key in HANDLERS else f"API key {api_key}",
+                            correlation_id)
+                raise CloseConnection
         if api_key == API_VERSIONS_KEY and not accepts(api_key, version):
             # KIP-511: answer in v0 with the supported ranges so the client can retry.
             log.info("%s sent ApiVersions v%d; answering UNSUPPORTED_VERSION with our ranges",
@@ -664,4 +924,6 @@ class Broker:
                                                             response)
         self.metrics.request_done(api_key, version, started, len(frame), response, out,
                                   ctx.error_codes)
+        if session.close_after_response:
+            return CloseAfter(out or b"")
         return out

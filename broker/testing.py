@@ -5,6 +5,11 @@
 
 The broker runs its own event loop in a background thread, so synchronous
 clients and asyncio clients (on their own loop) can both talk to it.
+
+A secured broker: ``BrokerThread(data_dir, listeners=["PLAINTEXT", "SASL_SSL"],
+users={"alice": "alice-secret"})``; then ``bootstrap_for("SASL_SSL")``,
+``client_config("SASL_SSL", "alice")`` and ``certs`` (CA and client certificate files)
+give a client what it needs (broker/security_testing.py).
 """
 
 from __future__ import annotations
@@ -13,15 +18,26 @@ import asyncio
 import concurrent.futures
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from .config import load_config
+from .security_testing import SecuritySetup
 from .server import Broker
 
 
 class BrokerThread:
     def __init__(self, data_dir: str, overrides: Mapping[str, str] | None = None,
-                 host: str = "127.0.0.1", port: int = 0) -> None:
+                 host: str = "127.0.0.1", port: int = 0, *,
+                 listeners: Sequence[str] | Mapping[str, str] | None = None,
+                 users: Mapping[str, str] | None = None, **security) -> None:
+        """``listeners`` (names, or name -> security protocol) and ``users`` start a
+        secured broker; ``security`` passes SecuritySetup's options (ssl_client_auth,
+        sasl_mechanisms, principal_mapping_rules)."""
+        self.security = (SecuritySetup(data_dir, listeners, users, host=host, **security)
+                         if listeners is not None else None)
+        if self.security is not None:
+            overrides = {**self.security.overrides(), **(overrides or {})}
+            self.security.prepare_data_dir()
         self.config = load_config(host=host, port=port, data_dir=data_dir,
                                   overrides=dict(overrides or {}), environ={})
         self.broker: Broker | None = None
@@ -42,6 +58,29 @@ class BrokerThread:
     @property
     def bootstrap(self) -> str:
         return f"{self.host}:{self.port}"
+
+    def bootstrap_for(self, listener: str) -> str:
+        """host:port of one listener (by name)."""
+        assert self.broker is not None
+        host, port = self.broker.advertised_for(listener)
+        return f"{host}:{self.broker.listeners_by_name[listener].port}"
+
+    @property
+    def certs(self):
+        """The test CA and client certificate files (TestCertificates) of a TLS broker."""
+        assert self.security is not None and self.security.certs is not None
+        return self.security.certs
+
+    def client_config(self, listener: str, user: str | None = None, **kwargs) -> dict[str, str]:
+        """Client properties (Kafka/librdkafka names) for ``listener`` as ``user``."""
+        assert self.security is not None
+        return self.security.client_config(self.bootstrap_for(listener), listener, user, **kwargs)
+
+    def sessions(self) -> list[tuple[str, str, str]]:
+        """(peer, listener, principal) of every open connection: which principal the
+        broker assigned (ACL tests check it)."""
+        return self.call(lambda b: sorted((c.session.peer, c.session.listener_name,
+                                           c.session.principal) for c in b._connections))
 
     def start(self) -> BrokerThread:
         ready: concurrent.futures.Future = concurrent.futures.Future()
@@ -182,11 +221,11 @@ class BrokerThread:
         """Stop (or, after a crash fault, clean up) and start again on the same data
         directory and port; clients reconnect as they would to a restarted Kafka broker.
         Fault points that have not fired stay armed; those that fired do not come back."""
-        port = self.port
-        if self.broker is not None:
-            self.config.set("txbroker.fault.points", self.broker.faults.config_text(), "restart")
+        assert self.broker is not None
+        bound = ",".join(f"{lst.name}://{lst.spec.host}:{lst.port}" for lst in self.broker.listeners)
+        self.config.set("txbroker.fault.points", self.broker.faults.config_text(), "restart")
         self.stop()
-        self.config.set("listeners", f"PLAINTEXT://{self.config.listener[0]}:{port}", "restart")
+        self.config.set("listeners", bound, "restart")
         return self.start()
 
     def stop(self) -> None:

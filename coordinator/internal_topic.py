@@ -89,15 +89,22 @@ def iter_topic_batches(logs: LogManager, topic: str
         plog = logs.get_log(topic, p)
         if plog is None:
             continue
-        offset = plog.log_start_offset
-        while offset < plog.log_end_offset:
-            result = plog.read(offset, 1 << 20, max_offset=plog.log_end_offset, min_one=True)
-            if not result.data:
-                break
-            data = result.data
-            pos = 0
-            while pos < len(data):
-                header = read_header(data, pos)
-                yield plog, header, decode_records(data, pos)
-                pos += header.size
-            offset = result.next_offset
+        for header, records in iter_partition_batches(plog, plog.log_start_offset):
+            yield plog, header, records
+
+
+def iter_partition_batches(plog: PartitionLog, start: int
+                           ) -> Iterator[tuple[BatchHeader, list[Record]]]:
+    """The batches of one partition from the one holding offset ``start`` on, decoded."""
+    offset = max(start, plog.log_start_offset)
+    while offset < plog.log_end_offset:
+        result = plog.read(offset, 1 << 20, max_offset=plog.log_end_offset, min_one=True)
+        if not result.data:
+            break
+        data = result.data
+        pos = 0
+        while pos < len(data):
+            header = read_header(data, pos)
+            yield header, decode_records(data, pos)
+            pos += header.size
+        offset = result.next_offset

@@ -129,6 +129,7 @@ from txbroker.protocol.records import (
     read_header,
 )
 
+from .durable_file import fsync_directory, write_durably
 from .producer_state import list_snapshots, snapshot_path
 from .segment import LogSegment, filename_prefix
 from .txn_index import AbortedTxn
@@ -191,14 +192,6 @@ def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
-def _fsync_dir(directory: str) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def recover_interrupted_cleaning(directory: str) -> None:
     """Finish or undo a cleaning that a crash interrupted (see the module docstring).
 
@@ -246,7 +239,7 @@ def recover_interrupted_cleaning(directory: str) -> None:
         log.warning("%s: completed an interrupted log cleaning swap at offset %d", directory, base)
         changed = True
     if changed:
-        _fsync_dir(directory)
+        fsync_directory(directory)
 
 
 # --- batches (worker thread) ------------------------------------------------------------
@@ -634,13 +627,7 @@ class LogCleaner:
     def _write_checkpoint_file(self, text: str) -> None:
         if self.checkpoint_path is None:
             return
-        tmp = self.checkpoint_path + ".tmp"
-        with open(tmp, "w") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self.checkpoint_path)
-        _fsync_dir(os.path.dirname(self.checkpoint_path) or ".")
+        write_durably(self.checkpoint_path, text.encode())
 
     # --- choosing ----------------------------------------------------------------------
 
@@ -748,7 +735,7 @@ class LogCleaner:
 
     def _finish_io(self, directory: str, checkpoint_text: str) -> None:
         with contextlib.suppress(FileNotFoundError):  # the topic may be gone
-            _fsync_dir(directory)
+            fsync_directory(directory)
         self._write_checkpoint_file(checkpoint_text)
 
     def _swap(self, plog: PartitionLog, group: list[_Source], out: _GroupOutput) -> bool:
@@ -986,7 +973,7 @@ def _forget_snapshots_below(directory: str, end: int) -> None:
                 os.unlink(snapshot_path(directory, offset))
                 removed = True
     if removed:
-        _fsync_dir(directory)  # before the swap commits the removal of the markers
+        fsync_directory(directory)  # before the swap commits the removal of the markers
 
 
 def _write_group(job: _Job, group: list[_Source], ctx: _FilterContext) -> _GroupOutput:

@@ -23,6 +23,7 @@ import time
 from collections.abc import Callable
 
 from . import fsync_helper
+from .durable_file import entries_synced, unsynced_entries
 from .log import PartitionLog, now_ms
 from .segment import LogSegment
 
@@ -363,7 +364,8 @@ class Flusher:
             return
         batch = list(self._dirty)
         self._dirty.clear()
-        jobs: list[tuple[PartitionLog, int, int, tuple[list[LogSegment], bool]]] = []
+        jobs: list[tuple[PartitionLog, int, int, tuple[list[LogSegment], bool],
+                         frozenset[str] | None]] = []
         fd_jobs: list[list[int]] = []
         taken_fds = 0
         for n, plog in enumerate(batch):
@@ -380,6 +382,8 @@ class Flusher:
                 continue
             count = plog.unflushed_messages
             taken = (list(plog.pending_sync), plog.directory_dirty)  # handed out again on error
+            # Entries the directory fsync of this round makes durable (fault injection).
+            entries = unsynced_entries(plog.directory) if plog.directory_dirty else None
             try:
                 fds = plog.take_sync_fds()
             except OSError as e:
@@ -391,7 +395,7 @@ class Flusher:
                 continue
             taken_fds += len(fds)
             self.fsyncs += len(fds)
-            jobs.append((plog, target, count, taken))
+            jobs.append((plog, target, count, taken, entries))
             self._inflight[plog] = target
             fd_jobs.append(fds)
         if not jobs:
@@ -402,23 +406,25 @@ class Flusher:
         try:
             results = await self._pool.run(asyncio.get_running_loop(), fd_jobs)
         except BaseException:
-            for plog, _, _, taken in jobs:
+            for plog, _, _, taken, _ in jobs:
                 plog.sync_failed(*taken)
                 self._mark(plog)
             raise
         finally:
-            for plog, _, _, _ in jobs:
+            for plog, _, _, _, _ in jobs:
                 self._inflight.pop(plog, None)
         self.rounds += 1
         if self.on_round is not None:
             self.on_round(time.perf_counter() - started, taken_fds)
         now = now_ms()
-        for (plog, target, count, taken), result in zip(jobs, results, strict=True):
+        for (plog, target, count, taken, entries), result in zip(jobs, results, strict=True):
             if result is not None:
                 log.error("fsync of %s failed: %s", plog.name, result)
                 plog.sync_failed(*taken)
                 self._mark(plog)
                 continue
+            if entries:
+                entries_synced(plog.directory, entries)
             plog.unflushed_messages = max(0, plog.unflushed_messages - count)
             plog.last_flush_ms = now
             plog.mark_flushed(target)

@@ -35,6 +35,7 @@ from txbroker.protocol.records import (
 )
 
 from .cleaner import recover_interrupted_cleaning
+from .durable_file import drop_unsynced_entries, fsync_directory, unsynced_entries
 from .log_config import LogConfig
 from .producer_state import ProducerStateManager, load_latest_snapshot, write_snapshot
 from .segment import LogSegment, ReadResult
@@ -68,6 +69,7 @@ class PartitionLog:
         self.flushed_offset = 0  # everything below is fsynced
         self.recovery_point = 0  # persisted flushed offset (checkpoint)
         self.unflushed_messages = 0
+        self.bytes_since_snapshot = 0  # appended since the last producer-state snapshot
         self.last_flush_ms = now_ms()
         self._waiters: set[asyncio.Future] = set()
         self.pending_sync: list[LogSegment] = []  # rolled segments not yet fsynced
@@ -105,12 +107,16 @@ class PartitionLog:
                     os.unlink(os.path.join(self.directory, name))  # index of a deleted segment
         segments = [LogSegment(self.directory, b, self.config.index_interval_bytes) for b in bases]
         rp = recovery_point if recovery_point is not None else 0
+        first_unflushed = len(segments)  # segments from here on may hold unsynced data
         for i, seg in enumerate(segments):
             is_last = i == len(segments) - 1
             next_base = segments[i + 1].base_offset if not is_last else None
             needs_recovery = (not clean) and (next_base is None or next_base > rp)
             if needs_recovery or (is_last and not clean):
-                truncated = seg.recover()
+                first_unflushed = min(first_unflushed, i)
+                # Kafka recovers from the recovery point: the segment holding it only
+                # from there (its part below was fsynced), later ones whole.
+                truncated = seg.recover_from(rp) if seg.base_offset < rp else seg.recover()
                 if truncated and not is_last:
                     # Corruption in the middle: drop everything after it (Kafka does too).
                     for later in segments[i + 1 :]:
@@ -133,13 +139,16 @@ class PartitionLog:
         self.log_start_offset = max(log_start_offset, segments[0].base_offset)
         self.log_start_offset = min(self.log_start_offset, self.log_end_offset)
         self._load_producer_state()
-        # After recovery everything on disk is treated as durable: fsync it once.
-        for seg in segments:
+        # After recovery everything on disk is treated as durable: fsync what may not
+        # be yet (segments below the recovery point were fsynced before it was written).
+        for seg in segments[min(first_unflushed, len(segments) - 1):]:
             os.fsync(seg.fd)
         for seg in segments[:-1]:
             seg.release_file()  # rolled: its .log is reopened when read
         self.flushed_offset = self.log_end_offset
-        self.recovery_point = self.flushed_offset
+        # What the checkpoint file says: the next checkpoint moves it to the flushed
+        # offset (LogManager writes it soon after a flush round).
+        self.recovery_point = self.flushed_offset if clean else min(rp, self.flushed_offset)
         self.high_watermark = self.log_end_offset
 
     def _load_producer_state(self) -> None:
@@ -181,6 +190,30 @@ class PartitionLog:
         if self._txnindex_dirty:
             self.rewrite_txn_indexes()
         write_snapshot(self.directory, self.producer_state, self.log_end_offset)
+        self.bytes_since_snapshot = 0
+
+    def producer_snapshot_data(self) -> tuple[int, bytes]:
+        """(offset, encoded snapshot) of the producer state now, for writing elsewhere
+        (``write_snapshot_data``, off the event loop); the .txnindex files it relies on
+        are written first."""
+        if self._txnindex_dirty:
+            self.rewrite_txn_indexes()
+        self.bytes_since_snapshot = 0
+        return self.log_end_offset, self.producer_state.encode(self.log_end_offset)
+
+    def recovery_index_paths(self, recovery_point: int) -> list[str]:
+        """Write the index entries of the segment holding ``recovery_point`` (the part
+        below it: an unclean start trusts them, see ``LogSegment.recover_from``) and
+        return the files to fsync before a checkpoint names that recovery point (the
+        directory too while it has entries not yet durable)."""
+        seg = self.segments[self._segment_index_for(recovery_point)]
+        if seg.closed or seg.base_offset >= recovery_point or not seg.size:
+            return []
+        seg.write_indexes()
+        paths = [seg.index_path, seg.timeindex_path]
+        if unsynced_entries(self.directory):  # e.g. the index files were just created
+            paths.append(self.directory)
+        return paths
 
     def _track_transaction(self, header: BatchHeader,
                            marker: tuple[ControlType, int] | None) -> None:
@@ -206,12 +239,17 @@ class PartitionLog:
         for entry in self.aborted.entries:
             i = max(0, self._segment_index_for(entry.last_offset))
             by_segment[bases[i]].append(entry)
+        changed = False
         for base, entries in by_segment.items():
             path = txnindex_path(self.directory, base)
             if entries:
-                write_txnindex(path, entries)
+                write_txnindex(path, entries, sync_directory=False)
+                changed = True
             elif os.path.exists(path):
                 os.unlink(path)
+                changed = True
+        if changed:  # the renames (and removals) must survive a power failure too
+            fsync_directory(self.directory)
         self._txnindex_dirty = False
 
     def aborted_transactions(self, start: int, end: int) -> list[AbortedTxn]:
@@ -317,6 +355,7 @@ class PartitionLog:
             self._track_transaction(placed, marker)
         self.producer_state.update(placed, None if marker is None else marker[1])
         self.unflushed_messages += placed.records_count
+        self.bytes_since_snapshot += placed.size
         if not self.config.fsync_every_append:
             self._advance_high_watermark(self.log_end_offset)
         if flush and self.on_append is not None:
@@ -610,6 +649,10 @@ class PartitionLog:
         if dropped:
             log.warning("%s: simulated power loss: %d unsynced byte(s) dropped from offset %d",
                         self.name, dropped, cut)
+        lost = drop_unsynced_entries(self.directory)
+        if lost:
+            log.warning("%s: simulated power loss: directory entries never fsynced lost: %s",
+                        self.name, ", ".join(lost))
         return dropped
 
     def close(self) -> None:

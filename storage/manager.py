@@ -23,6 +23,7 @@ import os
 import re
 import resource
 import shutil
+import threading
 import time
 import uuid
 from collections.abc import Mapping
@@ -31,9 +32,11 @@ from dataclasses import dataclass, field
 from txbroker.protocol.errors import ErrorCode, KafkaError
 
 from .cleaner import CLEANER_CHECKPOINT_FILE, LogCleaner
+from .durable_file import drop_unsynced_entries, fsync_directory, write_durably
 from .flusher import Flusher
 from .log import PartitionLog
 from .log_config import TOPIC_CONFIGS, ConfigError, LogConfig, validate_topic_config
+from .producer_state import write_snapshot_data
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +48,14 @@ _PARTITION_DIR = re.compile(r"^([a-zA-Z0-9._-]+)-(\d+)$")
 # Partitions one creation hands to a worker thread at a time: the event loop takes its
 # turn between chunks, and a failure rolls back the chunks already built.
 CREATE_CHUNK = 256
+# How soon after a flush round the recovery points are checkpointed, and how often the
+# checkpoints are written when nothing moves (log start offsets; Kafka's interval is
+# log.flush.offset.checkpoint.interval.ms, 60 s, but it revalidates more at a start).
+RECOVERY_CHECKPOINT_INTERVAL_S = 0.25
+CHECKPOINT_INTERVAL_S = 5.0
+# A partition's producer state is snapshotted with the checkpoint once this much was
+# appended since its last snapshot: bounds the replay after an unclean shutdown.
+PRODUCER_SNAPSHOT_BYTES = 16 << 20
 
 
 class TopicError(KafkaError):
@@ -99,20 +110,6 @@ def _read_checkpoint(path: str) -> dict[tuple[str, int], int]:
     return result
 
 
-def _atomic_write(path: str, data: bytes) -> None:
-    tmp = path + ".tmp"
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    dfd = os.open(os.path.dirname(path) or ".", os.O_RDONLY)
-    try:
-        os.fsync(dfd)
-    finally:
-        os.close(dfd)
-
-
 class LogManager:
     def __init__(self, data_dir: str, broker_defaults: Mapping[str, str] | None = None,
                  *, node_id: int = 1, retention_check_interval_ms: int = 300_000,
@@ -135,6 +132,11 @@ class LogManager:
         self.new_data_dir = False
         self._creating: asyncio.Lock | None = None  # one creation at a time (Kafka's controller)
         self._pending_partitions = 0  # being built by a creation, not yet in self.logs
+        # Checkpoints are written in worker threads: one at a time, in capture order.
+        self._checkpoint_lock = threading.Lock()
+        self._checkpoint_seq = 0  # checkpoints captured
+        self._checkpoint_written = 0  # the newest of them written
+        self._checkpoints_closed = False
 
     # --- lifecycle -----------------------------------------------------------------
 
@@ -213,7 +215,7 @@ class LogManager:
             props["cluster.id"] = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
             props["node.id"] = str(self.node_id)
             props["version"] = "1"
-            _atomic_write(path, "".join(f"{k}={v}\n" for k, v in props.items()).encode())
+            write_durably(path, "".join(f"{k}={v}\n" for k, v in props.items()).encode())
         self.cluster_id = props["cluster.id"]
 
     async def start(self) -> None:
@@ -234,6 +236,8 @@ class LogManager:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         self._tasks.clear()
+        with self._checkpoint_lock:  # a checkpoint still running in a thread ends first
+            self._checkpoints_closed = True
         await self.flusher.stop()
         for plog in self.logs.values():
             plog.close()
@@ -262,7 +266,11 @@ class LogManager:
         for task in self._tasks:
             task.cancel()
         self._tasks.clear()
+        with self._checkpoint_lock:  # nor a checkpoint
+            self._checkpoints_closed = True
         self.flusher.abandon()  # no fsync round finishes after this
+        if power_loss:
+            drop_unsynced_entries(self.data_dir)
         for key, plog in self.logs.items():
             if power_loss and not plog.closed:
                 plog.simulate_power_loss(None if durable is None else durable.get(key))
@@ -307,7 +315,7 @@ class LogManager:
         topics = dict(self.topics)
         topics.update(extra or {})
         data = {name: info.to_json() for name, info in sorted(topics.items())}
-        _atomic_write(os.path.join(self.data_dir, TOPICS_FILE),
+        write_durably(os.path.join(self.data_dir, TOPICS_FILE),
                       json.dumps(data, indent=1).encode())
 
     @property
@@ -458,7 +466,7 @@ class LogManager:
                 with open(os.path.join(directory, "partition.metadata"), "w") as f:
                     f.write(f"version: 0\ntopic_id: {_kafka_uuid(info.topic_id)}\n")
             if built:  # the new directory entries must survive a crash too
-                _fsync_dir(self.data_dir)
+                fsync_directory(self.data_dir)
         except BaseException:
             self._discard(built)
             raise
@@ -607,14 +615,83 @@ class LogManager:
                 log.exception("retention check failed")
 
     async def _checkpoint_loop(self) -> None:
+        """Checkpoint recovery points soon after flush rounds move them (an unclean
+        start validates only what was written after them), and log start offsets."""
+        last = time.monotonic()
         while True:
-            await asyncio.sleep(5)
+            await asyncio.sleep(RECOVERY_CHECKPOINT_INTERVAL_S)
+            moved = any(not p.closed and p.flushed_offset != p.recovery_point
+                        for p in self.logs.values())
+            if not moved and time.monotonic() - last < CHECKPOINT_INTERVAL_S:
+                continue
             try:
-                rows = self._checkpoint_rows()
-                await asyncio.get_running_loop().run_in_executor(None, self._write_checkpoint_rows,
-                                                                 rows)
+                await self.checkpoint_recovery_points()
+                last = time.monotonic()
             except Exception:
                 log.exception("writing checkpoints failed")
+
+    async def checkpoint_recovery_points(self) -> None:
+        """Write the recovery-point and log-start-offset checkpoints off the event loop,
+        with what an unclean start relies on below each recovery point made durable
+        first: the index entries of the segment holding it, and a producer-state
+        snapshot for partitions that grew by PRODUCER_SNAPSHOT_BYTES since the last
+        one (so that the replay after a crash is bounded as well)."""
+        points: list[tuple[PartitionLog, int]] = []
+        sync_paths: list[str] = []
+        snapshots: list[tuple[str, int, bytes]] = []
+        for plog in list(self.logs.values()):
+            if plog.closed:
+                continue
+            point = plog.flushed_offset
+            points.append((plog, point))
+            if point == plog.recovery_point:
+                continue
+            sync_paths += plog.recovery_index_paths(point)
+            if plog.bytes_since_snapshot >= PRODUCER_SNAPSHOT_BYTES:
+                snapshots.append((plog.directory, *plog.producer_snapshot_data()))
+        rows = ([(p.topic, p.partition, point) for p, point in points],
+                [(p.topic, p.partition, p.log_start_offset) for p, _ in points])
+        self._checkpoint_seq += 1
+        await asyncio.get_running_loop().run_in_executor(
+            None, self._write_recovery_checkpoint, self._checkpoint_seq, sync_paths, snapshots,
+            rows)
+        for plog, point in points:
+            plog.recovery_point = max(plog.recovery_point, point)
+
+    def _write_recovery_checkpoint(self, seq: int, sync_paths: list[str],
+                                   snapshots: list[tuple[str, int, bytes]],
+                                   rows: tuple[list, list]) -> None:
+        """One checkpoint at a time (worker threads); after close or a crash, none. Rows
+        captured before those already written are not written over them (a DeleteRecords
+        checkpoint and the periodic one may finish in either order)."""
+        with self._checkpoint_lock:
+            if self._checkpoints_closed:
+                return
+            self._sync_for_checkpoint(sync_paths, snapshots)
+            if seq > self._checkpoint_written:
+                self._write_checkpoint_rows(rows)
+                self._checkpoint_written = seq
+
+    @staticmethod
+    def _sync_for_checkpoint(sync_paths: list[str],
+                             snapshots: list[tuple[str, int, bytes]]) -> None:
+        for path in sync_paths:
+            try:
+                if os.path.isdir(path):
+                    fsync_directory(path)
+                    continue
+                fd = os.open(path, os.O_RDONLY)
+            except FileNotFoundError:  # deleted meanwhile (retention, a topic deletion)
+                continue
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        for directory, offset, data in snapshots:
+            try:
+                write_snapshot_data(directory, offset, data)
+            except FileNotFoundError:
+                pass
 
     def _checkpoint_rows(self) -> tuple[list, list]:
         logs = list(self.logs.values())
@@ -628,15 +705,14 @@ class LogManager:
     async def write_checkpoints_now(self) -> None:
         """The checkpoints, written off the event loop (DeleteRecords makes its new log
         start offsets durable before it answers)."""
-        rows = self._checkpoint_rows()
-        await asyncio.get_running_loop().run_in_executor(None, self._write_checkpoint_rows, rows)
+        await self.checkpoint_recovery_points()
 
     def _write_checkpoint_rows(self, rows: tuple[list, list]) -> None:
         recovery, starts = rows
         for fname, rows in (("recovery-point-offset-checkpoint", recovery),
                             ("log-start-offset-checkpoint", starts)):
             text = f"0\n{len(rows)}\n" + "".join(f"{t} {p} {o}\n" for t, p, o in rows)
-            _atomic_write(os.path.join(self.data_dir, fname), text.encode())
+            write_durably(os.path.join(self.data_dir, fname), text.encode())
 
 
 def _storage_error(what: str, e: OSError) -> KafkaError:
@@ -653,14 +729,6 @@ def _raise_open_files_limit() -> None:
         with contextlib.suppress(ValueError, OSError):
             resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
             log.info("open files limit raised from %d to %d", soft, hard)
-
-
-def _fsync_dir(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _kafka_uuid(value: uuid.UUID) -> str:

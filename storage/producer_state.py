@@ -21,6 +21,8 @@ import msgpack
 from txbroker.protocol.errors import ErrorCode, KafkaError
 from txbroker.protocol.records import NO_SEQUENCE, BatchHeader
 
+from .durable_file import write_durably
+
 log = logging.getLogger(__name__)
 
 MAX_BATCHES_PER_PRODUCER = 5  # Kafka's limit, and the client's max in-flight requests
@@ -224,13 +226,13 @@ def list_snapshots(directory: str) -> list[int]:
 
 
 def write_snapshot(directory: str, state: ProducerStateManager, offset: int, keep: int = 2) -> None:
-    path = snapshot_path(directory, offset)
-    tmp = path + ".tmp"
-    with open(tmp, "wb") as f:
-        f.write(state.encode(offset))
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    write_snapshot_data(directory, offset, state.encode(offset), keep)
+
+
+def write_snapshot_data(directory: str, offset: int, data: bytes, keep: int = 2) -> None:
+    """Write an encoded snapshot durably (the directory too: the next start looks for
+    it by name), then delete all but the ``keep`` newest."""
+    write_durably(snapshot_path(directory, offset), data)
     for old in list_snapshots(directory)[:-keep]:
         try:
             os.unlink(snapshot_path(directory, old))

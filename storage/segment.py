@@ -35,6 +35,8 @@ from txbroker.protocol.records import (
     read_header,
 )
 
+from .durable_file import note_new_entry
+
 log = logging.getLogger(__name__)
 
 _INDEX_ENTRY = struct.Struct(">ii")
@@ -113,6 +115,8 @@ class LogSegment:
             flags |= os.O_EXCL
         self._pooled = False  # rolled: the file is opened on demand (ROLLED_SEGMENT_FILES)
         self._fd = os.open(self.log_path, flags, 0o644)
+        if create:
+            note_new_entry(self.log_path)  # durable once the directory is fsynced
         try:
             st = os.fstat(self._fd)
         except OSError:
@@ -165,7 +169,11 @@ class LogSegment:
         ):
             already = getattr(self, done)
             rows = list(entries)
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
+            try:
+                fd = os.open(path, os.O_WRONLY)
+            except FileNotFoundError:
+                fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
+                note_new_entry(path)
             try:
                 entry = 8 if pack is _INDEX_ENTRY.pack else 12
                 if os.fstat(fd).st_size != already * entry:
@@ -233,6 +241,61 @@ class LogSegment:
         self._time_written = len(self._time_ts)
         return True
 
+    def recover_from(self, recovery_point: int) -> int:
+        """:meth:`recover` for the segment holding ``recovery_point``: everything below
+        it was fsynced, and so were the index entries of that part (the checkpoint
+        that recorded the recovery point is written after their fsync, see
+        ``LogManager``). Those entries are kept and only the batches from the last of
+        them on are validated: the cost follows what was written since the last
+        durable point, not the segment's size. Entries at or above the recovery point
+        (maybe never fsynced) are ignored; an index that does not check out falls
+        back to validating the whole segment. Returns the bytes truncated."""
+        trusted = self._trusted_index(recovery_point)
+        if trusted is None:
+            return self.recover()
+        pos, next_offset = trusted
+        return self._validate(pos, next_offset)
+
+    def _trusted_index(self, recovery_point: int) -> tuple[int, int] | None:
+        """Load the index entries below ``recovery_point``; (position, offset) of the
+        last batch they name, checked against the log, or None if none is usable."""
+        self.first_batch_timestamp = None
+        if not self._load_indexes():
+            return None
+        limit = recovery_point - self.base_offset
+        n = 0
+        while n < len(self._index_rel) and self._index_rel[n] < limit and \
+                (n == 0 or (self._index_rel[n] > self._index_rel[n - 1]
+                            and self._index_pos[n] > self._index_pos[n - 1])):
+            n += 1
+        del self._index_rel[n:], self._index_pos[n:]
+        t = 0
+        while t < len(self._time_rel) and 0 <= self._time_rel[t] < limit and \
+                (t == 0 or self._time_ts[t] >= self._time_ts[t - 1]):
+            t += 1
+        del self._time_ts[t:], self._time_rel[t:]
+        if n == 0:
+            return None
+        pos = self._index_pos[-1]
+        head = os.pread(self.fd, HEADER_SIZE, pos)
+        if len(head) < HEADER_SIZE:
+            return None
+        header = read_header(head)
+        if header.magic != 2 or header.last_offset != self.base_offset + self._index_rel[-1] \
+                or pos + header.size > self.size:
+            return None
+        first = read_header(os.pread(self.fd, HEADER_SIZE, 0))
+        self.first_batch_timestamp = first.max_timestamp
+        if len(self._time_ts):
+            self.max_timestamp = self._time_ts[-1]
+            self.offset_of_max_timestamp = self.base_offset + self._time_rel[-1]
+        if header.max_timestamp > self.max_timestamp:
+            self.max_timestamp = header.max_timestamp
+            self.offset_of_max_timestamp = header.last_offset
+        # The last trusted batch is whole and below the recovery point: carry on after it.
+        self._bytes_since_index = header.size
+        return pos + header.size, header.last_offset + 1
+
     def recover(self, expected_base: int | None = None) -> int:
         """Validate every batch (lengths, magic, CRC, offsets), cut off a torn or corrupt
         tail, and rebuild the indexes. Returns the number of bytes truncated."""
@@ -245,8 +308,12 @@ class LogSegment:
         self.offset_of_max_timestamp = -1
         self.first_batch_timestamp = None
         expected = self.base_offset if expected_base is None else expected_base
-        valid_end = 0
-        pos = 0
+        return self._validate(0, expected)
+
+    def _validate(self, pos: int, expected: int) -> int:
+        """Validate the batches from ``pos`` (the next expected at offset ``expected``),
+        adding their index entries; cut off what fails."""
+        valid_end = pos
         reason = ""
         while pos < self.size:
             head = os.pread(self.fd, HEADER_SIZE, pos)
@@ -282,7 +349,9 @@ class LogSegment:
         # Rebuilt indexes replace the files; an empty segment (a new partition) needs none.
         self._index_written = self._time_written = -1  # forces a rewrite
         if self.size:
-            self.write_indexes()
+            # fsynced: a later start trusts the indexes of the part below its recovery
+            # point (load, recover_from), which may now include this segment.
+            self.write_indexes(fsync=True)
         else:
             self._drop_index_files()
         return truncated

@@ -17,6 +17,8 @@ import os
 import struct
 from dataclasses import dataclass
 
+from .durable_file import write_durably
+
 _ENTRY = struct.Struct(">hqqqq")
 ENTRY_SIZE = _ENTRY.size
 
@@ -52,13 +54,11 @@ def read_txnindex(path: str) -> list[AbortedTxn]:
     return out
 
 
-def write_txnindex(path: str, entries: list[AbortedTxn]) -> None:
-    tmp = path + ".tmp"
-    with open(tmp, "wb") as f:
-        f.write(b"".join(e.encode() for e in entries))
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+def write_txnindex(path: str, entries: list[AbortedTxn], *, sync_directory: bool = True) -> None:
+    """Replace the file durably: recovery reads the entries below the producer
+    snapshot's offset from it, so the rename must survive too (directory fsync,
+    unless the caller does it once for several files)."""
+    write_durably(path, b"".join(e.encode() for e in entries), sync_directory=sync_directory)
 
 
 class AbortedTxnIndex:

@@ -32,7 +32,7 @@ async def handle(ctx, request):
         # KIP-430: 0 without DESCRIBE on the cluster (Kafka's AuthHelper).
         operations = (ctx.authorized_operations(ResourceType.CLUSTER, CLUSTER_NAME)
                       if ctx.authorize_cluster(AclOperation.DESCRIBE) else 0)
-    host, port = broker.advertised_host_port
+    host, port = broker.advertised_for(ctx.session.listener_name)
     brokers = (build(schema.DescribeClusterBroker, broker_id=broker.node_id, host=host, port=port,
                      rack=None, is_fenced=False),)
     return build(ctx.response_type, throttle_time=_ZERO, error_code=ErrorCode.none,

@@ -43,7 +43,7 @@ def _lookup(ctx, key: str, key_type: int) -> tuple[ErrorCode, str | None]:
 
 async def handle(ctx, request):
     broker = ctx.broker
-    host, port = broker.advertised_host_port
+    host, port = broker.advertised_for(ctx.session.listener_name)
     node = broker.node_id
     key_type = getattr(request, "key_type", GROUP)
     if ctx.version >= 4:

@@ -122,7 +122,7 @@ async def handle(ctx, request):
                                               operations=ops))
                     continue
             topics.append(topic_entry(ctx, name, operations=ops))
-    host, port = broker.advertised_host_port
+    host, port = broker.advertised_for(ctx.session.listener_name)
     brokers = (build(schema.MetadataResponseBroker, node_id=broker.node_id, host=host, port=port,
                      rack=None),)
     cluster_ops = NOT_REQUESTED

@@ -23,13 +23,15 @@ from ..internal_topic import (
     append_error_code,
     append_records,
     ensure_internal_topic,
-    iter_topic_batches,
+    iter_partition_batches,
     partition_for,
     partition_log_for,
 )
 from ..wake_timer import TaskSet, WakeTimer
 from .faults import FaultInjector
 from .markers import write_markers
+from .records import TxnLogValue, decode_key, decode_value
+from .snapshot import read_snapshot, row_of, write_snapshot
 from .state import (
     AddOffsetsResult,
     AddPartitionsResult,
@@ -55,10 +57,22 @@ _E = ErrorCode
 # The AddPartitionsToTxn version of a partition leader's implicit add (transactions v2).
 ADD_PARTITIONS_FROM_LEADER = 5
 TXN_OUTCOMES = ("committed", "aborted", "timed_out", "fenced")
+# A partition of __transaction_state is snapshotted once this many records, or this
+# fraction of its ids, were appended since its last snapshot: a load replays at most
+# about that many records per partition (the snapshot written is the cost).
+SNAPSHOT_MIN_RECORDS = 100
+SNAPSHOT_TAIL_FRACTION = 16
 
 
 def now_ms() -> int:
     return int(time.time() * 1000)
+
+
+def _note(view: dict[str, list], tid: str, value: TxnLogValue | None) -> None:
+    if value is None:  # a tombstone: the id expired
+        view.pop(tid, None)
+    else:
+        view[tid] = row_of(tid, value)
 
 
 @dataclass
@@ -85,6 +99,11 @@ class TransactionCoordinator:
         self._tasks = TaskSet()
         self._timer = WakeTimer(self._tick)
         self._load_task: asyncio.Task | None = None
+        # Per partition of __transaction_state: the latest record of each id (what a
+        # snapshot holds), records appended since the last snapshot, snapshots running.
+        self._latest: dict[int, dict[str, list]] = {}  # id -> snapshot row
+        self._since_snapshot: dict[int, int] = {}
+        self._snapshotting: set[int] = set()
         self._stopped = False
         # Finished transactions by outcome, for /metrics (this process's lifetime).
         self.outcomes: dict[str, int] = dict.fromkeys(TXN_OUTCOMES, 0)
@@ -108,6 +127,9 @@ class TransactionCoordinator:
         self._stopped = False
         self.coordinator_epoch = self._bump_epoch()
         self.state = self._new_state()
+        self._latest.clear()
+        self._since_snapshot.clear()
+        self._snapshotting.clear()
         if TXN_TOPIC in self.logs.topics:
             self._load_task = asyncio.create_task(self._load(), name="txn-coordinator-load")
         else:
@@ -156,6 +178,12 @@ class TransactionCoordinator:
                     fut.set_result(None)
         self._completion_waiters.clear()
 
+    @property
+    def load_task(self) -> asyncio.Task | None:
+        """The load of ``__transaction_state`` started by :meth:`start` (None: nothing
+        to load)."""
+        return self._load_task
+
     def ensure_topic(self) -> None:
         ensure_internal_topic(self.logs, TXN_TOPIC, self.config.state_log_partitions,
                               self.config.state_log_segment_bytes)
@@ -168,30 +196,47 @@ class TransactionCoordinator:
         return partition_log_for(self.logs, TXN_TOPIC, transactional_id)
 
     async def _load(self) -> None:
+        """Replay ``__transaction_state`` into the state machine: per partition its
+        snapshot (the latest record of each id up to an offset), then the records
+        after it; a partition without a usable snapshot is replayed whole."""
         started = time.monotonic()
-        count = 0
-        for n, (plog, header, recs) in enumerate(iter_topic_batches(self.logs, TXN_TOPIC)):
-            if n % 100 == 99:
-                await asyncio.sleep(0)
-            if header.is_control:
+        count = snapshot_rows = 0
+        for p in range(self.logs.topics[TXN_TOPIC].partitions):
+            plog = self.logs.get_log(TXN_TOPIC, p)
+            if plog is None:
                 continue
-            for rec in recs:
-                if rec.key is None:
+            view: dict[str, list] = {}
+            self._latest[p] = view
+            start = self._load_snapshot(plog, view)
+            snapshot_rows += len(view)
+            tail = 0
+            for n, (header, recs) in enumerate(iter_partition_batches(plog, start)):
+                if n % 100 == 99:
+                    await asyncio.sleep(0)
+                if header.is_control:
                     continue
-                try:
-                    self.state.replay(rec.key, rec.value)
-                    count += 1
-                except ValueError as e:
-                    log.warning("%s: skipping unreadable record at offset %d: %s",
-                                plog.name, rec.offset, e)
+                for rec in recs:
+                    if rec.key is None or rec.offset < start:
+                        continue
+                    try:
+                        tid, value = decode_key(rec.key), decode_value(rec.value)
+                    except ValueError as e:
+                        log.warning("%s: skipping unreadable record at offset %d: %s",
+                                    plog.name, rec.offset, e)
+                        continue
+                    self.state.load(tid, value)
+                    _note(view, tid, value)
+                    tail += 1
+            count += tail
+            self._since_snapshot[p] = tail
+            await asyncio.sleep(0)  # serve others between partitions
         effects = self.state.recover(now_ms(), self._open_transactions())
         if effects.expired:
             log.warning("aborting the transaction(s) of %s (epoch bump): their partitions hold "
                         "data of a transaction whose AddPartitionsToTxn record was not fsynced "
                         "before a crash; the transaction had not committed",
                         ", ".join(effects.expired))
-        deferred = [tid for tid in self.state.transactional_ids()
-                    if self.state.inspect(tid)["orphans"]]
+        deferred = self.state.deferred_orphan_aborts()
         if deferred:
             log.warning("the transaction(s) of %s will be aborted (epoch bump) once their "
                         "previous transaction is completed: its completion was lost in a crash "
@@ -203,8 +248,81 @@ class TransactionCoordinator:
                       pid)
         self._apply(effects)
         log.info("transaction coordinator (epoch %d) loaded %d record(s) from %s in %.2fs: "
-                 "%d transactional id(s)", self.coordinator_epoch, count, TXN_TOPIC,
-                 time.monotonic() - started, len(self.state.transactional_ids()))
+                 "%d transactional id(s) (%d from snapshots)", self.coordinator_epoch, count,
+                 TXN_TOPIC, time.monotonic() - started, len(self.state.transactional_ids()),
+                 snapshot_rows)
+        for p in list(self._since_snapshot):  # a long tail (an old data directory): now
+            self._maybe_snapshot(p)
+
+    def _load_snapshot(self, plog: PartitionLog, view: dict[str, list]) -> int:
+        """Load the partition's snapshot into the state machine and ``view``; the
+        offset to replay from (the log start if there is no usable snapshot)."""
+        try:
+            snap = read_snapshot(plog.directory)
+        except (ValueError, OSError) as e:
+            log.warning("%s: %s; replaying the whole partition", plog.name, e)
+            return plog.log_start_offset
+        if snap is None:
+            return plog.log_start_offset
+        offset, rows = snap
+        if not plog.log_start_offset <= offset <= plog.log_end_offset:
+            log.warning("%s: coordinator snapshot at offset %d is outside the log [%d, %d]; "
+                        "replaying the whole partition", plog.name, offset,
+                        plog.log_start_offset, plog.log_end_offset)
+            return plog.log_start_offset
+        try:
+            for row in rows:
+                self.state.load_row(row)
+                view[row[0]] = row
+        except ValueError as e:
+            log.warning("%s: %s; replaying the whole partition", plog.name, e)
+            for tid in view:  # forget the rows loaded: the replay loads every id again
+                self.state.load(tid, None)
+            view.clear()
+            return plog.log_start_offset
+        return offset
+
+    def _note_persisted(self, plog: PartitionLog, request: PersistRequest) -> None:
+        """Keep the partition's latest records (the next snapshot) in step with the log."""
+        p = plog.partition
+        _note(self._latest.setdefault(p, {}), request.transactional_id, request.record)
+        self._since_snapshot[p] = self._since_snapshot.get(p, 0) + 1
+        self._maybe_snapshot(p)
+
+    def _maybe_snapshot(self, p: int) -> None:
+        view = self._latest.get(p, {})
+        due = max(SNAPSHOT_MIN_RECORDS, len(view) // SNAPSHOT_TAIL_FRACTION)
+        if self._since_snapshot.get(p, 0) >= due and p not in self._snapshotting \
+                and not self._stopped:
+            self._snapshotting.add(p)
+            self._spawn(self._write_snapshot(p))
+
+    async def _write_snapshot(self, p: int) -> None:
+        """Snapshot partition ``p`` at its log end, once everything below is fsynced."""
+        try:
+            plog = self.logs.get_log(TXN_TOPIC, p)
+            if plog is None:
+                return
+            rows = list(self._latest.get(p, {}).values())
+            offset = plog.log_end_offset
+            self._since_snapshot[p] = 0
+            await self.logs.flusher.wait_durable(plog, offset)
+            if self._stopped or plog.closed or plog.flushed_offset < offset:
+                return  # a crash: what is not durable must not reach a snapshot
+            await asyncio.get_running_loop().run_in_executor(
+                None, write_snapshot, plog.directory, offset, rows)
+        except OSError as e:  # only an optimisation: the next load replays more
+            log.warning("cannot write the coordinator snapshot of %s-%d: %r", TXN_TOPIC, p, e)
+        finally:
+            self._snapshotting.discard(p)
+
+    async def write_snapshots(self) -> None:
+        """Snapshot every partition with records since its last snapshot (at a clean
+        shutdown, before the logs close: the next start replays nothing)."""
+        for p in [p for p, n in self._since_snapshot.items() if n]:
+            if p not in self._snapshotting:
+                self._snapshotting.add(p)
+                await self._write_snapshot(p)
 
     def _open_transactions(self) -> dict[int, dict[tuple[str, int], int]]:
         """Producer id -> partitions holding its open transaction, each with the offset
@@ -311,6 +429,7 @@ class TransactionCoordinator:
             self._spawn(self._report_persisted(None, -1, request,
                                                coordinator_append_error(code.value)))
             return None
+        self._note_persisted(plog, request)
         if lazy:
             return request.write_id
         state = request.record.state if request.record is not None else None

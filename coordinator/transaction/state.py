@@ -116,6 +116,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 from txbroker.coordinator.transaction.records import (
+    PERSISTED_STATES,
     TxnLogValue,
     decode_key,
     decode_value,
@@ -190,6 +191,8 @@ VALID_PREVIOUS_STATES: dict[TxnState, frozenset[TxnState]] = {
 _PREPARE = (_S.PREPARE_COMMIT, _S.PREPARE_ABORT)
 _COMPLETE = (_S.COMPLETE_COMMIT, _S.COMPLETE_ABORT)
 _IDLE = (_S.EMPTY, _S.COMPLETE_COMMIT, _S.COMPLETE_ABORT)  # Kafka's isExpirationAllowed
+_STATE_BY_ID = {i: TxnState(name) for name, i in PERSISTED_STATES.items()}
+_NO_PARTITIONS: frozenset = frozenset()
 
 
 class IllegalTransitionError(RuntimeError):
@@ -429,7 +432,7 @@ class _Transit:
         )
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class _Txn:
     """Kafka's TransactionMetadata for one transactional id."""
 
@@ -556,10 +559,32 @@ class TransactionCoordinatorState:
 
         Raises ValueError on a malformed record (the shell decides whether to skip it).
         """
+        self.load(decode_key(key), decode_value(value))
+
+    def load_row(self, row: list) -> None:
+        """Load one row of a coordinator snapshot (``snapshot.row_of``'s layout): the
+        fast path of a load, a record already validated when it was first written.
+        Raises ValueError on a row that does not fit."""
         if self._loaded:
             raise RuntimeError("replay() after recover(): build a fresh machine to reload")
-        tid = decode_key(key)
-        rec = decode_value(value)
+        (tid, pid, prev, nxt, epoch, last_epoch, timeout, state_id, parts, start, update,
+         firsts) = row[:12]
+        tv = row[12] if len(row) > 12 else 0  # rows from before transactions v2: 0
+        try:
+            state = _STATE_BY_ID[state_id]
+            partitions = frozenset((t, p) for t, p in parts) if parts else _NO_PARTITIONS
+            first_offsets = None if firsts is None else {(t, p): o for t, p, o in firsts}
+        except (KeyError, TypeError, ValueError) as e:
+            raise ValueError(f"snapshot row of {tid!r}: {e!r}") from None
+        if type(tv) is not int:
+            raise ValueError(f"snapshot row of {tid!r}: client transaction version {tv!r}")
+        self._txns[tid] = _Txn(tid, pid, prev, nxt, epoch, last_epoch, timeout, state,
+                               partitions, start, update, first_offsets=first_offsets, tv=tv)
+
+    def load(self, tid: str, rec: TxnLogValue | None) -> None:
+        """:meth:`replay` of a record already decoded (a coordinator snapshot's row)."""
+        if self._loaded:
+            raise RuntimeError("replay() after recover(): build a fresh machine to reload")
         if rec is None:
             self._txns.pop(tid, None)
             return
@@ -621,17 +646,31 @@ class TransactionCoordinatorState:
                                           txn.producer_epoch, outcome=_outcome_of(txn),
                                           markers=len(marked)))
                 self._send_markers(fx, txn, self._prepare_complete(txn, now_ms), marked)
-            self._arm(txn)
+        self._arm_all()
         return self._finish(fx)
+
+    def _arm_all(self) -> None:
+        """:meth:`_arm` for every transaction at once (the end of a load: one heapify
+        instead of a push per id, the same deadlines)."""
+        for kind, heap in self._heaps.items():
+            heap.extend((deadline, next(self._seq), txn) for txn in self._txns.values()
+                        if (deadline := self._deadline(kind, txn)) is not None)
+            heapq.heapify(heap)
+
+    def deferred_orphan_aborts(self) -> list[str]:
+        """Transactional ids whose next transaction recovery aborts once their decided
+        one is completed (see :meth:`recover`)."""
+        return sorted(tid for tid, txn in self._txns.items() if txn.orphans)
 
     def _abort_orphans(self, fx: _Fx, now: int,
                        open_transactions: Mapping[int, Mapping[TopicPartition, int | None]
                                                   | Iterable[TopicPartition]]) -> None:
-        by_pid = {txn.producer_id: txn for txn in self._txns.values()}
+        wanted = open_transactions.keys()
+        by_pid = {txn.producer_id: txn for txn in self._txns.values() if txn.producer_id in wanted}
         # Transactions v2: a decided transaction that exhausted its epoch continues under
         # its next producer id; data of that id is the next transaction's.
         by_pid.update({txn.next_producer_id: txn for txn in self._txns.values()
-                       if txn.state in _PREPARE and txn.next_producer_id >= 0})
+                       if txn.state in _PREPARE and txn.next_producer_id in wanted})
         for pid in sorted(open_transactions):
             entries = open_transactions[pid]
             opened: dict[TopicPartition, int | None] = (

@@ -528,7 +528,7 @@ def test_power_loss_loses_unsynced_add_partitions_then_recovery_aborts(txbroker,
 
 
 @pytest.mark.parametrize("second_partition", [1, 0], ids=["new-partition", "same-partition"])
-@pytest.mark.parametrize("client", ["confluent", "kafka-python"])
+@pytest.mark.parametrize("client", ["confluent", "kafka-python", "aiokafka"])
 def test_power_loss_loses_completion_and_next_add_partitions(txbroker, monkeypatch, client,
                                                              second_partition):
     """Both records acted on before their fsync are lost together: a committed
@@ -579,3 +579,142 @@ def test_power_loss_loses_completion_and_next_add_partitions(txbroker, monkeypat
         assert got == {(topic, 0): [b"first"]}
     finally:
         producer.close()
+
+
+class Sends(threading.Thread):
+    """The producer goes on with its transaction after the restart: sends, then commits
+    (in a thread: a client that neither continues nor fails blocks here)."""
+
+    def __init__(self, producer: TxnProducer, topic: str, partitions: list[int]) -> None:
+        super().__init__(daemon=True)
+        self.producer, self.topic, self.partitions = producer, topic, partitions
+        self.error: BaseException | None = None
+        self.finished = threading.Event()
+
+    def run(self) -> None:
+        try:
+            for i, p in enumerate(self.partitions):
+                self.producer.send(self.topic, b"more-%d" % i, partition=p)
+            self.producer.flush()
+            self.producer.commit()
+        except BaseException as e:  # reported to the test
+            self.error = e
+        finally:
+            self.finished.set()
+
+
+@pytest.mark.parametrize("second_partition", [1, 0], ids=["new-partition", "same-partition"])
+@pytest.mark.parametrize("client", ["aiokafka", "kafka-python", "confluent"])
+def test_producer_that_goes_on_after_lost_completion_fails_with_kafkas_error(
+        txbroker, monkeypatch, client, second_partition):
+    """The power-loss case above, but the producer carries on with its transaction after
+    the restart (more records, to the same and a new partition), as an application
+    does. Recovery aborted that transaction with an epoch bump, so every request of
+    the old epoch is refused with Kafka's epoch error (INVALID_PRODUCER_EPOCH, before
+    any sequence check; PRODUCER_FENCED on AddPartitionsToTxn v3+) and the client
+    fails (fenced) instead of retrying forever; nothing it sends becomes visible."""
+    monkeypatch.setattr("txbroker.storage.flusher.LAZY_FLUSH_MS", 60_000)
+    data_dir = txbroker.config.data_dir
+    topic = unique("goes-on")
+    txbroker.create_topic(topic, 3)
+    tps = [(topic, 0), (topic, 1), (topic, 2)]
+    tid = unique(f"goes-on-{client}")
+    producer = TxnProducer(client, txbroker.bootstrap, tid, **CLIENT_CONFIG.get(client, {}))
+    try:
+        producer.init()
+        producer.begin()
+        producer.send(topic, b"first", partition=0)
+        producer.commit()
+        wait_state(txbroker, tid, ["CompleteCommit"])
+        producer.begin()
+        producer.send(topic, b"second", partition=second_partition)
+        producer.flush()
+        assert txn_states_on_disk(data_dir, tid)[-2:] == ["CompleteCommit", "Ongoing"]
+        txbroker.crash(power_loss=True)
+        txbroker.restart()
+        wait_state(txbroker, tid, ["CompleteAbort"], timeout=20)
+        going_on = Sends(producer, topic, [second_partition, second_partition, 2])
+        going_on.start()
+        going_on.join(60)
+        assert going_on.finished.is_set(), f"{client} neither continued nor failed"
+        assert going_on.error is not None, "the transaction recovery aborted committed"
+        got = read_all("kafka-python" if client != "kafka-python" else "confluent",
+                       txbroker.bootstrap, log_ends(txbroker, tps))
+        assert got == {(topic, 0): [b"first"]}
+    finally:
+        producer.close()
+
+
+@pytest.mark.parametrize("client", ["aiokafka", "kafka-python", "confluent"])
+def test_producer_whose_unsynced_transaction_was_lost_recovers(txbroker, monkeypatch, client):
+    """A power loss takes back a committed transaction's unsynced CompleteCommit, the
+    next transaction's AddPartitionsToTxn record and its records (acknowledged without
+    an fsync: flush.messages > 1). Recovery completes the commit; the coordinator knows
+    nothing of the next transaction, so the producer's next Produce there fails
+    verification (TRANSACTION_ABORTABLE, INVALID_TXN_STATE for old versions) as on
+    Kafka. The application then aborts and starts over, which must work: either the
+    client recovers by itself (new epoch or sequence reset) or it reports an error the
+    application can act on by recreating the producer; it must not retry forever."""
+    monkeypatch.setattr("txbroker.storage.flusher.LAZY_FLUSH_MS", 60_000)
+    topic = unique("lost-txn")
+    txbroker.create_topic(topic, 1, {"flush.messages": "1000000"})
+    tid = unique(f"lost-txn-{client}")
+    producer = TxnProducer(client, txbroker.bootstrap, tid, **CLIENT_CONFIG.get(client, {}))
+    try:
+        producer.init()
+        producer.begin()
+        producer.send(topic, b"first", partition=0)
+        producer.commit()
+        wait_state(txbroker, tid, ["CompleteCommit"])
+        producer.begin()
+        producer.send(topic, b"second", partition=0)
+        producer.flush()  # acknowledged, not fsynced
+        txbroker.crash(power_loss=True)
+        txbroker.restart()
+        wait_state(txbroker, tid, ["CompleteCommit"], timeout=20)
+        going_on = Sends(producer, topic, [0, 0])
+        going_on.start()
+        going_on.join(60)
+        assert going_on.finished.is_set(), f"{client} neither continued nor failed"
+        assert going_on.error is not None, "a transaction the coordinator lost committed"
+        # What an application does next: abort and start over; if the client calls its
+        # state fatal (all three do here), a new producer instance carries on.
+        again = AbortThenCommit(producer, topic)
+        again.start()
+        again.join(60)
+        assert again.finished.is_set(), f"{client} stuck after {going_on.error!r}"
+        if again.error is not None:
+            producer.close()
+            producer = TxnProducer(client, txbroker.bootstrap, tid,
+                                   **CLIENT_CONFIG.get(client, {}))
+            producer.init()
+            AbortThenCommit(producer, topic).run()
+        got = read_all("kafka-python" if client != "kafka-python" else "confluent",
+                       txbroker.bootstrap, log_ends(txbroker, [(topic, 0)]))
+        assert got[(topic, 0)][-1:] == [b"retry"]
+        assert b"second" not in got[(topic, 0)] and b"more-0" not in got[(topic, 0)]
+    finally:
+        producer.close()
+
+
+class AbortThenCommit(threading.Thread):
+    def __init__(self, producer: TxnProducer, topic: str) -> None:
+        super().__init__(daemon=True)
+        self.producer, self.topic = producer, topic
+        self.error: BaseException | None = None
+        self.finished = threading.Event()
+
+    def run(self) -> None:
+        try:
+            try:
+                self.producer.abort()
+            except Exception:  # noqa: BLE001 - the abort may fail; the next transaction counts
+                pass
+            self.producer.begin()
+            self.producer.send(self.topic, b"retry", partition=0)
+            self.producer.flush()
+            self.producer.commit()
+        except BaseException as e:  # reported to the test
+            self.error = e
+        finally:
+            self.finished.set()

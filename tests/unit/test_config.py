@@ -138,8 +138,20 @@ def test_listeners():
     assert BrokerConfig({"listeners": "PLAINTEXT://:9092"}).listener == ("0.0.0.0", 9092)
     assert BrokerConfig({"listeners": "SSL://h:1,PLAINTEXT://h:2"}).listener == ("h", 2)
     assert BrokerConfig({"listeners": "localhost:9999"}).listener == ("localhost", 9999)
-    with pytest.raises(ConfigError):
-        _ = BrokerConfig({"listeners": "SSL://h:1"}).listener
+    assert BrokerConfig({"listeners": "SSL://h:1"}).listener == ("h", 1)  # no PLAINTEXT: the first
+    specs = BrokerConfig({"listeners": "PLAINTEXT://:1,EXTERNAL://h:2,CONTROLLER://:3",
+                          "controller.listener.names": "CONTROLLER",
+                          "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,EXTERNAL:SASL_SSL",
+                          "advertised.listeners": "EXTERNAL://kafka.example:9094"}).listener_specs()
+    assert [(s.name, s.host, s.port, s.security_protocol, s.advertised) for s in specs] == [
+        ("PLAINTEXT", "0.0.0.0", 1, "PLAINTEXT", None),
+        ("EXTERNAL", "h", 2, "SASL_SSL", ("kafka.example", 9094))]
+    with pytest.raises(ConfigError, match="EXTERNAL.*listener.security.protocol.map"):
+        BrokerConfig({"listeners": "EXTERNAL://h:1"}).listener_specs()
+    with pytest.raises(ConfigError, match="security protocol must be one of"):
+        BrokerConfig({"listener.security.protocol.map": "X:TLS"})
+    with pytest.raises(ConfigError, match="appears twice"):
+        BrokerConfig({"listeners": "PLAINTEXT://:1,PLAINTEXT://:2"})
     assert BrokerConfig({"advertised.listeners": "PLAINTEXT://kafka:19092"}).advertised == \
         ("kafka", 19092)
     with pytest.raises(ConfigError):
@@ -170,7 +182,7 @@ KAFKA4_PROPERTIES = Path(__file__).resolve().parents[1] / "fixtures" / "kafka4-s
 # The keys of the stock file that mean nothing on a single broker.
 KAFKA4_IGNORED = {
     "process.roles", "controller.quorum.bootstrap.servers", "inter.broker.listener.name",
-    "controller.listener.names", "listener.security.protocol.map", "num.network.threads",
+    "num.network.threads",
     "num.io.threads", "socket.send.buffer.bytes", "socket.receive.buffer.bytes",
     "num.recovery.threads.per.data.dir", "offsets.topic.replication.factor",
     "share.coordinator.state.topic.replication.factor", "share.coordinator.state.topic.min.isr",
@@ -221,7 +233,7 @@ def test_unknown_keys_are_listed_in_one_error_with_where_they_came_from(tmp_path
     ({"file": "log.dirs=/x\nnum.partitions=abc\n"},
      "num.partitions=abc ({file} line 2): 'abc' is not an integer"),
     ({"port": 99999}, "--port 99999 is outside [0, 65535]"),
-    ({"overrides": {"listeners": "SSL://h:9093"}}, "no PLAINTEXT listener"),
+    ({"overrides": {"listeners": "EXTERNAL://h:9093"}}, "is not in listener.security.protocol.map"),
     ({"overrides": {"listeners": "PLAINTEXT://h:123456"}}, "not a number in [0, 65535]"),
     ({"overrides": {"advertised.listeners": "localhost"}},
      "advertised.listeners=localhost (--override advertised.listeners=localhost): "
@@ -255,7 +267,7 @@ def _cli(argv, capsys) -> tuple[int, str]:
 @pytest.mark.parametrize("argv,message", [
     (["--override", "num.partitions=abc"], "configuration error: num.partitions=abc"),
     (["--port", "99999"], "--port 99999 is outside [0, 65535]"),
-    (["--override", "listeners=SSL://localhost:9093"], "no PLAINTEXT listener"),
+    (["--override", "listeners=SSL://localhost:9093"], "JKS key stores are not supported"),
     (["--override", "advertised.listeners=localhost"], "needs host:port"),
     (["--override", "txbroker.fault.points=nowhere"], "unknown fault point"),
     (["--override", "txbroker.fault.points=before_complete=boom"], "unknown fault action"),
@@ -300,7 +312,8 @@ def test_cli_port_clash_names_the_listener(tmp_path, capsys, which):
         port = taken.getsockname()[1]
         if which == "listeners":
             argv = ["--port", str(port)]
-            want = f"cannot start: cannot listen on 127.0.0.1:{port} (listeners, --port)"
+            want = (f"cannot start: cannot listen on 127.0.0.1:{port} (listener PLAINTEXT, "
+                    f"listeners, --port)")
         else:
             argv = ["--port", "0", "--override", f"admin.http.port={port}"]
             want = (f"cannot start: admin HTTP endpoint cannot listen on 127.0.0.1:{port} "

@@ -32,6 +32,7 @@ from txbroker.protocol.records import (
     validate_batch,
     validate_produced_batch,
 )
+from txbroker.storage.durable_file import entries_synced, note_new_entry, unsynced_entries
 from txbroker.storage.log import PartitionLog
 from txbroker.storage.log_config import ConfigError, LogConfig
 from txbroker.storage.manager import CLEAN_SHUTDOWN_FILE, LogManager, TopicError
@@ -331,6 +332,96 @@ def test_segments_below_the_recovery_point_are_trusted(logdir):
     crash(plog)
     plog = open_log(logdir, config, clean=False, recovery_point=second_base)
     assert plog.log_end_offset == end
+    plog.close()
+
+
+def _corrupt_batch(path: str, pos: int, header) -> None:
+    with open(path, "r+b") as f:
+        f.seek(pos + header.size - 2)
+        f.write(b"!!")
+
+
+@pytest.mark.parametrize("trusted", [True, False])
+def test_the_active_segment_is_validated_from_the_recovery_point(logdir, caplog, trusted):
+    """Its part below the recovery point was fsynced, and so were its index entries
+    (written with the checkpoint): only the batches after them are validated. Damage
+    below the recovery point is therefore not looked for (as in Kafka for whole
+    segments); without usable index entries the whole segment is validated."""
+    config = replace(LAZY, index_interval_bytes=50)
+    plog = open_log(logdir, config)
+    sent = _fill(plog, 20)
+    point = sent[10][0]
+    assert plog.recovery_index_paths(point)  # what the checkpoint writes and fsyncs
+    seg = plog.active_segment
+    batches = list(seg.batches())
+    crash(plog)
+    _corrupt_batch(seg.log_path, *batches[3])  # below the recovery point
+    _corrupt_batch(seg.log_path, *batches[15])  # above it: a torn write
+    if not trusted:
+        os.truncate(seg.index_path, 0)
+    caplog.set_level(logging.WARNING, logger="txbroker.storage")
+    plog = open_log(logdir, config, clean=False, recovery_point=point)
+    cut = 3 if not trusted else 15
+    assert plog.log_end_offset == sent[cut][0]
+    assert [b for b, _ in read_all(plog)] == [b for b, _ in sent[:cut]]
+    for offset in range(sent[cut][0]):  # the index finds every offset kept
+        assert plog.read(offset, 1 << 20, min_one=True).first_offset <= offset
+    plog.close()
+
+
+def test_recovery_ignores_index_entries_at_or_above_the_recovery_point(logdir):
+    """Entries written after the checkpoint may point at data a crash did not keep."""
+    config = replace(LAZY, index_interval_bytes=50)
+    plog = open_log(logdir, config)
+    sent = _fill(plog, 20)
+    point = sent[5][0]
+    plog.recovery_index_paths(sent[-1][0])  # entries for every batch on disk
+    seg = plog.active_segment
+    keep = list(seg.batches())[12][0]
+    crash(plog)
+    os.truncate(seg.log_path, keep)  # the unsynced tail went; its index entries stayed
+    plog = open_log(logdir, config, clean=False, recovery_point=point)
+    assert read_all(plog) == sent[:12]
+    assert append(plog, make_batch(tag=77)).base_offset == sent[12][0]
+    plog.close()
+
+
+def test_power_loss_drops_directory_entries_that_were_never_fsynced(logdir):
+    """A file created or renamed into place is durable only once its directory is
+    fsynced: the simulated power loss removes the others; durable writes survive."""
+    plog = open_log(logdir, replace(LAZY, segment_bytes=400))
+    _fill(plog, 10)
+    plog.write_producer_snapshot()  # write_durably: the directory is fsynced
+    snapshot = list_snapshots(logdir)
+    assert snapshot
+    stray = os.path.join(logdir, "stray.tmp")
+    with open(stray, "wb"):
+        pass
+    note_new_entry(stray)
+    assert "stray.tmp" in unsynced_entries(logdir)
+    rolled = [s.log_path for s in plog.segments[1:]]  # created by rolls, never flushed
+    assert rolled
+    plog.simulate_power_loss()
+    assert not os.path.exists(stray)
+    assert not any(os.path.exists(p) for p in rolled)
+    assert list_snapshots(logdir) == snapshot
+    assert not unsynced_entries(logdir)
+
+
+def test_a_flushed_roll_keeps_its_segment_through_power_loss(logdir):
+    config = replace(LAZY, segment_bytes=400)
+    plog = open_log(logdir, config)
+    sent = _fill(plog, 10)
+    assert len(plog.segments) > 1
+    entries = unsynced_entries(logdir)
+    for fd in plog.take_sync_fds():  # as a flush round, directory included
+        os.fsync(fd)
+        os.close(fd)
+    entries_synced(logdir, entries)
+    plog.mark_flushed(plog.log_end_offset)
+    plog.simulate_power_loss()
+    plog = open_log(logdir, config, clean=False, recovery_point=0)
+    assert read_all(plog) == sent
     plog.close()
 
 
@@ -818,9 +909,13 @@ class PartitionLogMachine(RuleBasedStateMachine):
 
     @rule()
     def flush(self):
+        # As the flusher: the directory's fsync makes the entries created before it durable.
+        entries = unsynced_entries(self.plog.directory) if self.plog.directory_dirty else None
         for fd in self.plog.take_sync_fds():
             os.fsync(fd)
             os.close(fd)
+        if entries:
+            entries_synced(self.plog.directory, entries)
         self.plog.mark_flushed(self.plog.log_end_offset)
         self.durable = len(self.model)
 
@@ -1040,3 +1135,42 @@ def test_orphan_partition_directories_removed_on_open(tmp_path, caplog):
         assert any("3 orphan partition directories" in r.getMessage() for r in caplog.records)
     finally:
         asyncio.run(logs.close())
+
+
+@pytest.mark.parametrize("power_loss", [False, True], ids=["crash", "power-loss"])
+def test_checkpointed_recovery_point_bounds_the_next_unclean_start(tmp_path, monkeypatch,
+                                                                   power_loss):
+    """The checkpoint after a flush round makes the recovery point and the index entries
+    below it durable (directory entries of new index files included): after a crash or
+    a power loss only the tail is validated, and the data is all there."""
+    data_dir = str(tmp_path / "data")
+
+    async def run():
+        logs = LogManager(data_dir)
+        logs.open()
+        await logs.start()
+        logs.create_topic("r", 1, {"index.interval.bytes": "50", "flush.messages": "1000000"})
+        plog = logs.get_log("r", 0)
+        sent = [append(plog, make_batch(2, tag=i)).base_offset for i in range(30)]
+        await logs.flusher.flush_now()
+        await logs.checkpoint_recovery_points()
+        assert plog.recovery_point == plog.log_end_offset
+        durable = plog.log_end_offset
+        for i in range(30, 40):  # not fsynced: a power loss takes it
+            append(plog, make_batch(2, tag=i))
+        logs.abandon(power_loss=power_loss)
+        return sent, durable, plog.log_end_offset
+
+    sent, durable, end = asyncio.run(run())
+    full: list[int] = []
+    recover = LogSegment.recover
+    monkeypatch.setattr(LogSegment, "recover",
+                        lambda self, *a, **kw: full.append(self.base_offset) or recover(self, *a,
+                                                                                         **kw))
+    logs = LogManager(data_dir)
+    logs.open()
+    plog = logs.get_log("r", 0)
+    assert full == []  # validated from the recovery point, not from the segment's start
+    assert plog.log_end_offset == (durable if power_loss else end)
+    assert [b for b, _ in read_all(plog)][:30] == sent
+    logs.abandon()

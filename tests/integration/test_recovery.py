@@ -1,0 +1,108 @@
+"""Restart after a crash: the transaction coordinator loads from its snapshots plus
+the records after them, and ends up where a full replay would (docs/operations.md,
+"Recovery after a crash")."""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+
+import pytest
+from txbroker.coordinator.internal_topic import TXN_TOPIC, partition_for
+from txbroker.coordinator.transaction.snapshot import SNAPSHOT_FILE, read_snapshot
+
+from .txn_util import TxnProducer, unique, wait_state
+
+CLIENT_CONFIG = {"confluent": {"metadata.recovery.strategy": "none"}}
+CLIENTS = ("confluent", "kafka-python")
+
+
+def _snapshot_dir(txbroker, tid: str) -> str:
+    partitions = txbroker.call(lambda b: b.logs.topics[TXN_TOPIC].partitions)
+    return os.path.join(txbroker.config.data_dir, f"{TXN_TOPIC}-{partition_for(tid, partitions)}")
+
+
+def _snapshot_ids(txbroker, tid: str) -> set[str]:
+    snap = read_snapshot(_snapshot_dir(txbroker, tid))
+    return set() if snap is None else {row[0] for row in snap[1]}
+
+
+def _loaded(txbroker) -> bool:
+    return txbroker.call(lambda b: b.transactions.state.loaded)
+
+
+@pytest.mark.parametrize("power_loss", [False, True], ids=["crash", "power-loss"])
+def test_coordinator_loads_snapshots_after_a_crash(txbroker, monkeypatch, caplog, power_loss):
+    monkeypatch.setattr("txbroker.coordinator.transaction.coordinator.SNAPSHOT_MIN_RECORDS", 1)
+    topic = unique("snap")
+    txbroker.create_topic(topic, 2)
+    tids = {client: unique(f"snap-{client}") for client in CLIENTS}
+    producers = {c: TxnProducer(c, txbroker.bootstrap, tid, **CLIENT_CONFIG.get(c, {}))
+                 for c, tid in tids.items()}
+    try:
+        for client, producer in producers.items():
+            producer.init()
+            producer.begin()
+            producer.send(topic, client.encode(), partition=0)
+            producer.commit()
+        before = {tid: wait_state(txbroker, tid, ["CompleteCommit"]) for tid in tids.values()}
+        # Snapshots follow once what they hold is fsynced (lazy completions: <= 1 s).
+        for tid in tids.values():
+            assert _wait(lambda t=tid: t in _snapshot_ids(txbroker, t)), tid
+        txbroker.crash(power_loss=power_loss)
+        caplog.set_level(logging.INFO, logger="txbroker")
+        txbroker.restart()
+        assert _wait(lambda: _loaded(txbroker))
+        for tid, info in before.items():
+            after = wait_state(txbroker, tid, ["CompleteCommit"])
+            assert (after["producer_id"], after["producer_epoch"]) == \
+                (info["producer_id"], info["producer_epoch"])
+        messages = [r.getMessage() for r in caplog.records]
+        loaded = [m for m in messages if "transaction coordinator" in m and "loaded" in m]
+        from_snapshots = re.search(r"\((\d+) from snapshots\)", loaded[-1])
+        assert from_snapshots and int(from_snapshots.group(1)) >= len(tids), loaded
+        assert not any("outside the log" in m or "unreadable" in m for m in messages)
+        for client, producer in producers.items():  # they carry on
+            producer.begin()
+            producer.send(topic, b"after-" + client.encode(), partition=1)
+            producer.commit()
+        for tid in tids.values():
+            wait_state(txbroker, tid, ["CompleteCommit"])
+    finally:
+        for producer in producers.values():
+            producer.close()
+
+
+def test_an_unusable_snapshot_means_a_full_replay(txbroker, caplog):
+    """A snapshot that does not fit the log (or cannot be read) is ignored: the
+    partition is replayed whole, as in a data directory from before snapshots."""
+    tid = unique("snap-bad")
+    producer = TxnProducer("kafka-python", txbroker.bootstrap, tid)
+    try:
+        producer.init()
+        info = wait_state(txbroker, tid, ["Empty"])
+    finally:
+        producer.close()
+    path = os.path.join(_snapshot_dir(txbroker, tid), SNAPSHOT_FILE)
+    txbroker.stop()
+    assert os.path.exists(path)  # written at the clean shutdown
+    with open(path, "wb") as f:
+        f.write(b"\x93not a snapshot")
+    caplog.set_level(logging.WARNING, logger="txbroker")
+    txbroker.start()
+    assert _wait(lambda: _loaded(txbroker))
+    after = wait_state(txbroker, tid, ["Empty"])
+    assert after["producer_epoch"] == info["producer_epoch"]
+    assert any("replaying the whole partition" in r.getMessage() for r in caplog.records)
+
+
+def _wait(predicate, timeout: float = 10) -> bool:
+    import time
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.05)
+    return False
