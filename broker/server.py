@@ -471,6 +471,8 @@ class Broker:
     def __init__(self, config: BrokerConfig, *, in_process: bool = False) -> None:
         self.config = config
         self.in_process = in_process  # a crash fault then tears down instead of exiting
+        # Produce v12's implicit adds in progress, per (topic, partition, producer id).
+        self.pending_partition_adds: dict[tuple[str, int, int], asyncio.Future] = {}
         # ApiVersions' finalized_features_epoch: later incarnations answer a larger one.
         self.features_epoch = int(time.time() * 1000)
         self.crashed = False

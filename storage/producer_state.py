@@ -141,7 +141,10 @@ class ProducerStateManager:
         duplicate = entry.find_duplicate(header.base_sequence, header.last_sequence)
         if duplicate is not None:
             return duplicate
-        if entry.last_seq != NO_SEQUENCE and not _in_sequence(entry.last_seq, header.base_sequence):
+        # A known producer with no batch at this epoch (a transactions v2 marker moved it
+        # to the epoch and cleared them) starts at 0, as in Kafka: a later batch that
+        # overtook a retried first one must wait for it.
+        if not _in_sequence(entry.last_seq, header.base_sequence):
             raise OutOfOrderSequenceError(
                 f"producer {pid} epoch {epoch}: expected sequence {entry.last_seq + 1}, got "
                 f"{header.base_sequence} on {self.name}"
