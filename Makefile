@@ -105,10 +105,12 @@ test-kafka: install
 test-fast: install
 	$(PY) -m pytest -q -x -p no:cacheprovider tests/unit
 
-# `make demo SOURCE=kafka` ingests with Spark's Kafka connector instead of the txbroker source.
+# `make demo SOURCE=kafka` ingests with Spark's Kafka connector instead of the txbroker source;
+# `make demo SECURE=1` runs it on SASL_SSL with SCRAM users and ACLs (docs/security.md).
 SOURCE ?= txbroker
+SECURE ?=
 demo: install
-	$(PY) -m txbroker.spark_jobs.demo --source $(SOURCE)
+	$(PY) -m txbroker.spark_jobs.demo --source $(SOURCE) $(if $(SECURE),--secure)
 
 bench: install
 	$(PY) -m bench.throughput

@@ -328,7 +328,8 @@ class OAuthBearerServer:
             skew_ms = int(self._option("AllowableClockSkewMs", "0"))
         except ValueError:
             raise ValueError("unsecuredValidatorAllowableClockSkewMs is not an integer") from None
-        now = time.time()
+        # Milliseconds, as Kafka's OAuthBearerValidationUtils compares them.
+        now = int(time.time() * 1000) / 1000
         skew = skew_ms / 1000
         iat, exp = claims.get("iat"), claims.get("exp")
         if iat is not None:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import functools
 import logging
 import os
@@ -550,11 +549,6 @@ class Broker:
                                          config.get("allow.everyone.if.no.acl.found"))
             self.acl_store = AclStore(self.logs.data_dir, self.authorizer)
         self.denials = DenialLog()
-        # TEST ONLY: client.id -> principal, so an in-process test broker can make a
-        # connection act as another principal before SASL exists on this branch. Set
-        # only from Python (BrokerThread.set_test_principal); nothing on the wire or in
-        # the config reaches it, and it is empty in every real broker.
-        self.test_principals: dict[str, str] = {}
         self._preload: asyncio.Task | None = None  # kio schemas imported after "ready"
 
     def coordinator_status(self, key_type: int) -> ErrorCode:
@@ -917,9 +911,6 @@ class Broker:
             raise CloseConnection
         name = api_name(api_key)
         self.request_counts[name] = self.request_counts.get(name, 0) + 1
-        if self.test_principals and header.client_id in self.test_principals:
-            session = dataclasses.replace(session,
-                                          principal=self.test_principals[header.client_id])
         ctx = RequestContext(self, header, session)
         response = await HANDLERS[api_key].handle(ctx, request)
         out = None if response is None else encode_response(api_key, version, correlation_id,

@@ -112,19 +112,6 @@ class BrokerThread:
         ready.result(timeout=60)
         return self
 
-    def set_test_principal(self, client_id: str, principal: str | None) -> None:
-        """TEST ONLY: requests whose client.id is ``client_id`` act as ``principal``
-        (None: as their connection's own principal again). Only this in-process
-        accessor reaches it; it stands in for SASL in ACL tests."""
-
-        def apply(broker: Broker) -> None:
-            if principal is None:
-                broker.test_principals.pop(client_id, None)
-            else:
-                broker.test_principals[client_id] = principal
-
-        self.call(apply)
-
     def call(self, fn, *args):
         """Run ``fn(broker, *args)`` on the broker's loop and return its result."""
         assert self._loop is not None

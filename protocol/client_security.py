@@ -553,7 +553,14 @@ def authenticate(sock: socket.socket, security: ClientSecurity, client_id: str,
         token, extensions = _unsecured_jwt(security.oauth_options, "sasl.jaas.config")
         # RFC 7628 initial client response: GS2 header, then kvpairs separated by 0x01.
         kv = "".join(f"{k}={v}\x01" for k, v in sorted(extensions.items()))
-        send(f"n,,\x01auth=Bearer {token}\x01{kv}\x01".encode())
+        challenge = send(f"n,,\x01auth=Bearer {token}\x01{kv}\x01".encode())
+        if challenge:
+            # RFC 7628 3.2.2: an error challenge ({"status": ...}); the client answers
+            # with a lone 0x01 and the server then fails the exchange with its message.
+            send(b"\x01")
+            raise SecurityError(f"SASL_AUTHENTICATION_FAILED: OAUTHBEARER token refused by "
+                                f"{peer}: {challenge.decode('utf-8', 'replace')}",
+                                "SASL_AUTHENTICATION_FAILED")
     else:
         raise SecurityError(f"SASL mechanism {mechanism} is not supported by this client")
 
@@ -649,9 +656,11 @@ def _unsecured_jwt(options: Mapping[str, str], key: str) -> tuple[str, dict[str,
     except ValueError:
         raise SecurityConfigError(f"{key}: unsecuredLoginLifetimeSeconds must be a "
                                   "number") from None
-    now = time.time()
-    claims.setdefault("iat", round(now, 3))
-    claims.setdefault("exp", round(now + lifetime, 3))
+    # Whole milliseconds, as Kafka's unsecured login handler: a rounded-up iat would be
+    # in the future for a validator that compares milliseconds within the same one.
+    now = int(time.time() * 1000) / 1000
+    claims.setdefault("iat", now)
+    claims.setdefault("exp", now + lifetime)
     header = _b64url(json.dumps({"alg": "none"}).encode())
     payload = _b64url(json.dumps(claims, separators=(",", ":")).encode())
     return f"{header}.{payload}.", extensions

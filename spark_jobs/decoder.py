@@ -14,9 +14,12 @@ transactions of the fetched range):
   requested offset (a fetch returns whole batches);
 * decompress compressed batches.
 
-The per-record loop is the hot path of the whole ingestion, so it is written
-out by hand: varints decoded inline with one- and two-byte fast paths, list
-``append`` methods bound to locals, header bytes skipped unless asked for.
+This module is the reference: ``committed_batches`` picks the batches a
+read_committed reader returns (shared by both decoders) and ``decode_fetch``
+decodes their records one by one (the hot path of the old reader, so written
+out by hand; still the path for ``includeHeaders``). ``vectorized`` decodes the
+same batches all at once with numpy and must give the same rows (hypothesis
+tests compare the two).
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from __future__ import annotations
 import heapq
 import struct
 from collections.abc import Iterable
+from typing import NamedTuple
 
 import crc32c
 import pyarrow as pa
@@ -241,17 +245,33 @@ def _control_type(buf: bytes, pos: int) -> int:
     return _CONTROL_KEY.unpack_from(buf, p)[1]
 
 
-def decode_fetch(buf: bytes, aborted: Iterable[tuple[int, int]], position: int, end: int,
-                 cols: Columns, *, where: str = "", verify_crc: bool = True) -> int:
-    """Append the committed records of ``buf`` with ``position <= offset < end`` to ``cols``.
+class DataBatch(NamedTuple):
+    """A record batch whose records a read_committed reader returns: the records lie in
+    ``body[start:end]`` (the fetched bytes, or the decompressed batch)."""
+
+    body: bytes
+    start: int
+    end: int
+    count: int
+    base_offset: int
+    base_timestamp: int
+    log_append_time: int | None  # the batch's max timestamp, with LogAppendTime
+
+
+def committed_batches(buf: bytes, aborted: Iterable[tuple[int, int]], position: int, end: int,
+                      *, where: str = "", verify_crc: bool = True
+                      ) -> tuple[list[DataBatch], int]:
+    """The batches of ``buf`` holding committed records at or past ``position`` (below
+    ``end``), and the offset to fetch next: one past the last offset of the last complete
+    batch (``position`` if there was none), so that a range ending on a control batch or
+    a compaction gap still terminates.
 
     ``aborted``: (producer id, first offset) of the aborted transactions the broker
-    listed for this fetch. Returns the offset to fetch next: one past the last
-    offset of the last complete batch (``position`` if there was none), so a range
-    that ends on a control batch or a compaction gap still terminates.
-    """
+    listed for this fetch. The batches may still hold records below ``position`` or at
+    or above ``end`` (a fetch returns whole batches): the decoders drop those."""
     heap = sorted((first, pid) for pid, first in aborted)
     aborted_pids: set[int] = set()
+    out: list[DataBatch] = []
     next_position = position
     pos = 0
     size = len(buf)
@@ -277,40 +297,66 @@ def decode_fetch(buf: bytes, aborted: Iterable[tuple[int, int]], position: int, 
             while heap and heap[0][0] <= last_offset:
                 aborted_pids.add(heapq.heappop(heap)[1])
             if attrs & ATTR_CONTROL:
-                if pid in aborted_pids:
-                    body = buf if attrs & ATTR_COMPRESSION == 0 else None
-                    body_pos = pos + HEADER_SIZE
-                    if body is None:
-                        body = decompress(Compression(attrs & ATTR_COMPRESSION),
-                                          buf[pos + HEADER_SIZE:batch_end])
-                        body_pos = 0
-                    if count > 0 and _control_type(body, body_pos) == CONTROL_ABORT:
+                if pid in aborted_pids and count > 0:
+                    body, start, _ = _body(buf, pos, batch_end, attrs)
+                    if _control_type(body, start) == CONTROL_ABORT:
                         aborted_pids.discard(pid)
             elif (attrs & ATTR_TRANSACTIONAL and pid in aborted_pids) or last_offset < position:
                 pass
             else:
-                codec = attrs & ATTR_COMPRESSION
-                if codec == 0:
-                    n, stop = _decode_records(buf, pos + HEADER_SIZE, count, base_offset,
-                                              base_ts, position, end, cols)
-                    expected = batch_end
-                else:
-                    body = decompress(Compression(codec), buf[pos + HEADER_SIZE:batch_end])
-                    n, stop = _decode_records(body, 0, count, base_offset, base_ts, position,
-                                              end, cols)
-                    expected = len(body)
-                if stop != expected:
-                    raise CorruptRecordError("record lengths do not add up to the batch length")
-                if attrs & ATTR_LOG_APPEND_TIME:
-                    if n:
-                        cols.stamps[-n:] = [max_ts] * n
-                    cols.types.extend([1] * n)
-                else:
-                    cols.types.extend([0] * n)
+                body, start, stop = _body(buf, pos, batch_end, attrs)
+                # Every record takes at least one byte: a count beyond that is a lie
+                # (and would size the decoders' arrays).
+                if count < 0 or count > stop - start:
+                    raise CorruptRecordError(f"record count {count} does not fit the batch")
+                out.append(DataBatch(body, start, stop, count, base_offset, base_ts,
+                                     max_ts if attrs & ATTR_LOG_APPEND_TIME else None))
             next_position = max(next_position, last_offset + 1)
             pos = batch_end
-    except (CorruptRecordError, IndexError, ValueError, UnicodeDecodeError) as e:
-        raise TxBrokerSourceError(
-            f"corrupt record batch{' in ' + where if where else ''} at offset "
-            f"{next_position}: {e}", "CORRUPT_MESSAGE") from None
+    except (CorruptRecordError, IndexError, ValueError, struct.error) as e:
+        raise _corrupt(where, next_position, e) from None
+    return out, next_position
+
+
+def _body(buf: bytes, pos: int, batch_end: int, attrs: int) -> tuple[bytes, int, int]:
+    codec = attrs & ATTR_COMPRESSION
+    if codec == 0:
+        return buf, pos + HEADER_SIZE, batch_end
+    body = decompress(Compression(codec), buf[pos + HEADER_SIZE:batch_end])
+    return body, 0, len(body)
+
+
+def _corrupt(where: str, offset: int, e: BaseException) -> TxBrokerSourceError:
+    return TxBrokerSourceError(
+        f"corrupt record batch{' in ' + where if where else ''} at offset {offset}: {e}",
+        "CORRUPT_MESSAGE")
+
+
+def decode_fetch(buf: bytes, aborted: Iterable[tuple[int, int]], position: int, end: int,
+                 cols: Columns, *, where: str = "", verify_crc: bool = True) -> int:
+    """Append the committed records of ``buf`` with ``position <= offset < end`` to ``cols``,
+    record by record (the reference decoder; also the one that reads headers). Returns
+    the offset to fetch next (see ``committed_batches``)."""
+    batches, next_position = committed_batches(buf, aborted, position, end, where=where,
+                                               verify_crc=verify_crc)
+    decode_batches(batches, position, end, cols, where=where)
     return next_position
+
+
+def decode_batches(batches: Iterable[DataBatch], position: int, end: int, cols: Columns,
+                   *, where: str = "") -> None:
+    """Append the records of ``batches`` with ``position <= offset < end`` to ``cols``."""
+    for b in batches:
+        try:
+            n, stop = _decode_records(b.body, b.start, b.count, b.base_offset,
+                                      b.base_timestamp, position, end, cols)
+            if stop != b.end:
+                raise CorruptRecordError("record lengths do not add up to the batch length")
+        except (CorruptRecordError, IndexError, ValueError, UnicodeDecodeError) as e:
+            raise _corrupt(where, b.base_offset, e) from None
+        if b.log_append_time is not None:
+            if n:
+                cols.stamps[-n:] = [b.log_append_time] * n
+            cols.types.extend([1] * n)
+        else:
+            cols.types.extend([0] * n)

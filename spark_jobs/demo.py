@@ -17,6 +17,13 @@
 5. verifies the Parquet with Spark (``payments/verify.py``) and prints the checks;
 6. stops the broker with SIGTERM. Exit code 0 only if every check passed.
 
+``--secure`` (``make demo SECURE=1``) runs the same on a secured broker (docs/security.md):
+a SASL_SSL listener only (throwaway CA and certificate, SCRAM-SHA-256 users), ACLs with
+Kafka's StandardAuthorizer. Each part is its own principal with only the ACLs it needs —
+``User:shop`` writes the orders, ``User:app`` (the processor) has the ACLs of "A
+transactional application", ``User:spark`` reads the outputs — and ``User:mallory``,
+authenticated but with no ACL, is shown to be refused.
+
 The SparkSession (a JVM, several seconds) starts in a background thread while the
 pipeline runs.
 """
@@ -33,6 +40,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from txbroker.broker.process import BrokerProcess
+from txbroker.spark_jobs.demo_security import LISTENER, SecureDemo
+from txbroker.spark_jobs.demo_security import say as _say
 from txbroker.spark_jobs.payments.pipeline import (
     PipelineConfig,
     PipelineResult,
@@ -69,30 +78,34 @@ def _start_spark(log_path: Path) -> SparkSession:
     return spark
 
 
-def _say(label: str, text: str) -> None:
-    print(f"{label:<10} {text}", flush=True)
-
-
 def run_demo(workdir: Path, config: PipelineConfig, verbose: bool = False,
-             source: str = "txbroker") -> bool:
+             source: str = "txbroker", secure: bool = False) -> bool:
     started = time.monotonic()
     checks: list[Check] = []
-    broker = BrokerProcess(str(workdir / "data"))
+    secured = SecureDemo(workdir, config) if secure else None
+    broker = secured.broker if secured else BrokerProcess(str(workdir / "data"))
     broker.start()
-    bootstrap = broker.bootstrap
+    bootstrap = broker.bootstrap_for(LISTENER) if secured else broker.bootstrap
     _say("broker", f"ready at {bootstrap} (data dir {broker.data_dir})")
+    if secured:
+        secured.grant(bootstrap)
     spark_log = workdir / "spark.log"
     pool = concurrent.futures.ThreadPoolExecutor(1)
     spark_future = pool.submit(_start_spark, spark_log)
     spark = None
     verified: VerifyResult | None = None
     try:
-        result = run_pipeline(bootstrap, workdir, config, echo=print if verbose else None)
+        result = run_pipeline(bootstrap, workdir, config, echo=print if verbose else None,
+                              clients=secured.clients() if secured else None)
         _report_pipeline(result)
-        checks.append(_count_logs(bootstrap, result))
+        reader = secured.client("spark") if secured else None
+        checks.append(_count_logs(bootstrap, result, reader))
+        if secured:
+            checks.extend(secured.attacks(bootstrap))
 
         spark = spark_future.result()
-        verified = _ingest_and_verify(spark, bootstrap, workdir, result, source)
+        verified = _ingest_and_verify(spark, bootstrap, workdir, result, source,
+                                      secured.spark_options() if secured else None)
         checks.extend(verified.checks)
     except BaseException:
         if spark_log.exists() and spark_log.stat().st_size:
@@ -130,10 +143,11 @@ def _report_pipeline(r: PipelineResult) -> None:
     _say("", f"processor crashes: {r.crashes}")
 
 
-def _count_logs(bootstrap: str, r: PipelineResult) -> Check:
+def _count_logs(bootstrap: str, r: PipelineResult,
+                client: dict[str, str] | None = None) -> Check:
     c, a = r.config, r.attempts
-    in_log = len(read_topic(bootstrap, c.payments_topic, committed=False))
-    visible = len(read_topic(bootstrap, c.payments_topic, committed=True))
+    in_log = len(read_topic(bootstrap, c.payments_topic, committed=False, client=client))
+    visible = len(read_topic(bootstrap, c.payments_topic, committed=True, client=client))
     _say("log", f"{c.payments_topic}: {in_log} records (read_uncommitted), "
                 f"{in_log - visible} of them in aborted transactions")
     _say("", f"{visible} visible to read_committed")
@@ -147,7 +161,8 @@ def _count_logs(bootstrap: str, r: PipelineResult) -> Check:
 
 
 def _ingest_and_verify(spark: SparkSession, bootstrap: str, workdir: Path,
-                       r: PipelineResult, source: str) -> VerifyResult:
+                       r: PipelineResult, source: str,
+                       options: dict[str, str] | None = None) -> VerifyResult:
     from txbroker.spark_jobs.ingest import ingest
 
     c = r.config
@@ -158,11 +173,12 @@ def _ingest_and_verify(spark: SparkSession, bootstrap: str, workdir: Path,
     ingested = ingest(spark, bootstrap_servers=bootstrap,
                       topic=f"{c.payments_topic},{c.rejected_topic}", output=table,
                       checkpoint=str(workdir / "checkpoints" / "payments"),
-                      source_format=source)
+                      source_format=source, options=options)
     _say("spark", f"ingested {ingested.rows_written} rows of {c.payments_topic} and "
                   f"{c.rejected_topic} into Parquet in {time.monotonic() - t0:.1f}s")
     what = "txbroker source" if source == "txbroker" else "Spark's Kafka connector"
-    _say("", f"({what}, read_committed, trigger availableNow, checkpointed)")
+    over = f", {options['kafka.security.protocol']} as User:spark" if options else ""
+    _say("", f"({what}, read_committed, trigger availableNow, checkpointed{over})")
     t0 = time.monotonic()
     result = verify(spark, table, ledger=r.ledger, aborted_attempts=r.aborted_attempts,
                     committed_attempts=r.attempts.committed, order_ids=r.order_ids,
@@ -181,6 +197,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--source", choices=FORMATS, default="txbroker",
                    help="Spark source of the ingestion: txbroker (this package, default) or "
                         "kafka (Spark's connector, fetched by make spark-kafka-jars)")
+    p.add_argument("--secure", action="store_true",
+                   help="SASL_SSL with SCRAM users and ACLs (docs/security.md)")
     p.add_argument("-v", "--verbose", action="store_true", help="echo the processors' lines")
     a = p.parse_args(argv)
     from txbroker.spark_jobs.session import connector_jars
@@ -194,9 +212,9 @@ def main(argv: list[str] | None = None) -> int:
         workdir.mkdir(parents=True, exist_ok=True)
         if any(workdir.iterdir()):
             p.error(f"--keep {workdir}: the directory must be empty")
-        return 0 if run_demo(workdir, config, a.verbose, a.source) else 1
+        return 0 if run_demo(workdir, config, a.verbose, a.source, a.secure) else 1
     with tempfile.TemporaryDirectory(prefix="txbroker-demo-") as tmp:
-        return 0 if run_demo(Path(tmp), config, a.verbose, a.source) else 1
+        return 0 if run_demo(Path(tmp), config, a.verbose, a.source, a.secure) else 1
 
 
 if __name__ == "__main__":

@@ -20,16 +20,17 @@ import logging
 import os
 import time
 from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 
 import pyarrow as pa
 
-from .decoder import Columns, decode_fetch
+from .decoder import committed_batches
 from .options import Range, SourceOptions
-from .wire import TxBrokerSourceError, WireClient
+from .vectorized import to_arrow
+from .wire import FetchResult, TxBrokerSourceError, WireClient
 
 log = logging.getLogger("txbroker.spark_jobs.source")
 
-ROWS_PER_ARROW_BATCH = 16_384
 MAX_FETCH_BYTES = 256 << 20
 MARKER_ENV = "TXBROKER_SOURCE_TEST_READ_MARKER"
 DELAY_ENV = "TXBROKER_SOURCE_TEST_READ_DELAY"
@@ -62,14 +63,21 @@ def read_range(rng: Range, opts: SourceOptions, client: WireClient | None = None
     if client is None:
         client = open_client(opts)
     where = f"{rng.topic}-{rng.partition}"
+    # While a fetch's records are decoded and handed to Spark, the next Fetch is already
+    # on its way (one at a time: the client is used by one thread at a time).
+    prefetch = ThreadPoolExecutor(1, thread_name_prefix=f"txbroker-fetch-{where}")
+    pending: Future[FetchResult] | None = None
     try:
-        cols = Columns(opts.include_headers)
         position = rng.start
         max_bytes = opts.max_fetch_bytes
         idle_since: float | None = None
         while position < rng.end:
             try:
-                result = client.fetch(rng.topic, rng.partition, position, max_bytes=max_bytes)
+                if pending is not None:
+                    result, pending = pending.result(), None
+                else:
+                    result = client.fetch(rng.topic, rng.partition, position,
+                                          max_bytes=max_bytes)
             except TxBrokerSourceError as e:
                 if e.code == "UNKNOWN_TOPIC_OR_PARTITION":
                     data_loss(opts, f"{where} was deleted while offsets {position}-"
@@ -91,14 +99,20 @@ def read_range(rng: Range, opts: SourceOptions, client: WireClient | None = None
                                 f"were deleted (log start offset is now {earliest})")
                 position = earliest
                 continue
-            next_position = decode_fetch(result.records, result.aborted, position, rng.end,
-                                         cols, where=where)
+            batches, next_position = committed_batches(
+                result.records, result.aborted, position, rng.end, where=where)
             if next_position > position:
+                if next_position < rng.end:
+                    pending = prefetch.submit(client.fetch, rng.topic, rng.partition,
+                                              next_position, max_bytes=max_bytes)
+                batch = to_arrow(batches, position, rng.end, rng.topic, rng.partition,
+                                 include_headers=opts.include_headers, where=where)
                 position = next_position
                 idle_since = None
+                if batch is not None:
+                    yield batch  # every record of one fetch: Spark takes batches of any size
             elif result.records and max_bytes < MAX_FETCH_BYTES:
                 max_bytes *= 2  # only part of a batch came back: ask for more
-                continue
             elif result.last_stable_offset <= position and result.high_watermark <= position:
                 data_loss(opts, f"offsets {position}-{rng.end - 1} of {where} no longer exist "
                                 f"(high watermark is now {result.high_watermark})")
@@ -113,15 +127,12 @@ def read_range(rng: Range, opts: SourceOptions, client: WireClient | None = None
                         f"{opts.timeout:g} s although the range ends at {rng.end}",
                         "REQUEST_TIMED_OUT")
                 time.sleep(0.05)
-                continue
-            if len(cols) >= ROWS_PER_ARROW_BATCH:
-                yield cols.to_arrow(rng.topic, rng.partition)
-                cols = Columns(opts.include_headers)
-        if len(cols):
-            yield cols.to_arrow(rng.topic, rng.partition)
         if delay:
             time.sleep(delay)
     finally:
+        # Waits for a fetch still in flight (Spark stopped reading early, or an error)
+        # before its connection is closed: no thread outlives the read, retrying.
+        prefetch.shutdown()
         if own:
             client.close()
 

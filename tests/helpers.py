@@ -5,8 +5,10 @@ from __future__ import annotations
 import socket
 import struct
 import time
+from collections.abc import Mapping
 
 from txbroker.broker.process import READY, BrokerProcess
+from txbroker.protocol.client_security import ClientSecurity
 from txbroker.protocol.messages import decode_response, encode_request
 
 __all__ = ["READY", "BrokerProcess", "RawClient", "wait_until"]
@@ -15,9 +17,23 @@ __all__ = ["READY", "BrokerProcess", "RawClient", "wait_until"]
 class RawClient:
     """A minimal blocking Kafka client for wire-level tests."""
 
-    def __init__(self, host: str, port: int, timeout: float = 10) -> None:
-        self.sock = socket.create_connection((host, port), timeout=timeout)
+    def __init__(self, host: str, port: int, timeout: float = 10,
+                 security: Mapping[str, str] | None = None) -> None:
+        """``security``: client properties (Kafka's or librdkafka's names, e.g. a secured
+        BrokerThread's ``client_config(listener, user)``): TLS and SASL are done first,
+        so the requests act as that principal."""
+        if security is None:
+            self.sock = socket.create_connection((host, port), timeout=timeout)
+        else:
+            props = {k: v for k, v in security.items() if k != "bootstrap.servers"}
+            self.sock = ClientSecurity.from_properties(props).connect(host, port, timeout)
         self.correlation_id = 0
+
+    @classmethod
+    def as_user(cls, broker, listener: str, user: str, timeout: float = 10) -> RawClient:
+        """Connected to a secured test broker's ``listener``, authenticated as ``user``."""
+        host, port = broker.bootstrap_for(listener).rsplit(":", 1)
+        return cls(host, int(port), timeout, broker.client_config(listener, user))
 
     def send_frame(self, payload: bytes) -> None:
         self.sock.sendall(payload)

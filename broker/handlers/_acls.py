@@ -24,6 +24,19 @@ MAX_VERSION = 3
 
 NO_AUTHORIZER = "No Authorizer is configured."
 
+# Kafka's controller writes at most MAX_RECORDS_PER_USER_OP (10000) records for one
+# request: a CreateAcls adding more new ACLs fails as a whole with POLICY_VIOLATION, a
+# DeleteAcls whose filters match more with INVALID_REQUEST (both as Kafka 4.3 answers:
+# tests/differential/test_acl_edges.py).
+MAX_RECORDS_PER_USER_OP = 10000
+EXCESSIVE_BATCH = "Unable to perform excessively large batch operation."
+TOO_MANY_REMOVALS = (f"Cannot remove more than {MAX_RECORDS_PER_USER_OP} acls in a single "
+                     "delete operation.")
+
+
+class TooManyRecords(Exception):
+    """A CreateAcls or DeleteAcls would write more than MAX_RECORDS_PER_USER_OP records."""
+
 
 def refuse_unknown_codes(ctx, api: str, items) -> None:
     """Kafka's request classes refuse a code of 0 (UNKNOWN) in any of the four enum

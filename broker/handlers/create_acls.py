@@ -3,7 +3,8 @@
 Needs ALTER on the cluster; SECURITY_DISABLED without an authorizer. Each binding
 gets its own result: INVALID_REQUEST for one Kafka refuses (ANY or UNKNOWN types,
 pattern types other than LITERAL/PREFIXED, an empty name, a CLUSTER name other than
-``kafka-cluster``); creating an existing ACL succeeds (and changes nothing).
+``kafka-cluster``); creating an existing ACL succeeds (and changes nothing). More than
+10000 new ACLs in one request: POLICY_VIOLATION for every binding, nothing written.
 """
 
 from __future__ import annotations
@@ -60,9 +61,21 @@ async def handle(ctx, request):
             log.info("CreateAcls from %s (%s): %s refused: %s", ctx.peer, ctx.principal,
                      acl.describe(), why)
             results.append((ErrorCode.invalid_request, why))
+    def compute(current):
+        if len(valid - current) > _acls.MAX_RECORDS_PER_USER_OP:
+            raise _acls.TooManyRecords
+        return valid, ()
+
     if valid:
         try:
-            await ctx.broker.acl_store.change(lambda current: (valid, ()))
+            await ctx.broker.acl_store.change(compute)
+        except _acls.TooManyRecords:
+            log.info("CreateAcls from %s (%s): %d new ACLs refused: more than %d in one "
+                     "request", ctx.peer, ctx.principal, len(valid),
+                     _acls.MAX_RECORDS_PER_USER_OP)
+            results = [(ErrorCode.policy_violation, _acls.EXCESSIVE_BATCH)
+                       if code == ErrorCode.none else (code, message)
+                       for code, message in results]
         except OSError as e:
             log.error("CreateAcls from %s: cannot write the ACLs: %r", ctx.peer, e)
             results = [(ErrorCode.unknown_server_error, f"cannot write the ACLs: {e}")

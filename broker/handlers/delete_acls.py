@@ -4,7 +4,9 @@ ACL set is fsynced.
 Needs ALTER on the cluster; SECURITY_DISABLED without an authorizer. A filter with an
 unknown resource type, pattern type, operation or permission type gets INVALID_REQUEST;
 each filter is matched against the ACLs as they were before the request (two filters
-matching one ACL both list it), as Kafka's controller does.
+matching one ACL both list it), as Kafka's controller does. Filters that together match
+more than 10000 ACLs: the request is refused, every filter gets INVALID_REQUEST with
+Kafka's message and nothing is removed (as Apache Kafka 4.3 answers).
 """
 
 from __future__ import annotations
@@ -40,14 +42,28 @@ async def handle(ctx, request):
 
     def compute(current):
         matched.clear()
+        removed: set = set()
         for flt in filters:
-            matched.append(None if flt.is_unknown()
-                           else sorted(a for a in current if flt.matches(a)))
-        return (), {a for found in matched if found for a in found}
+            if flt.is_unknown():
+                matched.append(None)
+                continue
+            found = sorted(a for a in current if flt.matches(a))
+            removed.update(found)
+            matched.append(found)
+            if len(removed) > _acls.MAX_RECORDS_PER_USER_OP:
+                raise _acls.TooManyRecords
+        return (), removed
 
     error: tuple[ErrorCode, str] | None = None
     try:
         await ctx.broker.acl_store.change(compute)
+    except _acls.TooManyRecords:
+        log.info("DeleteAcls from %s (%s) refused: its filters match more than %d ACLs",
+                 ctx.peer, ctx.principal, _acls.MAX_RECORDS_PER_USER_OP)
+        return build(ctx.response_type, throttle_time=_ZERO, filter_results=tuple(
+            build(schema.DeleteAclsFilterResult, error_code=ErrorCode.invalid_request,
+                  error_message=_acls.TOO_MANY_REMOVALS, matching_acls=())
+            for _ in filters))
     except OSError as e:
         log.error("DeleteAcls from %s: cannot write the ACLs: %r", ctx.peer, e)
         error = ErrorCode.unknown_server_error, f"cannot write the ACLs: {e}"

@@ -59,7 +59,10 @@ def unreadable_topics(ctx, request, partitions: list[tuple[str, list]]) -> froze
 
 def _collect(ctx, request, read_committed: bool, partitions: list[tuple[str, list]],
              denied: frozenset[str] = frozenset()):
-    """One pass over the requested partitions: (topics, bytes, any_error, logs)."""
+    """One pass over the requested partitions: (topics, bytes, any_error, logs).
+    ``any_error`` leaves out the denied topics: as Kafka's KafkaApis sets unauthorized
+    partitions aside before ReplicaManager's long poll, they do not end the wait of the
+    partitions the principal may read."""
     logs = ctx.broker.logs
     schema = ctx.schema
     remaining = request.max_bytes if getattr(request, "max_bytes", None) is not None else INT32_MAX
@@ -109,7 +112,7 @@ def _collect(ctx, request, read_committed: bool, partitions: list[tuple[str, lis
                         remaining -= len(records)
                         total += len(records)
                         min_one = False
-            if error != ErrorCode.none:
+            if error not in (ErrorCode.none, ErrorCode.topic_authorization_failed):
                 any_error = True
             parts.append(build(schema.PartitionData, partition_index=fp.partition,
                                error_code=error, high_watermark=hw, last_stable_offset=lso,
@@ -156,7 +159,7 @@ async def handle(ctx, request):
                 plog.remove_waiter(wake)
             if not wake.done():
                 wake.cancel()
-    if not any_error:
+    if not any_error and not denied:
         ctx.error_codes = ()  # for /metrics: no partition of this response to look at
     return build(ctx.response_type, throttle_time=_ZERO, error_code=ErrorCode.none,
                  session_id=0, responses=topics)

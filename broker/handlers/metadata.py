@@ -48,11 +48,13 @@ def topic_entry(ctx, name: str, error: ErrorCode = ErrorCode.none, topic_id=None
                  if operations else NOT_REQUESTED)
 
 
-def _unauthorized(ctx, name: str | None, internal: bool = False):
-    """TOPIC_AUTHORIZATION_FAILED, with no topic id: Kafka does not tell whether a topic
-    the principal may not describe exists."""
+def _unauthorized(ctx, name: str | None, internal: bool = False, topic_id=None):
+    """TOPIC_AUTHORIZATION_FAILED. Asked by name: no topic id (Kafka does not tell whether
+    a topic the principal may not describe exists); asked by id: that id and no name, as
+    Kafka's KafkaApis answers."""
     return build(ctx.schema.MetadataResponseTopic,
-                 error_code=ErrorCode.topic_authorization_failed, name=name, topic_id=_NO_UUID,
+                 error_code=ErrorCode.topic_authorization_failed, name=name,
+                 topic_id=topic_id or _NO_UUID,
                  is_internal=internal, partitions=(), topic_authorized_operations=NOT_REQUESTED)
 
 
@@ -99,7 +101,8 @@ async def handle(ctx, request):
                     continue
                 name = found
             if name not in describable:
-                topics.append(_unauthorized(ctx, item.name))
+                topics.append(_unauthorized(ctx, item.name, topic_id=None if item.name is not None
+                                            else getattr(item, "topic_id", None)))
                 continue
             if name not in logs.topics:
                 if allow_auto and broker.config.get("auto.create.topics.enable"):

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Mapping
 
 from .orders import Order, generate_orders
 
@@ -18,12 +19,13 @@ ORDERS_TOPIC = "orders"
 
 
 def produce_orders(bootstrap: str, orders: list[Order], topic: str = ORDERS_TOPIC,
-                   timeout: float = 60) -> int:
-    """Produce ``orders``; returns how many were acknowledged (raises on any failure)."""
+                   timeout: float = 60, client: Mapping[str, str] | None = None) -> int:
+    """Produce ``orders``; returns how many were acknowledged (raises on any failure).
+    ``client``: extra producer properties (security settings)."""
     from confluent_kafka import Producer
 
     producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True,
-                         "acks": "all", "linger.ms": 5})
+                         "acks": "all", "linger.ms": 5, **(client or {})})
     errors: list[str] = []
     acked = 0
 

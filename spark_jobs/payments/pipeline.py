@@ -24,7 +24,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -79,11 +79,12 @@ class PipelineResult:
         return self.attempts.not_committed
 
 
-def create_topics(bootstrap: str, topics: list[str], partitions: int) -> None:
+def create_topics(bootstrap: str, topics: list[str], partitions: int,
+                  client: Mapping[str, str] | None = None) -> None:
     from confluent_kafka import KafkaError
     from confluent_kafka.admin import AdminClient, NewTopic
 
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin = AdminClient({"bootstrap.servers": bootstrap, **(client or {})})
     futures = admin.create_topics([NewTopic(t, partitions, 1) for t in topics])
     for _topic, fut in futures.items():
         try:
@@ -125,21 +126,37 @@ class ProcessorProcess:
         return rc
 
 
+def write_properties(path: str | os.PathLike[str], props: Mapping[str, str]) -> str:
+    """Client properties as a Java-style .properties file (one key=value a line)."""
+    Path(path).write_text("".join(f"{k}={v}\n" for k, v in props.items()))
+    os.chmod(path, 0o600)  # it may hold a password
+    return str(path)
+
+
 def run_pipeline(bootstrap: str, workdir: str | os.PathLike[str],
                  config: PipelineConfig = PipelineConfig(),
-                 echo: Callable[[str], None] | None = None) -> PipelineResult:
+                 echo: Callable[[str], None] | None = None,
+                 clients: Mapping[str, Mapping[str, str]] | None = None) -> PipelineResult:
+    """``clients``: extra client properties (librdkafka names, e.g. security.protocol,
+    sasl.*, ssl.ca.location) per role: "admin" (creates the topics), "generator",
+    "processor" (consumer and transactional producer); none: PLAINTEXT as anyone."""
     start = time.monotonic()
     c = config
+    clients = clients or {}
     journal = str(Path(workdir) / f"attempts-{uuid.uuid4().hex[:6]}.jsonl")
     orders = generate_orders(c.orders, c.seed)
-    create_topics(bootstrap, [c.orders_topic, c.payments_topic, c.rejected_topic], c.partitions)
-    produce_orders(bootstrap, orders, c.orders_topic)
+    create_topics(bootstrap, [c.orders_topic, c.payments_topic, c.rejected_topic], c.partitions,
+                  clients.get("admin"))
+    produce_orders(bootstrap, orders, c.orders_topic, client=clients.get("generator"))
 
     common = ["--bootstrap", bootstrap, "--journal", journal,
               "--transactional-id", c.transactional_id, "--group", c.group,
               "--input", c.orders_topic, "--payments", c.payments_topic,
               "--rejected", c.rejected_topic, "--batch", str(c.batch),
               "--abort-every", str(c.abort_every), "--run-timeout", str(c.processor_timeout)]
+    if clients.get("processor"):
+        common += ["--command-config", write_properties(
+            Path(workdir) / "processor.properties", clients["processor"])]
     crashes = runs = 0
     # The first processor crashes in attempt crash_at (if there is that much work);
     # every later one runs to the end of the input.
@@ -167,7 +184,7 @@ def run_pipeline(bootstrap: str, workdir: str | os.PathLike[str],
 
 
 def read_topic(bootstrap: str, topic: str, *, committed: bool = True,
-               timeout: float = 60) -> list[bytes]:
+               timeout: float = 60, client: Mapping[str, str] | None = None) -> list[bytes]:
     """Every record value in ``topic`` from the beginning to the end of each partition,
     as a read_committed (up to the last stable offset, aborted transactions skipped)
     or a read_uncommitted consumer (up to the high watermark, aborted records too)."""
@@ -177,7 +194,7 @@ def read_topic(bootstrap: str, topic: str, *, committed: bool = True,
         "bootstrap.servers": bootstrap, "group.id": f"reader-{uuid.uuid4().hex[:8]}",
         "enable.auto.commit": False, "enable.partition.eof": True,
         "isolation.level": "read_committed" if committed else "read_uncommitted",
-        "fetch.wait.max.ms": 100})
+        "fetch.wait.max.ms": 100, **(client or {})})
     try:
         partitions = sorted(consumer.list_topics(topic, timeout=10).topics[topic].partitions)
         consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in partitions])

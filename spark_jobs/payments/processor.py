@@ -57,11 +57,12 @@ class Processor:
         self.a = a
         self.journal = Journal(a.journal)
         self.instance = a.instance or uuid.uuid4().hex[:6]
+        security = read_properties(a.command_config) if a.command_config else {}
         self.producer = Producer({
             "bootstrap.servers": a.bootstrap, "transactional.id": a.transactional_id,
             "transaction.timeout.ms": 60000, "linger.ms": 5,
             # A dead broker connection should be retried quickly, not after seconds.
-            "reconnect.backoff.max.ms": 500})
+            "reconnect.backoff.max.ms": 500, **security})
         self.consumer = Consumer({
             "bootstrap.servers": a.bootstrap, "group.id": a.group,
             # Static membership: a restarted processor replaces its dead predecessor in
@@ -69,7 +70,7 @@ class Processor:
             "group.instance.id": a.transactional_id,
             "isolation.level": "read_committed", "enable.auto.commit": False,
             "auto.offset.reset": "earliest", "session.timeout.ms": 10000,
-            "fetch.wait.max.ms": 100, "reconnect.backoff.max.ms": 500})
+            "fetch.wait.max.ms": 100, "reconnect.backoff.max.ms": 500, **security})
         self.attempt_no = 0
 
     def run(self) -> int:
@@ -198,6 +199,18 @@ class Processor:
         self.producer.flush(10)
 
 
+def read_properties(path: str) -> dict[str, str]:
+    """key=value lines (# comments and blank lines skipped)."""
+    props = {}
+    with open(path) as f:
+        for line in f:
+            line = line.strip()
+            if line and not line.startswith(("#", "!")):
+                key, _, value = line.partition("=")
+                props[key.strip()] = value.strip()
+    return props
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--bootstrap", required=True)
@@ -212,6 +225,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--abort-every", type=int, default=0, help="abort every K-th attempt")
     p.add_argument("--crash-at", type=int, default=0, help="SIGKILL itself in attempt A")
     p.add_argument("--run-timeout", type=float, default=120)
+    p.add_argument("--command-config", metavar="FILE",
+                   help="client properties added to the consumer's and producer's "
+                        "(librdkafka names: security.protocol, sasl.*, ssl.ca.location)")
     a = p.parse_args(argv)
     processor = Processor(a)
     rc = processor.run()

@@ -4,8 +4,10 @@ SASL_SSL and SSL, with SCRAM-SHA-256/512, PLAIN and unsecured OAUTHBEARER, and t
 one-line errors of wrong passwords, mechanisms a listener does not enable, untrusted
 certificates and plaintext sent to a TLS port.
 
-The broker is Apache Kafka 4 (tests/kafka_reference.py) with the same listeners and
-users a secured txbroker offers; every assertion is about what Kafka answers.
+``secured`` is parametrized over a secured txbroker and Apache Kafka 4
+(tests/kafka_reference.py) with the same listeners, mechanisms, certificates and users
+(the same broker properties); every assertion is about what Kafka answers. The Kafka leg
+carries the ``kafka`` marker (``make test-kafka``), the txbroker leg runs in ``make test``.
 """
 
 from __future__ import annotations
@@ -17,15 +19,14 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from txbroker.broker import cluster_client
+from txbroker.broker import cluster_client, scram_credentials
 from txbroker.broker.cli import main as cli_main
+from txbroker.broker.testing import BrokerThread
 from txbroker.protocol.client_security import OAUTHBEARER_MODULE, PLAIN_MODULE, SCRAM_MODULE
 
 from tests.differential.conftest import _kafka_leg_unavailable
 from tests.kafka_reference import KafkaProcess
 from tests.pki import make_ca, make_cert
-
-pytestmark = pytest.mark.kafka
 
 ADMIN, ADMIN_PASSWORD = "admin", "admin-secret"
 PLAIN_USER, PLAIN_PASSWORD = "bob", "bob-secret"
@@ -74,15 +75,23 @@ def pki(tmp_path_factory) -> Path:
     return d
 
 
-@pytest.fixture(scope="module", params=["kafka"])
+LISTENERS = {"SASL_PLAINTEXT": "SASL_PLAINTEXT", "SASL_SSL": "SASL_SSL", "SSL": "SSL"}
+
+
+@pytest.fixture(scope="module", params=[
+    pytest.param("txbroker", id="txbroker"),
+    pytest.param("kafka", id="kafka", marks=pytest.mark.kafka),
+])
 def secured(request, pki, tmp_path_factory) -> Iterator[Secured]:
+    if request.param == "txbroker":
+        yield from _secured_txbroker(pki, tmp_path_factory)
+        return
     why = _kafka_leg_unavailable()
     if why:
         pytest.skip(why)
     kafka = KafkaProcess(
         tmp_path_factory.mktemp("kafka-secured"), _kafka_security_config(pki),
-        extra_listeners={"SASL_PLAINTEXT": "SASL_PLAINTEXT", "SASL_SSL": "SASL_SSL",
-                         "SSL": "SSL"},
+        extra_listeners=LISTENERS,
         scram=[f"SCRAM-SHA-256=[name={ADMIN},password={ADMIN_PASSWORD}]"])
     kafka.start()
     try:
@@ -90,6 +99,21 @@ def secured(request, pki, tmp_path_factory) -> Iterator[Secured]:
     finally:
         if kafka.running:
             kafka.terminate()
+
+
+def _secured_txbroker(pki: Path, tmp_path_factory) -> Iterator[Secured]:
+    """txbroker with Kafka's broker properties: the same keys, listeners and users (the
+    SCRAM credential written before the first start, as kafka-storage.sh --add-scram)."""
+    data = str(tmp_path_factory.mktemp("txbroker-secured") / "data")
+    scram_credentials.add_users(data, {ADMIN: ADMIN_PASSWORD},
+                                mechanisms=("SCRAM-SHA-256",))
+    listeners = {"PLAINTEXT": "PLAINTEXT", **LISTENERS}
+    config = {**_kafka_security_config(pki),
+              "listeners": ",".join(f"{name}://127.0.0.1:0" for name in listeners),
+              "listener.security.protocol.map": ",".join(f"{n}:{p}" for n, p in listeners.items())}
+    with BrokerThread(data, config) as broker:
+        ports = {name: broker.broker.listeners_by_name[name].port for name in listeners}
+        yield Secured("txbroker", "127.0.0.1", ports, pki)
 
 
 def cli(*argv: str, stdin: str | None = None) -> subprocess.CompletedProcess:
@@ -286,3 +310,16 @@ def test_spark_wire_client_reads_over_sasl_ssl(secured, tmp_path) -> None:
     with open_client(opts) as client, pytest.raises(TxBrokerSourceError) as info:
         client.topics([topic])
     assert info.value.code == "SASL_AUTHENTICATION_FAILED"
+
+
+def test_expired_oauthbearer_token_is_sasl_authentication_failed(secured, tmp_path) -> None:
+    """The broker answers an expired unsecured JWT with RFC 7628's error challenge; the
+    client answers 0x01 and the broker fails the exchange (not a dropped connection)."""
+    props = _props(tmp_path, secured, "SASL_PLAINTEXT", **{
+        "sasl.mechanism": "OAUTHBEARER", "sasl.jaas.config":
+        f'{OAUTHBEARER_MODULE} required unsecuredLoginStringClaim_sub="svc" '
+        'unsecuredLoginLifetimeSeconds="0";'})
+    r = cli("topics", "--command-config", props, "list")
+    assert r.returncode == 1
+    [line] = r.stderr.strip().splitlines()
+    assert line.startswith("error: SASL_AUTHENTICATION_FAILED"), line

@@ -1,9 +1,9 @@
 """ACLs with real clients against a broker with Kafka's StandardAuthorizer switched on.
 
-Every PLAINTEXT connection is User:ANONYMOUS from 127.0.0.1 (SASL is not on this
-branch): the ACLs under test are for User:ANONYMOUS / User:*. The administrator that
-creates them is the client whose client.id is "acl-admin", made to act as the super
-user User:admin through BrokerThread.set_test_principal (test only, not on the wire).
+The clients authenticate with SCRAM-SHA-256 over SASL_PLAINTEXT (the secured test
+broker of broker/security_testing.py): the super user User:admin creates the ACLs, and
+the ACLs under test are for User:alice (or User:*). Raw requests authenticate too
+(``RawClient.as_user``).
 """
 
 from __future__ import annotations
@@ -36,27 +36,35 @@ from tests.integration.txn_util import write_txn_marker
 from tests.integration.wire_util import INIT_PRODUCER_ID
 
 STANDARD = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
-ANON = "User:ANONYMOUS"
-ADMIN_ID = "acl-admin"
+LISTENER = "SASL_PLAINTEXT"
+ALICE = "User:alice"
+USERS = {"admin": "admin-secret", "alice": "alice-secret"}
 DESCRIBE_ACLS = 29
 MINUTE = datetime.timedelta(minutes=1)
 SECURE = {"authorizer.class.name": STANDARD, "super.users": "User:admin",
           "group.initial.rebalance.delay.ms": "0"}
 
 
+def secured_broker(data_dir: str, overrides=SECURE) -> BrokerThread:
+    return BrokerThread(data_dir, overrides, listeners=[LISTENER], users=USERS)
+
+
 @pytest.fixture
 def secured(tmp_path):
-    with BrokerThread(str(tmp_path / "data"), SECURE) as broker:
-        broker.set_test_principal(ADMIN_ID, "User:admin")
+    with secured_broker(str(tmp_path / "data")) as broker:
         yield broker
 
 
-def admin(broker, client_id: str = ADMIN_ID) -> AdminClient:
-    return AdminClient({"bootstrap.servers": broker.bootstrap, "client.id": client_id})
+def conf(broker, user: str = "alice", **extra) -> dict:
+    return {**broker.client_config(LISTENER, user), **extra}
+
+
+def admin(broker, user: str = "admin") -> AdminClient:
+    return AdminClient(conf(broker, user))
 
 
 def allow(name: str, op, rtype=ResourceType.TOPIC, pattern=ResourcePatternType.LITERAL,
-          principal: str = ANON, perm=AclPermissionType.ALLOW, host: str = "*") -> AclBinding:
+          principal: str = ALICE, perm=AclPermissionType.ALLOW, host: str = "*") -> AclBinding:
     return AclBinding(rtype, name, pattern, principal, host, op, perm)
 
 
@@ -70,10 +78,10 @@ def create_acls(broker, *acls: AclBinding) -> None:
         f.result()
 
 
-def produce_error(broker, topic: str) -> KafkaError | None:
+def produce_error(broker, topic: str, user: str = "alice") -> KafkaError | None:
     """Produce one record (acks=all); the delivery error, None if it was written."""
-    p = Producer({"bootstrap.servers": broker.bootstrap, "message.timeout.ms": 5000,
-                  "topic.metadata.refresh.interval.ms": 200})
+    p = Producer(conf(broker, user, **{"message.timeout.ms": 5000,
+                                       "topic.metadata.refresh.interval.ms": 200}))
     errors: list = []
     p.produce(topic, b"v", on_delivery=lambda err, _m: errors.append(err))
     p.flush(15)
@@ -81,8 +89,8 @@ def produce_error(broker, topic: str) -> KafkaError | None:
     return errors[0]
 
 
-def raw_request(broker, api_key: int, version: int, message):
-    raw = RawClient(broker.host, broker.port)
+def raw_request(broker, api_key: int, version: int, message, user: str = "alice"):
+    raw = RawClient.as_user(broker, LISTENER, user)
     try:
         return raw.request(api_key, version, message)
     finally:
@@ -93,6 +101,13 @@ def new_topic(broker, name: str | None = None) -> str:
     name = name or f"t-{uuid.uuid4().hex[:8]}"
     broker.create_topic(name)
     return name
+
+
+def test_the_principals_are_the_authenticated_users(secured):
+    """What every test below relies on: each connection acts as its SCRAM user."""
+    a = admin(secured, "alice")
+    a.list_topics(timeout=10)
+    assert ALICE in {principal for _peer, _listener, principal in secured.sessions()}
 
 
 def test_produce_denied_then_allowed_after_create_acls(secured):
@@ -127,25 +142,24 @@ def test_prefixed_acls(secured):
 def test_metadata_lists_only_describable_topics(secured):
     seen, hidden = new_topic(secured), new_topic(secured)
     create_acls(secured, allow(seen, AclOperation.READ))
-    listed = admin(secured, "anon").list_topics(timeout=10).topics
+    listed = admin(secured, "alice").list_topics(timeout=10).topics
     assert seen in listed and hidden not in listed
     # Named explicitly: TOPIC_AUTHORIZATION_FAILED, not whether it exists.
-    md = admin(secured, "anon").list_topics(topic=hidden, timeout=10)
+    md = admin(secured, "alice").list_topics(topic=hidden, timeout=10)
     assert md.topics[hidden].error.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
     assert hidden in admin(secured).list_topics(timeout=10).topics  # the super user
 
 
 def test_super_users_bypass_every_check(tmp_path):
-    overrides = {**SECURE, "super.users": f"User:admin;{ANON}"}
-    with BrokerThread(str(tmp_path / "data"), overrides) as broker:
+    overrides = {**SECURE, "super.users": f"User:admin;{ALICE}"}
+    with secured_broker(str(tmp_path / "data"), overrides) as broker:
         topic = new_topic(broker)
         assert produce_error(broker, topic) is None
 
 
 def test_allow_everyone_if_no_acl_found(tmp_path):
     overrides = {**SECURE, "allow.everyone.if.no.acl.found": "true"}
-    with BrokerThread(str(tmp_path / "data"), overrides) as broker:
-        broker.set_test_principal(ADMIN_ID, "User:admin")
+    with secured_broker(str(tmp_path / "data"), overrides) as broker:
         free, guarded = new_topic(broker), new_topic(broker)
         assert produce_error(broker, free) is None
         # Once an ACL names the topic, only what the ACLs allow is allowed.
@@ -158,7 +172,7 @@ def test_init_producer_id_without_write_on_transactional_id(secured):
     topic = new_topic(secured)
     create_acls(secured, allow(topic, AclOperation.WRITE),
                 allow("app-tx", AclOperation.DESCRIBE, rtype=ResourceType.TRANSACTIONAL_ID))
-    p = Producer({"bootstrap.servers": secured.bootstrap, "transactional.id": "app-tx"})
+    p = Producer(conf(secured, **{"transactional.id": "app-tx"}))
     with pytest.raises(KafkaException) as e:
         p.init_transactions(10)
     assert e.value.args[0].code() == KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
@@ -195,14 +209,14 @@ def test_raw_write_txn_markers_cannot_abort_someone_elses_transaction(secured):
     CLUSTER_AUTHORIZATION_FAILED, writes nothing, and the victim commits."""
     topic = new_topic(secured)
     create_acls(secured, *_txn_acls(topic, "victim"))
-    p = Producer({"bootstrap.servers": secured.bootstrap, "transactional.id": "victim"})
+    p = Producer(conf(secured, **{"transactional.id": "victim"}))
     p.init_transactions(10)
     p.begin_transaction()
     p.produce(topic, b"precious")
     p.flush(10)
     before = secured.high_watermark(topic)
     state = secured.call(lambda b: b.transactions.state.inspect("victim"))
-    raw = RawClient(secured.host, secured.port)
+    raw = RawClient.as_user(secured, LISTENER, "alice")
     try:
         error = write_txn_marker(raw, (topic, 0), state["producer_id"], state["producer_epoch"],
                                  commit=False, coordinator_epoch=0)
@@ -211,8 +225,8 @@ def test_raw_write_txn_markers_cannot_abort_someone_elses_transaction(secured):
     assert error == ErrorCode.cluster_authorization_failed
     assert secured.high_watermark(topic) == before  # no marker written
     p.commit_transaction(10)
-    c = Consumer({"bootstrap.servers": secured.bootstrap, "group.id": "g-reader",
-                  "isolation.level": "read_committed", "auto.offset.reset": "earliest"})
+    c = Consumer(conf(secured, **{"group.id": "g-reader", "isolation.level": "read_committed",
+                                  "auto.offset.reset": "earliest"}))
     try:
         c.subscribe([topic])
         got = []
@@ -228,13 +242,13 @@ def test_transactional_pipeline_with_acls(secured):
     transaction (AddOffsetsToTxn/TxnOffsetCommit need READ on the group)."""
     topic = new_topic(secured)
     create_acls(secured, *_txn_acls(topic, "app"))
-    p = Producer({"bootstrap.servers": secured.bootstrap, "transactional.id": "app"})
+    p = Producer(conf(secured, **{"transactional.id": "app"}))
     p.init_transactions(10)
     p.begin_transaction()
     p.produce(topic, b"x")
     from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
 
-    c = Consumer({"bootstrap.servers": secured.bootstrap, "group.id": "g-app"})
+    c = Consumer(conf(secured, **{"group.id": "g-app"}))
     try:
         p.send_offsets_to_transaction([TopicPartition(topic, 0, 1)], c.consumer_group_metadata(),
                                       10)
@@ -250,8 +264,7 @@ def test_transactional_pipeline_with_acls(secured):
 def test_group_without_read_gets_group_authorization_failed(secured):
     topic = new_topic(secured)
     create_acls(secured, allow(topic, AclOperation.READ))
-    c = Consumer({"bootstrap.servers": secured.bootstrap, "group.id": "no-acl-group",
-                  "auto.offset.reset": "earliest"})
+    c = Consumer(conf(secured, **{"group.id": "no-acl-group", "auto.offset.reset": "earliest"}))
     try:
         c.subscribe([topic])
         errors = []
@@ -289,7 +302,7 @@ def test_describe_and_delete_acls_with_filters(secured):
 
 
 def test_acl_apis_without_authorizer_answer_security_disabled(tmp_path):
-    with BrokerThread(str(tmp_path / "data")) as broker:
+    with BrokerThread(str(tmp_path / "data"), listeners=[LISTENER], users=USERS) as broker:
         client = admin(broker)
         fs = client.create_acls([allow("t", AclOperation.READ)], request_timeout=10)
         with pytest.raises(KafkaException) as e:
@@ -301,13 +314,12 @@ def test_acl_apis_without_authorizer_answer_security_disabled(tmp_path):
 
 def test_acls_survive_sigkill(tmp_path):
     data = str(tmp_path / "data")
-    overrides = {**SECURE, "super.users": ANON}
-    binding = allow("kept", AclOperation.READ, principal="User:alice")
-    with BrokerProcess(data, overrides) as broker:
+    binding = allow("kept", AclOperation.READ, principal="User:bob")
+    with BrokerProcess(data, SECURE, listeners=[LISTENER], users=USERS) as broker:
         create_acls(broker, binding)
         broker.kill()  # SIGKILL right after the answer: it was fsynced before it
     assert os.path.exists(os.path.join(data, ACL_FILE))
-    with BrokerProcess(data, overrides) as broker:
+    with BrokerProcess(data, SECURE, listeners=[LISTENER], users=USERS) as broker:
         client = admin(broker)
         got = client.describe_acls(AclBindingFilter(
             ResourceType.ANY, None, ResourcePatternType.ANY, None, None, AclOperation.ANY,
@@ -327,12 +339,13 @@ def test_unknown_authorizer_class_is_a_configuration_error(tmp_path):
     assert len(lines) == 1 and "authorizer.class.name" in lines[0], lines
 
 
-def test_acls_tool_add_list_remove(secured, capsys):
-    """``txbroker acls`` with kafka-acls.sh's options (its client id acts as the admin)."""
+def test_acls_tool_add_list_remove(secured, capsys, tmp_path):
+    """``txbroker acls`` with kafka-acls.sh's options, as User:admin (--command-config)."""
     from txbroker.broker.cli import main
 
-    secured.set_test_principal("txbroker-cli", "User:admin")
-    server = ["--bootstrap-server", secured.bootstrap]
+    props = tmp_path / "admin.properties"
+    props.write_text("".join(f"{k}={v}\n" for k, v in conf(secured, "admin").items()))
+    server = ["--command-config", str(props)]
     assert main(["acls", *server, "--add", "--allow-principal", "User:alice", "--operation",
                  "Read", "--operation", "Describe", "--topic", "orders", "--group", "bill-",
                  "--resource-pattern-type", "prefixed"]) == 0
@@ -355,3 +368,4 @@ def test_acls_tool_add_list_remove(secured, capsys):
     # Refused bindings are reported and fail the command.
     assert main(["acls", *server, "--add", "--allow-principal", "User:bob",
                  "--resource-pattern-type", "match", "--topic", "t"]) == 1
+

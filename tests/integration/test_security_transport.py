@@ -247,7 +247,8 @@ def test_kafka_python_surfaces_sasl_authentication_failed(broker, caplog):
     with pytest.raises(KafkaTimeoutError):
         KafkaProducer(bootstrap_servers=broker.bootstrap_for("SASL_PLAINTEXT"),
                       security_protocol="SASL_PLAINTEXT", sasl_mechanism="SCRAM-SHA-256",
-                      sasl_plain_username="alice", sasl_plain_password="nope", max_block_ms=3000)
+                      sasl_plain_username="alice", sasl_plain_password="nope", max_block_ms=3000,
+                      bootstrap_timeout_ms=3000)
     assert any("[Error 58] SaslAuthenticationFailedError" in r.getMessage()
                and "invalid credentials with SASL mechanism SCRAM-SHA-256" in r.getMessage()
                for r in caplog.records if r.name.startswith("kafka"))

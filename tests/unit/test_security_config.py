@@ -122,7 +122,9 @@ def _bearer(jwt: str, authzid: str = "") -> bytes:
 
 
 def test_oauthbearer_unsecured_validation() -> None:
-    now = time.time()
+    # Whole seconds: Kafka compares 1000 * iat with the time in whole milliseconds, so an
+    # iat a fraction of a millisecond ahead is "in the future".
+    now = float(int(time.time()))
     good = _jwt({"alg": "none"}, {"sub": "dave", "exp": now + 60, "iat": now, "scope": "a b"})
     server = sasl.OAuthBearerServer({})
     assert server.evaluate(_bearer(good)) == b""
@@ -147,6 +149,11 @@ def test_oauthbearer_unsecured_validation() -> None:
         sasl.OAuthBearerServer({}).evaluate(_bearer(good, authzid="eve"))
     with pytest.raises(sasl.AuthenticationFailed):
         sasl.OAuthBearerServer({}).evaluate(b"n,,\x01auth=Basic abc\x01\x01")
+    # A second ahead of the validator's clock: in the future (no clock skew allowed).
+    ahead = (int(time.time() * 1000) + 1000) / 1000
+    server = sasl.OAuthBearerServer({})
+    early = _jwt({"alg": "none"}, {"sub": "x", "exp": ahead + 60, "iat": ahead})
+    assert json.loads(server.evaluate(_bearer(early)))["status"] == "invalid_token"
 
 
 # -- principals from certificates -----------------------------------------------------------

@@ -1,6 +1,11 @@
-"""The txbroker Spark source's read_committed decoder over hand-built record batches:
+"""The txbroker Spark source's read_committed decoders over hand-built record batches:
 control batches, aborted transactions, offset gaps, range bounds, compression,
-timestamps, headers, and the Arrow schema Spark checks its batches against."""
+timestamps, headers, and the Arrow schema Spark checks its batches against.
+
+Two decoders: the record-by-record reference (``decoder.decode_fetch``) and the
+batch-at-once one the reader uses (``vectorized.decode_arrow``). The example tests
+run both (``decode``); hypothesis tests check they give the same rows for arbitrary
+batches, and that mangled bytes make the vectorised one fail cleanly."""
 
 from __future__ import annotations
 
@@ -19,6 +24,7 @@ from txbroker.protocol.records import (
     set_log_append_time,
 )
 from txbroker.spark_jobs.decoder import Columns, arrow_schema, decode_fetch
+from txbroker.spark_jobs.vectorized import decode_arrow
 from txbroker.spark_jobs.wire import TxBrokerSourceError
 
 FAST = settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -41,9 +47,27 @@ def marker(kind: ControlType, pid: int, offset: int) -> bytes:
 
 def decode(buf: bytes, aborted=(), position: int = 0, end: int = 2**62,
            headers: bool = False) -> tuple[Columns, int]:
+    """The reference decoder's columns, after checking that the vectorised decoder gives
+    the same rows and next offset (or fails the same way)."""
     cols = Columns(headers)
-    nxt = decode_fetch(buf, aborted, position, end, cols)
+    try:
+        nxt = decode_fetch(buf, aborted, position, end, cols)
+    except TxBrokerSourceError as e:
+        with pytest.raises(TxBrokerSourceError) as info:
+            decode_arrow(buf, aborted, position, end, "t", 0, include_headers=headers)
+        assert info.value.code == e.code
+        raise
+    batch, vnxt = decode_arrow(buf, aborted, position, end, "t", 0, include_headers=headers)
+    assert vnxt == nxt
+    assert rows(batch, headers) == rows(cols.to_arrow("t", 0) if len(cols) else None, headers)
     return cols, nxt
+
+
+def rows(batch: pa.RecordBatch | None, headers: bool = False) -> dict:
+    if batch is None:
+        return {}
+    assert batch.schema == arrow_schema(headers)
+    return batch.to_pydict()
 
 
 def test_plain_records_to_arrow():
@@ -298,6 +322,7 @@ def test_matches_a_model_of_read_committed(ops, data):
     start = data.draw(st.integers(0, lso))
     end = data.draw(st.integers(start, lso))
     cols = Columns()
+    vrows: list[tuple[int, bytes]] = []  # the vectorised decoder, fetch by fetch
     position = start
     # Fetch batch by batch from ``position`` as the broker would: whole batches from the
     # one holding ``position`` up to the LSO, with the aborted transactions overlapping.
@@ -307,11 +332,16 @@ def test_matches_a_model_of_read_committed(ops, data):
         assert chosen, "the model ran out of batches below the LSO"
         upper = chosen[-1][1] + 1
         listed = [(pid, f) for pid, f, last in aborted if last >= position and f < upper]
-        nxt = decode_fetch(b"".join(b for _, _, b in chosen), listed, position, end, cols)
+        fetched = b"".join(b for _, _, b in chosen)
+        nxt = decode_fetch(fetched, listed, position, end, cols)
+        vbatch, vnxt = decode_arrow(fetched, listed, position, end, "t", 0)
+        assert vnxt == nxt
+        vrows.extend(zip(*(rows(vbatch).get(c, []) for c in ("offset", "value")), strict=True))
         assert nxt > position
         position = nxt
     expected = [x for x in committed if start <= x[0] < end]
     assert list(zip(cols.offsets, cols.values, strict=True)) == expected
+    assert vrows == expected
 
 
 def test_struct_layout_assumption():
@@ -320,3 +350,176 @@ def test_struct_layout_assumption():
     from txbroker.spark_jobs.decoder import _HEADER as OURS
 
     assert OURS.format == _HEADER.format and OURS.size == 61 == struct.calcsize(">qiibIhiqqqhii")
+
+
+# --- the vectorised decoder against the reference ----------------------------------------
+
+record_st = st.builds(
+    Record,
+    key=st.one_of(st.none(), st.binary(max_size=20), st.binary(min_size=60, max_size=300)),
+    # Values around 64 and 8192 bytes: lengths of one, two and three varint bytes.
+    value=st.one_of(st.none(), st.binary(max_size=70),
+                    st.integers(8150, 8250).map(lambda n: b"v" * n)),
+    headers=st.lists(st.tuples(st.text(max_size=5), st.one_of(st.none(), st.binary(max_size=5))),
+                     max_size=2),
+    # Deltas from the base timestamp of any width, negative ones included.
+    timestamp=st.integers(TS - 2**40, TS + 2**40),
+)
+
+# One batch of a log: ("data", records, codec, pid or None, log append time, gap before)
+# or ("marker", control type, pid).
+batch_st = st.one_of(
+    st.tuples(st.just("data"), st.lists(record_st, min_size=1, max_size=6),
+              st.sampled_from(list(Compression)), st.one_of(st.none(), st.integers(1, 3)),
+              st.booleans(), st.integers(0, 3), st.booleans()),
+    st.tuples(st.just("marker"), st.sampled_from([ControlType.COMMIT, ControlType.ABORT]),
+              st.integers(1, 3)),
+)
+
+
+def arbitrary_log(specs) -> tuple[bytes, list[tuple[int, int]], int]:
+    """Batches as specified, the (pid, first offset) of every transaction the log aborts,
+    and the offset after the last batch."""
+    out = []
+    offset = 0
+    first: dict[int, int] = {}
+    aborted = []
+    for spec in specs:
+        if spec[0] == "marker":
+            _, kind, pid = spec
+            out.append(marker(kind, pid, offset))
+            if pid in first and kind == ControlType.ABORT:
+                aborted.append((pid, first[pid]))
+            first.pop(pid, None)
+            offset += 1
+            continue
+        _, records, codec, pid, log_append, gap, spread = spec
+        offset += gap
+        # Offset deltas with gaps (a compacted batch) or consecutive.
+        deltas = [i * 2 if spread else i for i in range(len(records))]
+        raw = build_batch(records, base_offset=offset, compression=codec,
+                          producer_id=pid if pid else -1, producer_epoch=0 if pid else -1,
+                          base_sequence=0 if pid else -1, transactional=pid is not None,
+                          offset_deltas=deltas)
+        if log_append:
+            buf = bytearray(raw)
+            set_log_append_time(buf, 0, len(buf), TS + 12345)
+            raw = bytes(buf)
+        out.append(raw)
+        if pid is not None:
+            first.setdefault(pid, offset)
+        offset += deltas[-1] + 1
+    return b"".join(out), aborted, offset
+
+
+@FAST
+@given(st.lists(batch_st, min_size=1, max_size=8), st.booleans(), st.data())
+def test_vectorized_matches_the_reference(specs, headers, data):
+    buf, aborted, size = arbitrary_log(specs)
+    position = data.draw(st.integers(0, size))
+    end = data.draw(st.integers(position, size + 1))
+    # A fetch may end inside a batch (the partial batch is left for the next one).
+    cut = data.draw(st.sampled_from([len(buf), data.draw(st.integers(0, len(buf)))]))
+    decode(buf[:cut], aborted, position, end, headers)
+
+
+def test_vectorized_batch_is_one_arrow_batch_without_python_rows():
+    # 3,000 records of three batches, one compressed, one with null keys: one Arrow batch.
+    values = [b"%06d" % i * 17 for i in range(3_000)]
+    buf = b"".join([
+        build_batch([Record(b"k%d" % i, v, timestamp=TS + i) for i, v in
+                     enumerate(values[:1000])], base_offset=0),
+        build_batch([Record(None, v, timestamp=TS) for v in values[1000:2000]],
+                    base_offset=1000, compression=Compression.LZ4),
+        build_batch([Record(b"", v, timestamp=TS - 5) for v in values[2000:]],
+                    base_offset=2000),
+    ])
+    batch, nxt = decode_arrow(buf, [], 0, 3000, "topic", 7)
+    assert nxt == 3000
+    assert batch.num_rows == 3000 and batch.schema == arrow_schema(False)
+    assert batch.column("value").to_pylist() == values
+    keys = batch.column("key")
+    assert keys.null_count == 1000 and keys[0].as_py() == b"k0" and keys[2999].as_py() == b""
+    assert batch.column("offset").to_pylist() == list(range(3000))
+    assert set(batch.column("partition").to_pylist()) == {7}
+
+
+@FAST
+@given(st.lists(st.tuples(st.integers(0, 10_000), st.integers(0, 255)), min_size=1,
+                max_size=6), st.booleans())
+def test_vectorized_mangled_batches_fail_cleanly(flips, one_size):
+    # CRCs off: a lying broker's bytes reach the record decoding itself. Either the
+    # records still decode (then to a valid Arrow batch) or the error is CORRUPT_MESSAGE,
+    # never an IndexError, a numpy error or a huge allocation. Records of one size
+    # take the walk's run path.
+    raw = bytearray(build_batch([Record(b"key", b"v" * (70 if one_size else i * 37 % 200),
+                                        timestamp=TS + i)
+                                 for i in range(40)], base_offset=5))
+    for at, value in flips:
+        raw[61 + at % (len(raw) - 61)] = value  # the records, not the batch header
+    try:
+        batch, nxt = decode_arrow(bytes(raw), [], 0, 2**40, "t", 0, verify_crc=False)
+    except TxBrokerSourceError as e:
+        assert e.code == "CORRUPT_MESSAGE"
+    else:
+        assert nxt == 45
+        assert batch is None or batch.schema == arrow_schema(False)
+
+
+def test_vectorized_rejects_a_record_count_larger_than_the_batch():
+    raw = bytearray(build_batch(recs(b"a", b"b"), base_offset=0))
+    struct.pack_into(">i", raw, 57, 2**31 - 1)  # records count: no array of that size
+    with pytest.raises(TxBrokerSourceError, match="record count") as info:
+        decode_arrow(bytes(raw), [], 0, 10, "t", 0, verify_crc=False)
+    assert info.value.code == "CORRUPT_MESSAGE"
+
+
+# Runs of records of one size (the walk of record lengths skips over them in slices):
+# (records in the run, key length or None, value length), batches cut anywhere.
+runs_st = st.lists(st.tuples(st.integers(1, 90), st.one_of(st.none(), st.integers(0, 9)),
+                             st.sampled_from([0, 1, 50, 55, 56, 57, 120, 8170, 8180])),
+                   min_size=1, max_size=5)
+
+
+@FAST
+@given(runs_st, st.lists(st.integers(1, 200), min_size=1, max_size=4),
+       st.sampled_from([Compression.NONE, Compression.LZ4]), st.data())
+def test_vectorized_runs_of_equal_sized_records(runs, cuts, codec, data):
+    records = [Record(None if klen is None else b"k" * klen, b"%d" % (n % 10) * vlen,
+                      timestamp=TS + n)
+               for n, (count, klen, vlen) in enumerate(runs) for _ in range(count)]
+    buf = b""
+    start = 0
+    for cut in [*cuts, len(records)]:
+        chunk = records[start:start + cut]
+        if chunk:
+            buf += build_batch(chunk, base_offset=start, compression=codec)
+        start += len(chunk)
+    position = data.draw(st.integers(0, len(records)))
+    cols, nxt = decode(buf, position=position)
+    assert nxt == len(records)
+    assert cols.offsets == list(range(position, len(records)))
+
+
+def _uvarint_bytes(v: int) -> bytes:
+    out = bytearray()
+    while v >= 0x80:
+        out.append(v & 0x7F | 0x80)
+        v >>= 7
+    out.append(v)
+    return bytes(out)
+
+
+@pytest.mark.parametrize("key_len", [2**63 - 1, 2**62, 2**40, 5, -2])
+def test_vectorized_key_length_beyond_the_record(key_len):
+    # A record whose key length is far larger than the record (a 10-byte varint, which
+    # would overflow a position) or below -1: CORRUPT_MESSAGE, not a read elsewhere.
+    zigzag = (key_len << 1) ^ (key_len >> 63)
+    body = b"\x00\x00\x00" + _uvarint_bytes(zigzag) + b"\x02v\x00"
+    record = _uvarint_bytes(len(body) << 1) + body
+    raw = bytearray(build_batch([Record(None, b"v")], base_offset=0))
+    raw[61:] = record
+    struct.pack_into(">i", raw, 8, len(raw) - 12)
+    with pytest.raises(TxBrokerSourceError, match="outside the record") as info:
+        decode_arrow(bytes(raw), [], 0, 10, "t", 0, verify_crc=False)
+    assert info.value.code == "CORRUPT_MESSAGE"

@@ -4,6 +4,7 @@ maxOffsetsPerTrigger split, minPartitions, and the reader's data-loss handling."
 from __future__ import annotations
 
 import json
+import threading
 
 import pytest
 from hypothesis import given
@@ -280,6 +281,30 @@ def test_reader_follows_batches_to_the_end():
     client = ScriptedClient({0: result(batch(0, 3)), 3: result(batch(3, 3))})
     assert rows(Range("orders", 0, 0, 5), client) == [0, 1, 2, 3, 4]
     assert client.fetched == [0, 3]
+
+
+def test_reader_fetches_ahead_and_waits_for_that_fetch_when_stopped_early():
+    # The Fetch of the next offsets goes out while a fetch's rows are handed to Spark. A
+    # read that Spark stops early waits for it: no thread outlives the read with a
+    # connection that is about to be closed.
+    started, release = threading.Event(), threading.Event()
+    done = []
+
+    class Slow(ScriptedClient):
+        def fetch(self, topic, partition, offset, *, max_bytes):
+            if offset == 3:
+                started.set()
+                release.wait(10)
+                done.append(offset)
+            return super().fetch(topic, partition, offset, max_bytes=max_bytes)
+
+    client = Slow({0: result(batch(0, 3)), 3: result(batch(3, 3))})
+    reader = read_range(Range("orders", 0, 0, 6), parse_options(BASE, streaming=False), client)
+    assert next(reader).column("offset").to_pylist() == [0, 1, 2]
+    assert started.wait(10)  # asked for while the first rows are still with Spark
+    threading.Timer(0.2, release.set).start()
+    reader.close()
+    assert done == [3]
 
 
 def out_of_range(log_start):

@@ -81,3 +81,29 @@ def test_verify_catches_aborted_and_duplicate_records(spark, tmp_path):
     assert {c.name for c in lost.failed()} == {"every order ingested exactly once",
                                                "rejected orders as expected"}
 
+
+
+def test_secured_demo_pipeline_and_spark_ingestion(tmp_path, spark):
+    """``make demo SECURE=1``'s parts (spark_jobs/demo_security.py) with this session's
+    Spark: SASL_SSL only, SCRAM users and ACLs; the processor as User:app with the
+    transactional application's ACLs, Spark reading read_committed as User:spark, and
+    User:mallory refused. Every check the demo prints must pass."""
+    from txbroker.spark_jobs import demo
+    from txbroker.spark_jobs.demo_security import LISTENER, SecureDemo
+
+    secured = SecureDemo(tmp_path, CONFIG)
+    broker = secured.broker.start()
+    try:
+        bootstrap = broker.bootstrap_for(LISTENER)
+        secured.grant(bootstrap)
+        result = run_pipeline(bootstrap, tmp_path, CONFIG, clients=secured.clients())
+        assert result.crashes == 1 and result.attempts.aborted
+        checks = [demo._count_logs(bootstrap, result, secured.client("spark")),
+                  *secured.attacks(bootstrap)]
+        verified = demo._ingest_and_verify(spark, bootstrap, tmp_path, result, "txbroker",
+                                           secured.spark_options())
+        failed = [c for c in checks + verified.checks if not c.passed]
+        assert not failed and len(checks) == 4, failed
+        assert verified.payments_rows == result.ledger.valid
+    finally:
+        broker.terminate()
