@@ -470,6 +470,10 @@ class Broker:
     def __init__(self, config: BrokerConfig, *, in_process: bool = False) -> None:
         self.config = config
         self.in_process = in_process  # a crash fault then tears down instead of exiting
+        # Produce v12's implicit adds in progress, per (topic, partition, producer id).
+        self.pending_partition_adds: dict[tuple[str, int, int], asyncio.Future] = {}
+        # ApiVersions' finalized_features_epoch: later incarnations answer a larger one.
+        self.features_epoch = int(time.time() * 1000)
         self.crashed = False
         self.node_id: int = config.get("node.id")
         self.logs = LogManager(
@@ -508,6 +512,8 @@ class Broker:
                     remove_expired_check_interval_ms=config.get(
                         "transaction.remove.expired.transaction.cleanup.interval.ms"),
                 )), self.faults)
+        # The finalized transaction.version feature level (ApiVersions).
+        self.transaction_version = config.get("txbroker.transaction.version")
         self.shutdown_timeout = config.get("shutdown.timeout.ms") / 1000
         queued_bytes = config.get("queued.max.request.bytes")
         if 0 <= queued_bytes < config.get("socket.request.max.bytes"):

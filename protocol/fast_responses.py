@@ -26,12 +26,15 @@ _PRODUCE_PART = struct.Struct(">ihqqq")  # index, error, base, append time, log 
 _PRODUCE_PART_V2 = struct.Struct(">ihqq")  # v2-v4: no log start offset
 _ZERO_THROTTLE = b"\x00\x00\x00\x00"
 
-# Versions served by the encoders, per API key (the handlers' ranges).
-PRODUCE_VERSIONS = range(3, 10)
+# Versions served by the encoders, per API key (the handlers' ranges). Later versions
+# whose answer has the same layout (only tagged fields, left empty, or new error codes)
+# are served too: Produce v10-12, EndTxn v4, AddOffsetsToTxn v4, TxnOffsetCommit v4-5
+# are what Java 4 clients send (transactions v2).
+PRODUCE_VERSIONS = range(3, 13)
 ADD_PARTITIONS_VERSIONS = range(0, 4)
-END_TXN_VERSIONS = range(0, 4)
-ADD_OFFSETS_VERSIONS = range(0, 4)
-TXN_OFFSET_COMMIT_VERSIONS = range(0, 4)
+END_TXN_VERSIONS = range(0, 5)
+ADD_OFFSETS_VERSIONS = range(0, 5)
+TXN_OFFSET_COMMIT_VERSIONS = range(0, 6)
 
 
 def _uvarint(n: int) -> bytes:
@@ -108,7 +111,7 @@ ProducePartition = tuple[int, int, int, int, int, "str | None"]
 
 
 def produce(version: int, topics: Iterable[tuple[str, Iterable[ProducePartition]]]) -> bytes:
-    """Produce v3-9: per topic, per partition (index, error_code, base_offset,
+    """Produce v3-12: per topic, per partition (index, error_code, base_offset,
     log_append_time_ms, log_start_offset, error_message), then throttle_time_ms (0).
     record_errors are always empty here (the broker rejects whole batches)."""
     flexible = version >= 9

@@ -320,7 +320,7 @@ class PartitionLog:
             )
 
     def append(self, batch: bytearray, header: BatchHeader, *, now: int | None = None,
-               flush: bool = True) -> AppendResult:
+               flush: bool = True, transaction_version: int = 0) -> AppendResult:
         """Assign offsets to one validated batch and write it. Synchronous: the
         write goes to the page cache; the flusher makes it durable. With
         ``flush=False`` the flusher is not told: the batch becomes durable with the
@@ -332,7 +332,8 @@ class PartitionLog:
         marker = None
         if header.is_control and header.producer_id >= 0:
             marker = read_end_txn_marker(batch)
-        duplicate = self.producer_state.check(header, None if marker is None else marker[1])
+        duplicate = self.producer_state.check(header, None if marker is None else marker[1],
+                                              transaction_version)
         if duplicate is not None:
             return AppendResult(duplicate.first_offset, duplicate.last_offset, -1,
                                 self.log_start_offset, duplicate=True)
@@ -366,16 +367,17 @@ class PartitionLog:
         return self.append(batch, header)
 
     def append_marker(self, producer_id: int, producer_epoch: int, commit: bool,
-                      coordinator_epoch: int = 0) -> AppendResult:
+                      coordinator_epoch: int = 0, transaction_version: int = 0) -> AppendResult:
         """Write a COMMIT or ABORT control batch ending the producer's transaction here.
         A marker of an older producer epoch than the producer's is refused
-        (INVALID_PRODUCER_EPOCH), and so is one of an older coordinator epoch than the
-        producer's last marker here (TRANSACTION_COORDINATOR_FENCED)."""
+        (INVALID_PRODUCER_EPOCH; at ``transaction_version`` 2 also one of the same
+        epoch while a transaction is open), and so is one of an older coordinator
+        epoch than the producer's last marker here (TRANSACTION_COORDINATOR_FENCED)."""
         batch = bytearray(build_control_batch(
             ControlType.COMMIT if commit else ControlType.ABORT, producer_id=producer_id,
             producer_epoch=producer_epoch, coordinator_epoch=coordinator_epoch,
             timestamp=now_ms()))
-        return self.append(batch, read_header(batch))
+        return self.append(batch, read_header(batch), transaction_version=transaction_version)
 
     def _maybe_roll(self, incoming: int, now: int) -> None:
         seg = self.active_segment

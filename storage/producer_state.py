@@ -84,10 +84,15 @@ class ProducerStateManager:
         self.name = partition_name
         self.producers: dict[int, ProducerEntry] = {}
 
-    def check(self, header: BatchHeader, coordinator_epoch: int | None = None
-              ) -> BatchMetadata | None:
+    def check(self, header: BatchHeader, coordinator_epoch: int | None = None,
+              transaction_version: int = 0) -> BatchMetadata | None:
         """Validate a produced batch against the producer's state before it is written.
-        ``coordinator_epoch``: that of a COMMIT/ABORT marker batch.
+        ``coordinator_epoch``: that of a COMMIT/ABORT marker batch;
+        ``transaction_version``: that of the marker's transaction (WriteTxnMarkers v2).
+        At 2 the coordinator bumped the epoch before writing the marker, so a marker
+        must carry an epoch above the producer's here (Kafka's KIP-1228 check): one
+        of the same epoch is a late marker, refused while a transaction is open (it
+        would end the next one), and written again as a harmless retry otherwise.
 
         Returns the original metadata for a duplicate (do not append), None to append,
         or raises OUT_OF_ORDER_SEQUENCE_NUMBER / INVALID_PRODUCER_EPOCH, and for a
@@ -105,6 +110,13 @@ class ProducerStateManager:
                 f"on {self.name}"
             )
         if header.is_control:
+            if transaction_version >= 2 and epoch == entry.epoch \
+                    and entry.current_txn_first_offset >= 0:
+                raise InvalidProducerEpochError(
+                    f"transactions v2 marker for producer {pid} on {self.name} has epoch "
+                    f"{epoch}, not above the current one, {entry.epoch}, while a transaction "
+                    f"of that epoch is open"
+                )
             if coordinator_epoch is not None and coordinator_epoch < entry.coordinator_epoch:
                 raise TransactionCoordinatorFencedError(
                     f"marker for producer {pid} on {self.name} from coordinator epoch "
@@ -129,7 +141,10 @@ class ProducerStateManager:
         duplicate = entry.find_duplicate(header.base_sequence, header.last_sequence)
         if duplicate is not None:
             return duplicate
-        if entry.last_seq != NO_SEQUENCE and not _in_sequence(entry.last_seq, header.base_sequence):
+        # A known producer with no batch at this epoch (a transactions v2 marker moved it
+        # to the epoch and cleared them) starts at 0, as in Kafka: a later batch that
+        # overtook a retried first one must wait for it.
+        if not _in_sequence(entry.last_seq, header.base_sequence):
             raise OutOfOrderSequenceError(
                 f"producer {pid} epoch {epoch}: expected sequence {entry.last_seq + 1}, got "
                 f"{header.base_sequence} on {self.name}"

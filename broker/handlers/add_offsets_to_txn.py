@@ -1,5 +1,8 @@
 """AddOffsetsToTxn (key 25): adds the group's __consumer_offsets partition to the
-transaction, before TxnOffsetCommit."""
+transaction, before TxnOffsetCommit. v4 (KIP-890) only allows TRANSACTION_ABORTABLE
+in the answer. Transactions v2 producers skip it: TxnOffsetCommit v5 adds the
+partition itself. Kafka treats every version as transactions v1 (the transition
+records version 0)."""
 
 from __future__ import annotations
 
@@ -11,7 +14,7 @@ from ._groups import ZERO, code, may_read_group, may_write_transactional_id
 
 API_KEY = 25
 MIN_VERSION = 0
-MAX_VERSION = 3
+MAX_VERSION = 4
 
 
 async def handle(ctx, request):

@@ -1,5 +1,8 @@
 """AddPartitionsToTxn (key 24): v0-3 from producers; v4+ (KIP-890) batches several
-transactional ids and has a verify-only form brokers use among themselves."""
+transactional ids and is what partition leaders send the coordinator (CLUSTER_ACTION):
+verify-only to check a transactions v1 write, or (verify_only false) to add the
+partition of a transactions v2 write (Produce v12+, TxnOffsetCommit v5+). Here
+the leaders are in-process; the wire form serves Kafka tooling and tests."""
 
 from __future__ import annotations
 
@@ -15,10 +18,12 @@ WRITE, TOPIC, TRANSACTIONAL_ID = (AclOperation.WRITE, ResourceType.TOPIC,
 
 API_KEY = 24
 MIN_VERSION = 0
-MAX_VERSION = 3
+MAX_VERSION = 5
 
 
 async def handle(ctx, request):
+    if ctx.version >= 4:
+        return await _handle_batched(ctx, request)
     broker = ctx.broker
     schema = ctx.schema
     wanted = [(t.name, p) for t in request.v3_and_below_topics for p in t.partitions]
@@ -57,3 +62,40 @@ async def handle(ctx, request):
     results = tuple(build(schema.AddPartitionsToTxnTopicResult, name=t,
                           results_by_partition=tuple(ps)) for t, ps in by_topic.items())
     return build(ctx.response_type, throttle_time=ZERO, results_by_topic_v3_and_below=results)
+
+
+async def _handle_batched(ctx, request):
+    """v4+: one result per transaction. Kafka: CLUSTER_ACTION on the cluster, else
+    the whole request is CLUSTER_AUTHORIZATION_FAILED."""
+    broker = ctx.broker
+    schema = ctx.schema
+    if not ctx.authorize_cluster(AclOperation.CLUSTER_ACTION):
+        return build(ctx.response_type, throttle_time=ZERO,
+                     error_code=ErrorCode.cluster_authorization_failed,
+                     results_by_transaction=())
+    out = []
+    for txn in request.transactions:
+        wanted = [(t.name, p) for t in txn.topics for p in t.partitions]
+        missing = {tp for tp in wanted if broker.logs.get_log(*tp) is None}
+        if missing:
+            errors = {tp: (ErrorCode.unknown_topic_or_partition.value if tp in missing
+                           else ErrorCode.operation_not_attempted.value) for tp in wanted}
+        elif txn.verify_only:
+            errors = broker.transactions.state.verify_partitions(
+                txn.transactional_id, txn.producer_id, txn.producer_epoch, wanted)
+        else:
+            errors = (await broker.transactions.add_partitions(
+                txn.transactional_id, txn.producer_id, txn.producer_epoch, wanted,
+                ctx.version)).errors
+        by_topic: dict[str, list] = {}
+        for (topic, partition), error in errors.items():
+            by_topic.setdefault(topic, []).append(
+                build(schema.AddPartitionsToTxnPartitionResult, partition_index=partition,
+                      partition_error_code=code(error)))
+        out.append(build(schema.AddPartitionsToTxnResult, transactional_id=txn.transactional_id,
+                         topic_results=tuple(
+                             build(schema.AddPartitionsToTxnTopicResult, name=name,
+                                   results_by_partition=tuple(parts))
+                             for name, parts in by_topic.items())))
+    return build(ctx.response_type, throttle_time=ZERO, error_code=ErrorCode.none,
+                 results_by_transaction=tuple(out))

@@ -1,4 +1,7 @@
-"""ApiVersions (key 18): the version ranges this broker implements (KIP-511 fallback)."""
+"""ApiVersions (key 18): the version ranges this broker implements (KIP-511 fallback),
+and (v3+) the features: ``transaction.version`` supported 0-2 and finalized at
+``txbroker.transaction.version``, which is how Java 4.x producers decide to use
+transactions v2 (KIP-890) and how ``kafka-features describe`` shows it."""
 
 from __future__ import annotations
 
@@ -17,6 +20,8 @@ MAX_VERSION = 4
 log = logging.getLogger(__name__)
 _SOFTWARE = re.compile(r"^[a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])?$")
 _ZERO = datetime.timedelta(0)
+TRANSACTION_VERSION = "transaction.version"  # Kafka's feature name
+TRANSACTION_VERSION_MAX = 2
 
 
 def _ranges(api_version_cls) -> tuple:
@@ -47,5 +52,21 @@ async def handle(ctx, request):
             error = ErrorCode.invalid_request
             log.info("ApiVersions v%d from %s has an invalid client software name/version "
                      "%r/%r: answering INVALID_REQUEST", ctx.version, ctx.peer, name, version)
+    if ctx.version < 3:
+        return build(ctx.response_type, error_code=error, api_keys=_ranges(schema.ApiVersion),
+                     throttle_time=_ZERO)
+    level = ctx.broker.transaction_version
+    # As Kafka: v3 leaves out supported features whose minimum is 0; a feature
+    # finalized at level 0 is not listed (it is off).
+    supported = () if ctx.version < 4 else (build(
+        schema.SupportedFeatureKey, name=TRANSACTION_VERSION, min_version=0,
+        max_version=TRANSACTION_VERSION_MAX),)
+    finalized = () if level == 0 else (build(
+        schema.FinalizedFeatureKey, name=TRANSACTION_VERSION, min_version_level=level,
+        max_version_level=level),)
     return build(ctx.response_type, error_code=error, api_keys=_ranges(schema.ApiVersion),
-                 throttle_time=_ZERO)
+                 throttle_time=_ZERO, supported_features=supported,
+                 # Clients keep the finalized features of the highest epoch they saw:
+                 # the broker's start time orders the levels of its incarnations.
+                 finalized_features_epoch=ctx.broker.features_epoch,
+                 finalized_features=finalized, zk_migration_ready=False)

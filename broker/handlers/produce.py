@@ -3,6 +3,11 @@
 Kafka 4 still advertises Produce from v0 because older librdkafka decides
 feature support from it, and rejects v0-2; so do we (their requests close the
 connection with a log line, as any unparsable request).
+
+Transactional batches are checked with the transaction coordinator when they open
+a transaction in the partition (KIP-890): up to v11 the partition must already be
+in the producer's transaction (verification); from v12 (transactions v2) the
+partition is added to it here, as Kafka's leader does with AddPartitionsToTxn.
 """
 
 from __future__ import annotations
@@ -11,6 +16,7 @@ import asyncio
 import datetime
 import logging
 
+from txbroker.coordinator.transaction.coordinator import ADD_PARTITIONS_FROM_LEADER
 from txbroker.protocol import fast_responses
 from txbroker.protocol.errors import (
     ErrorCode,
@@ -24,9 +30,11 @@ from txbroker.protocol.errors import (
 from txbroker.protocol.messages import build
 from txbroker.protocol.records import (
     ATTR_TRANSACTIONAL,
+    HEADER_SIZE,
     Compression,
     find_record_errors,
     peek_size,
+    read_header,
     set_create_time_max_timestamp,
     uncompressed_limit,
     validate_produced_batch,
@@ -40,7 +48,7 @@ from ..context import CloseConnection
 API_KEY = 0
 MIN_VERSION = 0  # advertised, as Kafka 4 does; v0-2 are refused
 MIN_PARSED_VERSION = 3
-MAX_VERSION = 9
+MAX_VERSION = 12
 
 log = logging.getLogger(__name__)
 _ZERO = datetime.timedelta(0)
@@ -68,16 +76,58 @@ def _check_single_batch(records, version: int):
 
 async def handle(ctx, request):
     broker = ctx.broker
-    logs = broker.logs
     schema = ctx.schema
     acks = request.acks
     results: dict[str, list] = {}
     durable_waits = []
-    errors = 0
     record_errors: dict[tuple[str, int], list[RecordError]] = {}
     if acks not in (0, 1, -1):
         log.warning("produce from %s with invalid acks=%d", ctx.peer, acks)
     denied, writable = _authorize(ctx, request)
+    turns = _take_turns(broker, request) if ctx.version >= 12 and denied is None else {}
+    try:
+        await _append_all(ctx, request, results, durable_waits, record_errors, turns,
+                          denied, writable)
+    finally:
+        _end_turns(broker, turns)  # a request that failed half-way frees its turns
+    errors = sum(1 for parts in results.values() for part in parts if part[1])
+    if len(durable_waits) == 1:
+        await durable_waits[0]
+    elif durable_waits:
+        await asyncio.gather(*durable_waits)
+    if acks == 0:
+        if errors:
+            # Kafka closes the connection so an acks=0 producer notices and refreshes metadata.
+            log.info("closing %s: acks=0 produce failed for %d partition(s)", ctx.peer, errors)
+            raise CloseConnection
+        return None
+    if ctx.version in fast_responses.PRODUCE_VERSIONS and not record_errors:
+        # Encoded by hand: the error codes for /metrics are told, not found in a message.
+        ctx.error_codes = [part[1].value for parts in results.values() for part in parts
+                           if part[1]] if errors else ()
+        return fast_responses.produce(ctx.version, results.items())
+    responses = tuple(
+        build(schema.TopicProduceResponse, name=name, partition_responses=tuple(
+            build(schema.PartitionProduceResponse, index=index, error_code=error,
+                  base_offset=base, log_append_time=_to_datetime(append_time),
+                  log_start_offset=start,
+                  record_errors=tuple(
+                      build(schema.BatchIndexAndErrorMessage, batch_index=e.batch_index,
+                            batch_index_error_message=e.message)
+                      for e in record_errors.get((name, index), ())),
+                  error_message=message)
+            for index, error, base, append_time, start, message in parts))
+        for name, parts in results.items()
+    )
+    return build(ctx.response_type, responses=responses, throttle_time=_ZERO)
+
+
+async def _append_all(ctx, request, results: dict[str, list], durable_waits: list,
+                      record_errors: dict, turns: dict, denied, writable) -> None:
+    """Validate and append each partition's batch; its answer goes into ``results``."""
+    broker = ctx.broker
+    logs = broker.logs
+    acks = request.acks
     for topic in request.topic_data:
         out = results.setdefault(topic.name, [])
         for part in topic.partition_data:
@@ -110,8 +160,10 @@ async def handle(ctx, request):
                         records, header,
                         max_uncompressed=uncompressed_limit(plog.config.max_message_bytes))
                     if header.is_transactional:
-                        _verify_transactional(broker, request, topic.name, part.index, plog,
-                                              header)
+                        turn = turns.get((topic.name, part.index))
+                        await _verify_transactional(broker, request, topic.name, part.index,
+                                                    plog, header, ctx.version,
+                                                    turn[0] if turn else None)
                     # After the verification, as in Kafka (ReplicaManager verifies, then
                     # the log validates).
                     _check_records(plog, f"{topic.name}-{part.index}", records, header,
@@ -153,38 +205,9 @@ async def handle(ctx, request):
                     message = f"cannot write to {topic.name}-{part.index}: {e}"
                     log.error("produce to %s-%d from %s failed: KAFKA_STORAGE_ERROR: %r",
                               topic.name, part.index, ctx.peer, e)
-            if error != ErrorCode.none:
-                errors += 1
+            if turns:
+                _end_turns(broker, turns, (topic.name, part.index))
             out.append((part.index, error, base_offset, append_time, start, message))
-    if len(durable_waits) == 1:
-        await durable_waits[0]
-    elif durable_waits:
-        await asyncio.gather(*durable_waits)
-    if acks == 0:
-        if errors:
-            # Kafka closes the connection so an acks=0 producer notices and refreshes metadata.
-            log.info("closing %s: acks=0 produce failed for %d partition(s)", ctx.peer, errors)
-            raise CloseConnection
-        return None
-    if ctx.version in fast_responses.PRODUCE_VERSIONS and not record_errors:
-        # Encoded by hand: the error codes for /metrics are told, not found in a message.
-        ctx.error_codes = [part[1].value for parts in results.values() for part in parts
-                           if part[1]] if errors else ()
-        return fast_responses.produce(ctx.version, results.items())
-    responses = tuple(
-        build(schema.TopicProduceResponse, name=name, partition_responses=tuple(
-            build(schema.PartitionProduceResponse, index=index, error_code=error,
-                  base_offset=base, log_append_time=_to_datetime(append_time),
-                  log_start_offset=start,
-                  record_errors=tuple(
-                      build(schema.BatchIndexAndErrorMessage, batch_index=e.batch_index,
-                            batch_index_error_message=e.message)
-                      for e in record_errors.get((name, index), ())),
-                  error_message=message)
-            for index, error, base, append_time, start, message in parts))
-        for name, parts in results.items()
-    )
-    return build(ctx.response_type, responses=responses, throttle_time=_ZERO)
 
 
 def _authorize(ctx, request) -> tuple[ErrorCode | None, set[str] | None]:
@@ -243,15 +266,9 @@ def _check_records(plog, partition: str, records: bytes, header, content) -> Non
     raise RecordValidationError(errors)
 
 
-_VERIFY_ERRORS = {
-    # What a produce request of these versions may carry instead of the coordinator's code.
-    ErrorCode.transaction_abortable.value: ErrorCode.invalid_txn_state,
-    ErrorCode.producer_fenced.value: ErrorCode.invalid_producer_epoch,
-}
 # Retriable verification failures that clients do not retry on Produce: Kafka's
 # ReplicaManager answers NOT_ENOUGH_REPLICAS instead (retried, and no metadata refresh).
-# CONCURRENT_TRANSACTIONS is passed through only to transactions v2 clients (Produce
-# v12+, which we do not speak), so every version we accept gets the substitute too.
+# CONCURRENT_TRANSACTIONS is passed through only to transactions v2 clients (v12+).
 _VERIFY_RETRIABLE = frozenset(code.value for code in (
     ErrorCode.network_exception,
     ErrorCode.coordinator_load_in_progress,
@@ -261,26 +278,82 @@ _VERIFY_RETRIABLE = frozenset(code.value for code in (
 ))
 
 
-def _verify_transactional(broker, request, topic: str, partition: int, plog, header) -> None:
+def _verify_error(error: int, version: int) -> ErrorCode:
+    """The code a produce request of this version may carry for the coordinator's."""
+    if error == ErrorCode.transaction_abortable.value and version < 11:
+        return ErrorCode.invalid_txn_state  # Kafka's DEFAULT_ERROR operation
+    if error == ErrorCode.producer_fenced.value:
+        return ErrorCode.invalid_producer_epoch
+    return ErrorCode(error)
+
+
+def _take_turns(broker, request) -> dict[tuple[str, int], tuple]:
+    """Produce v12+: the partitions of this request with a transactional batch, each
+    with (the turn of the producer's previous request there to wait for, this one's
+    turn, the key). Kafka serves a connection's requests one at a time; here they run
+    at once, and while one awaits the coordinator's add of a partition, the producer's
+    next request must not append its later batch to that partition first (it would
+    get OUT_OF_ORDER_SEQUENCE_NUMBER, and the earlier one too). Taken in arrival
+    order, before anything awaits; each turn ends once its batch is appended or
+    refused (``_end_turns``)."""
+    loop = asyncio.get_running_loop()
+    turns = {}
+    for topic in request.topic_data:
+        for part in topic.partition_data:
+            records = part.records
+            if not records or len(records) < HEADER_SIZE or not records[22] & ATTR_TRANSACTIONAL:
+                continue
+            key = (topic.name, part.index, read_header(records, 0).producer_id)
+            mine = loop.create_future()
+            turns[(topic.name, part.index)] = (broker.pending_partition_adds.get(key), mine, key)
+            broker.pending_partition_adds[key] = mine
+    return turns
+
+
+def _end_turns(broker, turns, tp: tuple[str, int] | None = None) -> None:
+    for _earlier, mine, key in [turns.pop(tp)] if tp in turns else list(turns.values()):
+        if not mine.done():
+            mine.set_result(None)
+        if broker.pending_partition_adds.get(key) is mine:
+            del broker.pending_partition_adds[key]
+    if tp is None:
+        turns.clear()
+
+
+async def _verify_transactional(broker, request, topic: str, partition: int, plog, header,
+                                version: int, earlier: asyncio.Future | None) -> None:
     """Transactional batches need a transactional id, and the first batch of a
     transaction in a partition must belong to a partition the coordinator added to the
     producer's ongoing transaction (KIP-890 part 1): a zombie cannot open a
-    transaction nobody will end."""
+    transaction nobody will end. From v12 the coordinator adds it (part 2)."""
     if request.transactional_id is None:
         raise KafkaError("transactional records in a produce request without a transactional id",
                          ErrorCode.transactional_id_authorization_failed)
-    if header.producer_id in plog.ongoing_txns:
+    pid, epoch = header.producer_id, header.producer_epoch
+    if earlier is not None:
+        await asyncio.shield(earlier)  # see _take_turns
+    entry = plog.producer_state.producers.get(pid)
+    if pid in plog.ongoing_txns and entry is not None and entry.epoch == epoch:
+        # Kafka's hasOngoingTransaction(pid, epoch): this transaction is open here. A
+        # newer epoch (transactions v2: the next transaction, before the previous
+        # one's marker) is checked with the coordinator, which holds it back.
         return
     tp = (topic, partition)
-    error = broker.transactions.state.verify_partitions(
-        request.transactional_id, header.producer_id, header.producer_epoch, [tp])[tp]
+    if version >= 12:
+        result = await broker.transactions.add_partitions(
+            request.transactional_id, pid, epoch, [tp], ADD_PARTITIONS_FROM_LEADER)
+        error = result.errors[tp]
+    else:
+        error = broker.transactions.state.verify_partitions(
+            request.transactional_id, pid, epoch, [tp])[tp]
     if error == ErrorCode.none.value:
         return
-    if error in _VERIFY_RETRIABLE:
+    if error in _VERIFY_RETRIABLE and not (
+            version >= 12 and error == ErrorCode.concurrent_transactions.value):
         raise KafkaError(f"unable to verify that partition {topic}-{partition} is part of the "
                          f"transaction of {request.transactional_id!r}; underlying error: "
                          f"{ErrorCode(error).name.upper()}", ErrorCode.not_enough_replicas)
-    code = _VERIFY_ERRORS.get(error, ErrorCode(error))
+    code = _verify_error(error, version)
     raise KafkaError(f"partition {topic}-{partition} is not part of the ongoing transaction "
                      f"of {request.transactional_id!r} (producer {header.producer_id} epoch "
                      f"{header.producer_epoch}): {ErrorCode(error).name.upper()}", code)

@@ -3,7 +3,10 @@
 The group coordinator writes them in a transactional batch of the producer; they
 become visible only when the transaction's COMMIT marker reaches the group's
 __consumer_offsets partition. v3+ carries the member id and generation, checked
-like an OffsetCommit (KIP-447).
+like an OffsetCommit (KIP-447). The group's offsets partition must be in the
+producer's transaction: up to v4 AddOffsetsToTxn put it there (checked; v4 may
+answer TRANSACTION_ABORTABLE); from v5 (transactions v2) it is added here, as
+Kafka's group coordinator does it with its partition leader's AddPartitionsToTxn.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from ._groups import (
 
 API_KEY = 28
 MIN_VERSION = 0
-MAX_VERSION = 3
+MAX_VERSION = 5
 
 
 async def handle(ctx, request):
@@ -36,7 +39,10 @@ async def handle(ctx, request):
         error = ErrorCode.group_authorization_failed.value
     else:
         entries, denied = split_commit_entries(ctx, entries)
-        error = ctx.broker.check_txn_offset_commit(request)
+        error = (await ctx.broker.transactions.add_offsets_partition(
+            request.transactional_id, request.producer_id, request.producer_epoch,
+            request.group_id) if ctx.version >= 5
+            else ctx.broker.check_txn_offset_commit(request))
     if error:
         results = {(e.topic, e.partition): error for e in entries}
     elif denied and not entries:

@@ -1,7 +1,9 @@
 """WriteTxnMarkers (key 27): write COMMIT/ABORT markers into partitions. Kafka's
 coordinator sends it to partition leaders; here the coordinator writes markers
 in-process, and this API serves the KIP-664 abort path for hanging transactions
-(`txbroker transactions abort`, Admin.abortTransaction)."""
+(`txbroker transactions abort`, Admin.abortTransaction). v2 (KIP-1228) carries
+each marker's transaction version: at 2 a partition refuses a marker whose epoch
+is not above the producer's there while a transaction is open."""
 
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ from ..authorizer import AclOperation
 
 API_KEY = 27
 MIN_VERSION = 1
-MAX_VERSION = 1
+MAX_VERSION = 2
 
 
 async def handle(ctx, request):
@@ -32,7 +34,8 @@ async def handle(ctx, request):
         partitions = [(t.name, p) for t in marker.topics for p in t.partition_indexes]
         results = await write_markers(broker.logs, broker.groups, marker.producer_id,
                                       marker.producer_epoch, bool(marker.transaction_result),
-                                      partitions, marker.coordinator_epoch)
+                                      partitions, marker.coordinator_epoch,
+                                      getattr(marker, "transaction_version", 0))
         out.append(_result(schema, marker, lambda t, p, r=results: r[(t, p)]))
     return build(ctx.response_type, markers=tuple(out))
 

@@ -54,6 +54,8 @@ _PREPARE_STATES = ("PrepareCommit", "PrepareAbort")
 COMPLETION_WAIT_S = 1.0  # longest an AddPartitionsToTxn waits for the previous commit
 MARKER_RETRY_BACKOFF_S = 0.1  # between a failed marker write and its retry
 _E = ErrorCode
+# The AddPartitionsToTxn version of a partition leader's implicit add (transactions v2).
+ADD_PARTITIONS_FROM_LEADER = 5
 TXN_OUTCOMES = ("committed", "aborted", "timed_out", "fenced")
 # A partition of __transaction_state is snapshotted once this many records, or this
 # fraction of its ids, were appended since its last snapshot: a load replays at most
@@ -486,7 +488,8 @@ class TransactionCoordinator:
         for i, batch in enumerate(batches):
             results = await write_markers(self.logs, self.groups, marker.producer_id,
                                           marker.producer_epoch, marker.commit, batch,
-                                          marker.coordinator_epoch)
+                                          marker.coordinator_epoch,
+                                          marker.transaction_version)
             for tp, code in results.items():
                 if code in (_E.invalid_producer_epoch, _E.transaction_coordinator_fenced):
                     # The partition has a marker of a newer producer or coordinator epoch
@@ -616,6 +619,18 @@ class TransactionCoordinator:
             lambda t: self.state.add_offsets(t, now_ms(), transactional_id, producer_id,
                                              producer_epoch, group_id, api_version=api_version),
             AddOffsetsResult(_E.coordinator_not_available.value))
+
+    async def add_offsets_partition(self, transactional_id: str, producer_id: int,
+                                    producer_epoch: int, group_id: str) -> int:
+        """TxnOffsetCommit v5+ (transactions v2): add the group's offsets partition to
+        the transaction, as Kafka's group coordinator does through its leader's
+        AddPartitionsToTxn v5. The error for the request (NONE if added)."""
+        tp = self._offsets_partition(group_id)
+        result = await self.add_partitions(transactional_id, producer_id, producer_epoch, [tp],
+                                           ADD_PARTITIONS_FROM_LEADER)
+        error = result.errors[tp]
+        # TxnOffsetCommit never got the KIP-588 code.
+        return _E.invalid_producer_epoch.value if error == _E.producer_fenced.value else error
 
     async def end_txn(self, transactional_id: str, producer_id: int, producer_epoch: int,
                       commit: bool, api_version: int) -> EndTxnResult:

@@ -23,11 +23,14 @@ log = logging.getLogger(__name__)
 
 async def write_markers(logs: LogManager, groups, producer_id: int, producer_epoch: int,
                         commit: bool, partitions: Iterable[tuple[str, int]],
-                        coordinator_epoch: int = 0) -> dict[tuple[str, int], ErrorCode]:
+                        coordinator_epoch: int = 0, transaction_version: int = 0
+                        ) -> dict[tuple[str, int], ErrorCode]:
     """Append one marker per partition, wait until every one is fsynced (by each
     partition's flush policy, Flusher.acked); per-partition
     error codes (NONE, UNKNOWN_TOPIC_OR_PARTITION, INVALID_PRODUCER_EPOCH,
-    KAFKA_STORAGE_ERROR for any other exception of the write, ...)."""
+    KAFKA_STORAGE_ERROR for any other exception of the write, ...).
+    ``transaction_version`` 2: the marker's epoch must be above the producer's in
+    the partition (KIP-1228; see ProducerStateManager.check)."""
     results: dict[tuple[str, int], ErrorCode] = {}
     waits = []
     completes_offsets = False
@@ -38,7 +41,8 @@ async def write_markers(logs: LogManager, groups, producer_id: int, producer_epo
             results[(topic, partition)] = ErrorCode.unknown_topic_or_partition
             continue
         try:
-            result = plog.append_marker(producer_id, producer_epoch, commit, coordinator_epoch)
+            result = plog.append_marker(producer_id, producer_epoch, commit, coordinator_epoch,
+                                        transaction_version)
         except KafkaError as e:
             log.warning("%s marker for producer %d epoch %d refused by %s: %s",
                         "COMMIT" if commit else "ABORT", producer_id, producer_epoch,

@@ -16,7 +16,8 @@ version (0 today):
 * value: ``[0, producer_id, previous_producer_id, next_producer_id,
   producer_epoch, last_producer_epoch, timeout_ms, state_id,
   [[topic, [partition, ...]], ...], txn_start_ms, last_update_ms
-  (, [[topic, [[partition, first_offset], ...]], ...])]``.
+  (, [[topic, [[partition, first_offset], ...]], ...] or nil
+  (, client_transaction_version))]``.
   A later version may only *append* fields, so an older reader decodes the
   prefix it knows and ignores the rest. ``state_id`` is Kafka's numeric id
   (Empty 0, Ongoing 1, PrepareCommit 2, PrepareAbort 3, CompleteCommit 4,
@@ -31,8 +32,18 @@ Fields as Kafka has them:
   the record (Kafka's prevProducerId); after a producer id rotation (epoch
   exhaustion) it names the old id, which lets a KIP-360 retry with the old
   id/epoch get the same answer.
-* ``next_producer_id``: KIP-890 (transactions v2) epoch-overflow field; always
-  -1 with transactions v1, kept so the layout matches Kafka's.
+* ``next_producer_id``: KIP-890 (transactions v2) epoch-overflow field: set in a
+  PrepareCommit/PrepareAbort record of a transactions v2 EndTxn that exhausted
+  the epoch (the producer id the transaction continues with, at epoch 0, once it
+  completes); -1 otherwise.
+* ``client_transaction_version`` (the 13th element, Kafka's
+  ClientTransactionVersion): the ``transaction.version`` of the request that made
+  the transition (2: EndTxn v5+, or a partition added by Produce v12+ /
+  TxnOffsetCommit v5+; 0: older requests). Written only when not 0, so records of
+  transactions v1 keep their old bytes; records without it load as 0. When it is
+  written and there are no first offsets, the 12th element is nil. (txbroker
+  versions before transactions v2 cannot read such records: a downgrade after
+  a transactions v2 producer ran needs that id's records gone, as in Kafka.)
 * ``last_producer_epoch``: the epoch before the last InitProducerId bump
   (KIP-360 retries). Kafka keeps it in memory only; we persist it so a retried
   InitProducerId gets the same answer across a coordinator restart too.
@@ -105,6 +116,7 @@ class TxnLogValue:
     last_update_ms: int
     # topic-partition -> first offset of the transaction's data there (Prepare* only).
     txn_first_offsets: dict[tuple[str, int], int] | None = field(default=None, hash=False)
+    client_transaction_version: int = 0  # Kafka's ClientTransactionVersion (0-2)
 
 
 def _int(v: Any, what: str, lo: int = _INT64_MIN, hi: int = _INT64_MAX) -> int:
@@ -163,6 +175,7 @@ def _validate(v: TxnLogValue) -> None:
             if tp not in v.partitions:
                 raise ValueError(f"first offset of {tp!r}, not a partition of the transaction")
             _int(offset, "first offset", 0)
+    _int(v.client_transaction_version, "client transaction version", 0, _INT16_MAX)
 
 
 def _group_partitions(partitions: Iterable[tuple[str, int]]) -> list[list[Any]]:
@@ -195,6 +208,10 @@ def encode_value(value: TxnLogValue | None) -> bytes | None:
         for (topic, partition), offset in sorted(value.txn_first_offsets.items()):
             by_topic.setdefault(topic, []).append([partition, offset])
         fields.append([[topic, entries] for topic, entries in by_topic.items()])
+    if value.client_transaction_version:
+        if value.txn_first_offsets is None:
+            fields.append(None)
+        fields.append(value.client_transaction_version)
     return pack(fields)
 
 
@@ -253,7 +270,10 @@ def decode_value(data: bytes | None) -> TxnLogValue | None:
         partitions=_decode_partitions(arr[8]),
         txn_start_ms=_int(arr[9], "txn start timestamp"),
         last_update_ms=_int(arr[10], "last update timestamp"),
-        txn_first_offsets=_decode_first_offsets(arr[11]) if len(arr) > 11 else None,
+        txn_first_offsets=(_decode_first_offsets(arr[11])
+                           if len(arr) > 11 and arr[11] is not None else None),
+        client_transaction_version=_int(arr[12], "client transaction version", 0,
+                                        _INT16_MAX) if len(arr) > 12 else 0,
     )
     _validate(value)
     return value

@@ -12,7 +12,8 @@ before, and the first load writes them.
 Layout: ``{"version": 1, "offset": N, "rows": [[transactional_id, producer_id,
 previous_producer_id, next_producer_id, producer_epoch, last_producer_epoch,
 timeout_ms, state_id, [[topic, partition], ...], txn_start_ms, last_update_ms,
-[[topic, partition, first_offset], ...] or None], ...]}``.
+[[topic, partition, first_offset], ...] or None, client_transaction_version], ...]}``.
+Rows of 12 elements (written before transactions v2) load with version 0.
 """
 
 from __future__ import annotations
@@ -38,7 +39,8 @@ def row_of(transactional_id: str, v: TxnLogValue) -> Row:
             v.producer_epoch, v.last_producer_epoch, v.timeout_ms, PERSISTED_STATES[v.state],
             [[t, p] for t, p in sorted(v.partitions)], v.txn_start_ms, v.last_update_ms,
             None if v.txn_first_offsets is None
-            else [[t, p, o] for (t, p), o in sorted(v.txn_first_offsets.items())]]
+            else [[t, p, o] for (t, p), o in sorted(v.txn_first_offsets.items())],
+            v.client_transaction_version]
 
 
 def encode_snapshot(offset: int, rows: Iterable[Row]) -> bytes:
@@ -54,7 +56,7 @@ def decode_snapshot(data: bytes) -> tuple[int, list[Row]]:
         if raw["version"] != SNAPSHOT_VERSION:
             raise ValueError(f"unknown snapshot version {raw['version']!r}")
         rows = raw["rows"]
-        if not isinstance(rows, list) or not all(isinstance(r, list) and len(r) == 12
+        if not isinstance(rows, list) or not all(isinstance(r, list) and len(r) in (12, 13)
                                                  for r in rows):
             raise ValueError("malformed rows")
         return int(raw["offset"]), rows

@@ -1,10 +1,11 @@
-"""The transaction coordinator (KIP-98, transactions v1) as a sans-IO state machine.
+"""The transaction coordinator (KIP-98; transactions v1 and v2) as a sans-IO state machine.
 
 Plain code over plain data: no asyncio, no sockets, no files, no clock. Time
 comes in as ``now_ms`` arguments. The semantics follow Apache Kafka's
 ``TransactionCoordinator`` / ``TransactionMetadata`` / ``TransactionStateManager``
-with transactions v1 (what kafka-python 3.x, aiokafka and librdkafka use; no
-KIP-890 part 2 epoch bump per transaction), KIP-360 (InitProducerId v3+ with
+with transactions v1 (what kafka-python 3.x, aiokafka and librdkafka use) and
+transactions v2 (KIP-890 part 2, what Java 4.x producers use when the broker
+finalizes ``transaction.version`` 2), KIP-360 (InitProducerId v3+ with
 the producer's id/epoch), KIP-588 (PRODUCER_FENCED, mapped back to
 INVALID_PRODUCER_EPOCH for old request versions) and the KIP-664 admin views
 (DescribeTransactions, ListTransactions v0-1).
@@ -62,6 +63,23 @@ How the async shell drives it
 * **Expire now** (fault injection, for testing applications): :meth:`expire_now`
   aborts ongoing transactions at once, exactly as their timeout would (epoch
   bump, PrepareAbort, markers, CompleteAbort), without touching the timers.
+
+Transactions v2
+---------------
+The version is decided per request, as Kafka does it (TransactionVersion's
+``transactionVersionForEndTxn`` / ``...ForAddPartitionsToTxn``): EndTxn v5+ and
+AddPartitionsToTxn v4+ (what a partition leader sends for Produce v12+ and
+TxnOffsetCommit v5+: the implicit add) are version 2; older requests are version
+0, so clients of transactions v1 keep their rules next to v2 producers. A v2
+EndTxn bumps the producer epoch in its PrepareCommit/PrepareAbort record (the
+markers carry the bumped epoch, and a partition refuses anything older) and
+answers with the new id/epoch; when the epoch is exhausted it also allocates the
+next producer id, which the transaction continues with at epoch 0 once it
+completes. A v2 abort is also accepted with no transaction open (Empty,
+CompleteCommit, CompleteAbort: an implicit add may have failed), and an EndTxn
+retry carries the epoch before the bump. Aborts the coordinator starts itself
+(timeout, fencing InitProducerId, recovery of lost records) bump the epoch once,
+whatever the version, as Kafka 4.3.1 does (tests/differential/test_transactions_v2.py).
 
 What belongs where (the coordinator does not see these)
 --------------------------------------------------------
@@ -156,13 +174,15 @@ class TxnState(Enum):
 
 
 _S = TxnState
-# Kafka's TransactionState.validPreviousStates for transactions v1 (the v2-only
-# edges Empty/CompleteCommit/CompleteAbort -> PrepareAbort are left out on purpose).
+# Kafka's TransactionState.validPreviousStates. The edges Empty/CompleteCommit/
+# CompleteAbort -> PrepareAbort are transactions v2 only (an abort with nothing
+# open); end_txn takes them only for a v2 request.
 VALID_PREVIOUS_STATES: dict[TxnState, frozenset[TxnState]] = {
     _S.EMPTY: frozenset({_S.EMPTY, _S.COMPLETE_COMMIT, _S.COMPLETE_ABORT}),
     _S.ONGOING: frozenset({_S.ONGOING, _S.EMPTY, _S.COMPLETE_COMMIT, _S.COMPLETE_ABORT}),
     _S.PREPARE_COMMIT: frozenset({_S.ONGOING}),
-    _S.PREPARE_ABORT: frozenset({_S.ONGOING, _S.PREPARE_EPOCH_FENCE}),
+    _S.PREPARE_ABORT: frozenset({_S.ONGOING, _S.PREPARE_EPOCH_FENCE, _S.EMPTY,
+                                 _S.COMPLETE_COMMIT, _S.COMPLETE_ABORT}),
     _S.COMPLETE_COMMIT: frozenset({_S.PREPARE_COMMIT}),
     _S.COMPLETE_ABORT: frozenset({_S.PREPARE_ABORT}),
     _S.DEAD: frozenset({_S.EMPTY, _S.COMPLETE_COMMIT, _S.COMPLETE_ABORT}),
@@ -262,7 +282,12 @@ class AddOffsetsResult:
 
 @dataclass(frozen=True)
 class EndTxnResult:
+    """EndTxn's answer; v5 (transactions v2) also carries the producer id/epoch the
+    producer continues with (-1/-1 otherwise and on errors)."""
+
     error: int
+    producer_id: int = NO_PRODUCER_ID
+    producer_epoch: int = NO_PRODUCER_EPOCH
 
 
 Result = InitProducerIdResult | AddPartitionsResult | AddOffsetsResult | EndTxnResult
@@ -296,6 +321,9 @@ class MarkerRequest:
     commit: bool
     partitions: tuple[TopicPartition, ...]  # sorted
     coordinator_epoch: int
+    # The transaction's version (WriteTxnMarkers v2, KIP-1228): at 2 a partition
+    # takes the marker only with an epoch above the producer's there.
+    transaction_version: int = 0
 
 
 @dataclass(frozen=True)
@@ -385,6 +413,7 @@ class _Transit:
     last_update_ms: int
     # Prepare* only: partition -> offset of the transaction's first batch there.
     first_offsets: dict[TopicPartition, int] | None = field(default=None, hash=False)
+    tv: int = 0  # Kafka's clientTransactionVersion of the transition
 
     def record(self) -> TxnLogValue:
         return TxnLogValue(
@@ -399,6 +428,7 @@ class _Transit:
             txn_start_ms=self.start_ms,
             last_update_ms=self.last_update_ms,
             txn_first_offsets=self.first_offsets,
+            client_transaction_version=self.tv,
         )
 
 
@@ -437,12 +467,13 @@ class _Txn:
     outcome: str | None = None
     recovering: bool = False  # recovery is completing it (TxnEvent.recovered)
     marker_count: int = 0  # partitions the decided transaction's markers go to
+    tv: int = 0  # client transaction version of the last transition (Kafka's)
 
     def to_transit(self) -> _Transit:
         return _Transit(
             self.producer_id, self.prev_producer_id, self.next_producer_id, self.producer_epoch,
             self.last_producer_epoch, self.timeout_ms, self.state, self.partitions, self.start_ms,
-            self.last_update_ms, self.first_offsets,
+            self.last_update_ms, self.first_offsets, self.tv,
         )
 
 
@@ -537,15 +568,18 @@ class TransactionCoordinatorState:
         if self._loaded:
             raise RuntimeError("replay() after recover(): build a fresh machine to reload")
         (tid, pid, prev, nxt, epoch, last_epoch, timeout, state_id, parts, start, update,
-         firsts) = row
+         firsts) = row[:12]
+        tv = row[12] if len(row) > 12 else 0  # rows from before transactions v2: 0
         try:
             state = _STATE_BY_ID[state_id]
             partitions = frozenset((t, p) for t, p in parts) if parts else _NO_PARTITIONS
             first_offsets = None if firsts is None else {(t, p): o for t, p, o in firsts}
         except (KeyError, TypeError, ValueError) as e:
             raise ValueError(f"snapshot row of {tid!r}: {e!r}") from None
+        if type(tv) is not int:
+            raise ValueError(f"snapshot row of {tid!r}: client transaction version {tv!r}")
         self._txns[tid] = _Txn(tid, pid, prev, nxt, epoch, last_epoch, timeout, state,
-                               partitions, start, update, first_offsets=first_offsets)
+                               partitions, start, update, first_offsets=first_offsets, tv=tv)
 
     def load(self, tid: str, rec: TxnLogValue | None) -> None:
         """:meth:`replay` of a record already decoded (a coordinator snapshot's row)."""
@@ -567,6 +601,7 @@ class TransactionCoordinatorState:
             start_ms=rec.txn_start_ms,
             last_update_ms=rec.last_update_ms,
             first_offsets=rec.txn_first_offsets,
+            tv=rec.client_transaction_version,
         )
 
     def recover(self, now_ms: int,
@@ -632,6 +667,10 @@ class TransactionCoordinatorState:
                                                   | Iterable[TopicPartition]]) -> None:
         wanted = open_transactions.keys()
         by_pid = {txn.producer_id: txn for txn in self._txns.values() if txn.producer_id in wanted}
+        # Transactions v2: a decided transaction that exhausted its epoch continues under
+        # its next producer id; data of that id is the next transaction's.
+        by_pid.update({txn.next_producer_id: txn for txn in self._txns.values()
+                       if txn.state in _PREPARE and txn.next_producer_id in wanted})
         for pid in sorted(open_transactions):
             entries = open_transactions[pid]
             opened: dict[TopicPartition, int | None] = (
@@ -639,7 +678,8 @@ class TransactionCoordinatorState:
                 else {(str(t), int(p)): None for t, p in entries})
             txn = by_pid.get(pid)
             orphans = frozenset(tp for tp, first in opened.items()
-                                if not self._covers(txn, tp, first))
+                                if txn is None or txn.producer_id != pid
+                                or not self._covers(txn, tp, first))
             if not orphans:
                 continue
             if txn is None:
@@ -648,7 +688,7 @@ class TransactionCoordinatorState:
                 # The completion of this decided transaction was lost too (it is not
                 # fsynced either), with the next transaction's records: that one is
                 # aborted once recovery has completed this one.
-                txn.orphans = orphans
+                txn.orphans = txn.orphans | orphans
             else:
                 self._abort_lost_transaction(fx, txn, now, orphans)
 
@@ -849,6 +889,9 @@ class TransactionCoordinatorState:
                 txn, _S.ONGOING, partitions=txn.partitions | frozenset(parts),
                 # The transaction (and its timeout) starts with its first partition.
                 start_ms=now if new_txn else txn.start_ms, last_update_ms=now,
+                # Kafka's transactionVersionForAddPartitionsToTxn: v4+ (a leader's
+                # implicit add) is a transactions v2 client; AddOffsetsToTxn is v0.
+                tv=2 if api == "add_partitions" and api_version >= 4 else 0,
             )
             self._write(fx, _Write("add", txn, transit, token, api, api_version, parts))
         else:
@@ -893,10 +936,14 @@ class TransactionCoordinatorState:
         *,
         api_version: int,
     ) -> Effects:
-        """EndTxn (transactions v1)."""
+        """EndTxn: transactions v1 below v5, v2 from v5 (see the module docstring)."""
         assert token is not None, "tokens must not be None"
         fx = _Fx()
         api = "end_txn"
+        if api_version >= 5:
+            self._end_txn_v2(fx, token, now_ms, transactional_id, producer_id, producer_epoch,
+                             commit, api_version)
+            return self._finish(fx)
         error = self._end_check(transactional_id, producer_id, producer_epoch, commit)
         if error is None:
             txn = self._txns[transactional_id]
@@ -908,6 +955,93 @@ class TransactionCoordinatorState:
             self._note_fenced(fx, error, transactional_id, producer_id, producer_epoch)
             fx.respond(token, EndTxnResult(_client_error(api, api_version, error)))
         return self._finish(fx)
+
+    def _end_txn_v2(self, fx: _Fx, token: Token, now: int, tid: str, producer_id: int,
+                    producer_epoch: int, commit: bool, api_version: int) -> None:
+        """Kafka's endTransaction for a transactions v2 client (EndTxn v5+)."""
+        txn = self._txns.get(tid) if tid and self._loaded else None
+        decision = self._end_check_v2(txn, tid, producer_id, producer_epoch, commit)
+        if isinstance(decision, int):
+            if decision == NONE:  # a retry of a completed EndTxn: the epoch it got
+                assert txn is not None
+                fx.respond(token, EndTxnResult(NONE, txn.producer_id, txn.producer_epoch))
+                return
+            self._note_fenced(fx, decision, tid, producer_id, producer_epoch)
+            fx.respond(token, EndTxnResult(decision))
+            return
+        assert txn is not None
+        target, no_partition_added = decision
+        next_pid = NO_PRODUCER_ID
+        if _epoch_exhausted(txn.producer_epoch):
+            # The bump below is the id's last epoch: the transaction continues under a
+            # new producer id (at epoch 0) once it completes.
+            allocated = self._allocate()
+            if allocated is None:
+                fx.respond(token, EndTxnResult(_E.coordinator_load_in_progress.value))
+                return
+            next_pid = allocated
+        transit = self._prepare_end_v2(txn, target, now, next_pid, no_partition_added)
+        txn.outcome = "committed" if commit else "aborted"
+        self._write(fx, _Write("prepare", txn, transit, token, "end_txn", api_version))
+
+    def _end_check_v2(self, txn: _Txn | None, tid: str, producer_id: int, producer_epoch: int,
+                      commit: bool) -> int | tuple[TxnState, bool]:
+        """An error (NONE: a retry already done), or (target state, no partition added)."""
+        if not tid:
+            return _E.invalid_request.value
+        if not self._loaded:
+            return _E.coordinator_load_in_progress.value
+        if txn is None:
+            return _E.invalid_producer_id_mapping.value
+        st = txn.state
+        # A retry carries the epoch before the bump (or, after a producer id
+        # rotation, the old id at the last epoch); the same epoch is the next EndTxn.
+        retry_on_overflow = (txn.prev_producer_id == producer_id
+                             and producer_epoch == _MAX_EPOCH - 1 and txn.producer_epoch == 0)
+        retry_on_bump = txn.producer_epoch == producer_epoch + 1
+        if txn.producer_id != producer_id and not retry_on_overflow:
+            return _E.invalid_producer_id_mapping.value
+        current = producer_epoch == txn.producer_epoch
+        if st in _PREPARE:
+            valid = retry_on_bump
+        elif st in _COMPLETE:
+            valid = retry_on_bump or retry_on_overflow or current
+        else:
+            valid = current
+        if not valid:
+            return _E.producer_fenced.value
+        if txn.pending is not None:
+            return _E.concurrent_transactions.value
+        retry = retry_on_bump or retry_on_overflow
+        abort = _S.PREPARE_ABORT, True
+        if st is _S.ONGOING:
+            return (_S.PREPARE_COMMIT if commit else _S.PREPARE_ABORT), False
+        if st is _S.COMPLETE_COMMIT:
+            if commit:
+                return NONE if retry else _E.invalid_txn_state.value
+            return _E.invalid_txn_state.value if retry else abort
+        if st is _S.COMPLETE_ABORT:
+            if commit:
+                return _E.invalid_txn_state.value
+            return NONE if retry else abort
+        if st is _S.PREPARE_COMMIT:
+            return _E.concurrent_transactions.value if commit else _E.invalid_txn_state.value
+        if st is _S.PREPARE_ABORT:
+            return _E.invalid_txn_state.value if commit else _E.concurrent_transactions.value
+        if st is _S.EMPTY:
+            return _E.invalid_txn_state.value if commit else abort
+        raise IllegalTransitionError(f"{tid}: EndTxn in state {st.value}")
+
+    def _prepare_end_v2(self, txn: _Txn, target: TxnState, now: int, next_pid: int,
+                        no_partition_added: bool) -> _Transit:
+        """Kafka's prepareAbortOrCommit at transactions v2: the epoch is bumped (never
+        past Short.MaxValue: an abort there goes through unbumped), the old one kept
+        as the last epoch; an abort with nothing open starts now."""
+        epoch = txn.producer_epoch
+        bumped = epoch if epoch >= _MAX_EPOCH and target is _S.PREPARE_ABORT else epoch + 1
+        return self._prepare(txn, target, producer_epoch=bumped, last_producer_epoch=epoch,
+                             next_producer_id=next_pid, tv=2, last_update_ms=now,
+                             start_ms=now if no_partition_added else txn.start_ms)
 
     def _end_check(self, tid: str, producer_id: int, producer_epoch: int, commit: bool) -> int | None:
         if not tid:
@@ -951,6 +1085,8 @@ class TransactionCoordinatorState:
         txn.pending = None
         txn.producer_epoch = bumped
         txn.last_producer_epoch = NO_PRODUCER_EPOCH
+        # One bump whatever the transaction's version (Kafka 4.3.1: a fenced transaction
+        # of either version ends one epoch up; the next InitProducerId bumps again).
         transit = self._prepare(txn, _S.PREPARE_ABORT, last_update_ms=now)
         self._write(fx, _Write("prepare", txn, transit, token, "init_producer_id", api_version, fence=True))
 
@@ -1010,7 +1146,14 @@ class TransactionCoordinatorState:
                 # PrepareCommit/PrepareAbort is durable: the outcome is decided. Answer,
                 # then write the markers; Complete* follows once they are durable.
                 txn.expire_requested = False  # decided: nothing left to expire
-                if w.token is not None:
+                if w.token is not None and w.api == "end_txn" and w.transit.tv >= 2:
+                    # EndTxn v5 answers with what the producer continues with.
+                    if txn.next_producer_id != NO_PRODUCER_ID:
+                        fx.respond(w.token, EndTxnResult(NONE, txn.next_producer_id, 0))
+                    else:
+                        fx.respond(w.token, EndTxnResult(NONE, txn.producer_id,
+                                                         txn.producer_epoch))
+                elif w.token is not None:
                     # InitProducerId that fenced an ongoing transaction: retry later.
                     result = _E.concurrent_transactions.value if w.fence else NONE
                     fx.respond(w.token, self._result(w.api, w.api_version, result, ()))
@@ -1052,6 +1195,12 @@ class TransactionCoordinatorState:
         """Kafka's prepareComplete: computed when the markers are requested."""
         txn.failed_epoch_fence = False  # the fence (if any) is durable
         target = _S.COMPLETE_COMMIT if txn.state is _S.PREPARE_COMMIT else _S.COMPLETE_ABORT
+        if txn.tv >= 2 and txn.next_producer_id != NO_PRODUCER_ID:
+            # The epoch was exhausted: continue under the next producer id at epoch 0
+            # (the last epoch stays the one the client saw before it).
+            return self._prepare(txn, target, producer_id=txn.next_producer_id,
+                                 producer_epoch=0, next_producer_id=NO_PRODUCER_ID,
+                                 partitions=frozenset(), last_update_ms=now)
         return self._prepare(txn, target, next_producer_id=NO_PRODUCER_ID, partitions=frozenset(),
                              last_update_ms=now)
 
@@ -1079,6 +1228,7 @@ class TransactionCoordinatorState:
             commit=txn.state is _S.PREPARE_COMMIT,
             partitions=tuple(sorted(txn.marker_partitions)),
             coordinator_epoch=self.coordinator_epoch,
+            transaction_version=txn.tv,
         ))
 
     # ==============================================================================
@@ -1237,12 +1387,12 @@ class TransactionCoordinatorState:
         producer (every version: Kafka's verification turns PRODUCER_FENCED into it, and
         TxnOffsetCommit never got the KIP-588 code), INVALID_PRODUCER_ID_MAPPING,
         CONCURRENT_TRANSACTIONS, and INVALID_TXN_STATE when AddOffsetsToTxn was not done
-        (TRANSACTION_ABORTABLE from v5, KIP-890). Group membership and generation are the
+        (TRANSACTION_ABORTABLE from v4, KIP-890's GENERIC_ERROR_SUPPORTED). Group membership and generation are the
         group coordinator's part.
         """
         tp = self._partition_for_group(group_id)
         error = self.verify_partitions(transactional_id, producer_id, producer_epoch, [tp])[tp]
-        if error == _E.transaction_abortable.value and api_version < 5:
+        if error == _E.transaction_abortable.value and api_version < 4:
             error = _E.invalid_txn_state.value
         if error == _E.producer_fenced.value:
             error = _E.invalid_producer_epoch.value
@@ -1348,6 +1498,7 @@ class TransactionCoordinatorState:
             "markers_in_flight": txn.marker_id is not None,
             "expire_requested": txn.expire_requested,
             "orphans": sorted(txn.orphans),
+            "client_transaction_version": txn.tv,
         }
 
     def open_transaction_starts(self) -> list[int]:
@@ -1407,9 +1558,21 @@ class TransactionCoordinatorState:
         elif target is _S.ONGOING:  # AddPartitions
             ok = same_producer and t.partitions >= txn.partitions and t.timeout_ms == txn.timeout_ms
         elif target in _PREPARE:  # EndTxn / fence
+            if t.tv >= 2 and t.producer_epoch != txn.producer_epoch:
+                # A v2 EndTxn bumped the epoch (Kafka's validProducerEpoch); a fence's
+                # abort did its bump before.
+                same_producer = (t.producer_id == txn.producer_id
+                                 and t.last_producer_epoch == txn.producer_epoch)
+            # v2 may abort with nothing open: that transaction starts now.
+            empty_abort = t.tv >= 2 and target is _S.PREPARE_ABORT and txn.state in _IDLE
             ok = (same_producer and t.partitions == txn.partitions and t.timeout_ms == txn.timeout_ms
-                  and t.start_ms == txn.start_ms)
+                  and (t.start_ms == txn.start_ms or empty_abort))
         elif target in _COMPLETE:  # markers written
+            if t.tv >= 2 and t.producer_epoch == 0 and t.producer_id != txn.producer_id:
+                # Rotated to the next producer id (epoch exhausted).
+                same_producer = (t.last_producer_epoch == txn.last_producer_epoch
+                                 and t.prev_producer_id == txn.producer_id
+                                 and t.producer_id == txn.next_producer_id)
             ok = same_producer and t.timeout_ms == txn.timeout_ms and t.start_ms != -1
         else:  # PrepareEpochFence and Dead are never completed this way
             ok = False
@@ -1425,6 +1588,7 @@ class TransactionCoordinatorState:
         txn.start_ms = t.start_ms
         txn.last_update_ms = t.last_update_ms
         txn.first_offsets = t.first_offsets
+        txn.tv = t.tv
         txn.state = target
         txn.pending = None
 

@@ -35,6 +35,7 @@ TOOLS = {
     "kafka-delete-records": "org.apache.kafka.tools.DeleteRecordsCommand",
     "kafka-log-dirs": "org.apache.kafka.tools.LogDirsCommand",
     "kafka-producer-perf-test": "org.apache.kafka.tools.ProducerPerformance",
+    "kafka-features": "org.apache.kafka.tools.FeatureCommand",
 }
 
 
@@ -114,11 +115,18 @@ def run_tools(classes: Path, work: Path, commands: list[list[str]],
 def run_java_clients(classes: Path, bootstrap: str, prefix: str,
                      timeout: float = 240) -> dict[str, tuple[bool, str]]:
     """step name -> (ok, detail) of tests/jvm/JavaClients.java."""
-    done = _java(classes, "JavaClients", bootstrap, prefix, timeout=timeout)
+    return run_java_steps(classes, "JavaClients", bootstrap, prefix, timeout=timeout)
+
+
+def run_java_steps(classes: Path, main: str, *args: str,
+                   timeout: float = 240) -> dict[str, tuple[bool, str]]:
+    """step name -> (ok, detail) of a tests/jvm program that prints JavaClients' STEP
+    lines, then DONE."""
+    done = _java(classes, main, *args, timeout=timeout)
     steps = {}
     for line in done.stdout.splitlines():
         m = re.match(r"STEP (\S+) (OK|FAIL) ?(.*)", line)
         if m:
             steps[m.group(1)] = (m.group(2) == "OK", m.group(3))
-    assert "DONE" in done.stdout, f"JavaClients did not finish:\n{done.stdout}\n{done.stderr[-3000:]}"
+    assert "DONE" in done.stdout, f"{main} did not finish:\n{done.stdout}\n{done.stderr[-3000:]}"
     return steps

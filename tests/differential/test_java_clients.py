@@ -4,9 +4,9 @@ ConsumerGroupMetadata), a read_committed KafkaConsumer in a group, and the Admin
 of topics, configs, offsets, records and transactions (tests/jvm/JavaClients.java, one
 JVM for every step).
 
-The Java producer uses transactions v2 (KIP-890) only when the broker advertises the
-``transaction.version`` feature at 2: Kafka 4 does, txbroker does not, so on txbroker
-the same program runs the v1 protocol."""
+The Java producer uses transactions v2 (KIP-890) when the broker advertises the
+``transaction.version`` feature at 2, as Kafka 4 and txbroker do by default
+(test_transactions_v2.py checks the v2 protocol itself)."""
 
 from __future__ import annotations
 

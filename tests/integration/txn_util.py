@@ -542,6 +542,11 @@ class RawTxn:
             m.EndTxnRequest, transactional_id=self.transactional_id,
             producer_id=self.producer_id, producer_epoch=self.epoch, committed=commit))
         assert r is not None, "the broker closed the connection instead of answering EndTxn"
+        if version >= 5 and r.error_code == 0:
+            # Transactions v2: carry on with the id/epoch the answer gives (bumped), and
+            # sequences from 0, as a v2 producer does.
+            self.producer_id, self.epoch = r.producer_id, r.producer_epoch
+            self.sequences.clear()
         return int(r.error_code)
 
     def batch(self, tp: TopicPartition, values: Sequence[bytes], *, sequence: int | None = None,

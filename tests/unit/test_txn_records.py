@@ -78,11 +78,29 @@ def test_value_bytes_deterministic() -> None:
 
 
 def test_later_versions_may_append_fields() -> None:
-    prepared = value(state="PrepareCommit", txn_first_offsets={("a", 0): 5})
+    prepared = value(state="PrepareCommit", txn_first_offsets={("a", 0): 5},
+                     client_transaction_version=2)
     raw = msgpack.unpackb(encode_value(prepared))
     raw[0] = 1
     raw.append("a future field")
     assert decode_value(msgpack.packb(raw)) == prepared
+
+
+def test_client_transaction_version_is_written_only_when_set() -> None:
+    # Transactions v1 records keep the bytes they had before the field existed, and
+    # records written without it (by the current format) load as version 0.
+    v1 = value(state="Ongoing")
+    assert len(msgpack.unpackb(encode_value(v1))) == 11
+    assert decode_value(encode_value(v1)).client_transaction_version == 0
+    v2 = value(state="CompleteCommit", client_transaction_version=2)
+    raw = msgpack.unpackb(encode_value(v2))
+    assert raw[11] is None and raw[12] == 2  # no first offsets, then the version
+    assert decode_value(encode_value(v2)) == v2
+    prepared = value(state="PrepareAbort", txn_first_offsets={("a", 0): 1},
+                     client_transaction_version=2, next_producer_id=9)
+    assert decode_value(encode_value(prepared)) == prepared
+    with pytest.raises(ValueError):
+        encode_value(value(state="Ongoing", client_transaction_version=-1))
 
 
 def test_prepare_records_carry_first_offsets_grouped_by_topic() -> None:

@@ -33,7 +33,19 @@ def with_first_offsets(draw) -> TxnLogValue:
     if v.state in ("PrepareCommit", "PrepareAbort") and v.partitions and draw(st.booleans()):
         offsets = {tp: draw(st.integers(0, 2**40)) for tp in v.partitions}
         v = TxnLogValue(**{**v.__dict__, "txn_first_offsets": offsets})
-    return v
+    # Transactions v2 records carry the client transaction version (0 in v1 ones).
+    return TxnLogValue(**{**v.__dict__, "client_transaction_version": draw(st.sampled_from([0, 2]))})
+
+
+def test_snapshot_rows_from_before_transactions_v2_load_as_version_0() -> None:
+    value = TxnLogValue(7, -1, -1, 3, 2, 60_000, "CompleteCommit", frozenset(), 1, 2,
+                        client_transaction_version=2)
+    row = row_of("t", value)
+    assert len(row) == 13 and row[12] == 2
+    m = _machine()
+    m.load_row(row[:12])  # the layout snapshots had before the version was added
+    assert m.record_of("t") == TxnLogValue(**{**value.__dict__, "client_transaction_version": 0})
+    assert decode_snapshot(encode_snapshot(5, [row[:12], row]))[1] == [row[:12], row]
 
 
 histories = st.lists(st.tuples(st.sampled_from(["a", "b", "c", "ü-id"]),

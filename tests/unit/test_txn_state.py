@@ -204,7 +204,8 @@ KAFKA_TABLE = {
     "Empty": {"Empty", "CompleteCommit", "CompleteAbort"},
     "Ongoing": {"Ongoing", "Empty", "CompleteCommit", "CompleteAbort"},
     "PrepareCommit": {"Ongoing"},
-    "PrepareAbort": {"Ongoing", "PrepareEpochFence"},
+    # Empty/CompleteCommit/CompleteAbort: transactions v2 only (an abort with nothing open).
+    "PrepareAbort": {"Ongoing", "PrepareEpochFence", "Empty", "CompleteCommit", "CompleteAbort"},
     "CompleteCommit": {"PrepareCommit"},
     "CompleteAbort": {"PrepareAbort"},
     "Dead": {"Empty", "CompleteCommit", "CompleteAbort"},
@@ -212,7 +213,7 @@ KAFKA_TABLE = {
 }
 
 
-def test_transition_table_is_kafkas_v1_table() -> None:
+def test_transition_table_is_kafkas_table() -> None:
     assert {s.value: {p.value for p in prev} for s, prev in VALID_PREVIOUS_STATES.items()} == KAFKA_TABLE
     for src in TxnState:
         for dst in TxnState:
@@ -1000,6 +1001,7 @@ class Client:
     tid: str
     pid: int = -1
     epoch: int = -1
+    tv2: bool = False  # a transactions v2 producer: EndTxn v5, partitions added by Produce v12
 
 
 @dataclass
@@ -1011,6 +1013,7 @@ class Request:
     epoch: int
     parts: frozenset = frozenset()
     commit: bool = False
+    v2: bool = False  # EndTxn v5 / AddPartitionsToTxn v5 (a leader's implicit add)
 
 
 class TxnMachine(RuleBasedStateMachine):
@@ -1114,7 +1117,12 @@ class TxnMachine(RuleBasedStateMachine):
             if held:
                 # Data open means its producer was answered NONE for it (perhaps by a machine
                 # whose records were lost since, or before an ambiguous completion forgot it).
-                assert self.owner[tid] in (None, owner), (tid, self.owner[tid], owner)
+                # (Transactions v2: a lost completion brought back the decided transaction's
+                # owner, at the epoch before the bump, while the data is the next one's.)
+                v2_next = (r is not None and r.state in PREPARE_STATES
+                           and r.client_transaction_version >= 2
+                           and owner[0] in (r.producer_id, r.next_producer_id))
+                assert self.owner[tid] in (None, owner) or v2_next, (tid, self.owner[tid], owner)
                 self.owner[tid] = owner
                 self.requested[tid] |= set(held)
             if not self.owed[tid] and (r is None or r.state not in OPEN_STATES):
@@ -1147,7 +1155,11 @@ class TxnMachine(RuleBasedStateMachine):
             # Complete*) never change the producer id. The epoch may be higher: a fence's durable
             # PrepareAbort, or an InitProducerId whose write failed ambiguously (in the log, but
             # not in memory, so the owner went on at the older epoch).
-            assert r is not None and r.producer_id == pid and r.producer_epoch >= epoch, (r, pid)
+            # (Or, transactions v2, the next producer id of a decided transaction that
+            # exhausted its epoch, whose completion was lost: its data is a later one's.)
+            assert r is not None and (
+                (r.producer_id == pid and r.producer_epoch >= epoch)
+                or (r.state in PREPARE_STATES and r.next_producer_id == pid)), (r, pid)
             parts = frozenset(opened)
             covered = r.partitions if r.state in OPEN_STATES else frozenset()
             if r.state in PREPARE_STATES and parts & covered:
@@ -1260,16 +1272,43 @@ class TxnMachine(RuleBasedStateMachine):
             client.pid = client.epoch = -1  # a real producer would have to start over
         if result.error != NONE:
             return
-        # A fenced (zombie) producer is never told NONE.
-        assert req.epoch >= self.granted_max.get(req.pid, -1), "zombie producer not fenced"
+        # A fenced (zombie) producer is never told NONE. (A v2 EndTxn retry carries the
+        # epoch before the bump its first attempt got, and is answered without effect.)
+        retry = req.kind == "end" and req.v2
+        assert req.epoch >= self.granted_max.get(req.pid, -1) - retry, "zombie producer not fenced"
         if req.kind == "add":
             owner = self.owner[req.tid]
             assert owner is None or owner == (req.pid, req.epoch), "two open transactions for one id"
             self.owner[req.tid] = (req.pid, req.epoch)
             self.owed[req.tid] |= req.parts
             assert self.sm.state_of(req.tid) is TxnState.ONGOING
+        elif req.v2:
+            assert isinstance(result, EndTxnResult)
+            info = self.sm.inspect(req.tid)
+            done = "CompleteCommit" if req.commit else "CompleteAbort"
+            prepared = "PrepareCommit" if req.commit else "PrepareAbort"
+            now = (info["producer_id"], info["producer_epoch"])
+            if info["state"] == prepared:
+                # Decided with a bumped epoch; the answer is what the producer continues
+                # with: that epoch, or the next producer id at 0 when it was exhausted.
+                assert info["pending_state"] == done and now == (req.pid, req.epoch + 1), (info, req)
+                expected = now if info["next_producer_id"] < 0 else (info["next_producer_id"], 0)
+            else:
+                assert info["state"] == done, (info, req)
+                expected = now
+                assert now == (req.pid, req.epoch + 1) or (
+                    now[1] == 0 and info["previous_producer_id"] == req.pid), (info, req)
+            assert (result.producer_id, result.producer_epoch) == expected, (result, info)
+            if expected[0] != req.pid:
+                event("transactions v2 EndTxn rotated the producer id")
+            assert expected[1] >= self.granted_max.get(expected[0], -1)
+            self.granted_max[expected[0]] = expected[1]
+            self.tid_of[expected[0]] = req.tid
+            client.pid, client.epoch = expected
+            event("transactions v2 EndTxn")
         else:
             assert isinstance(result, EndTxnResult)
+            assert (result.producer_id, result.producer_epoch) == (-1, -1)
             info = self.sm.inspect(req.tid)
             done = "CompleteCommit" if req.commit else "CompleteAbort"
             prepared = "PrepareCommit" if req.commit else "PrepareAbort"
@@ -1302,10 +1341,12 @@ class TxnMachine(RuleBasedStateMachine):
             # Every partition answered NONE gets a marker, and only requested ones do.
             assert self.owed[tid] <= d[3] <= self.requested[tid], (self.owed[tid], d, self.requested[tid])
             owner = self.owner[tid]
+            # A transactions v2 decision bumped the epoch: the markers carry the next one.
+            asked = m.producer_epoch - (m.transaction_version >= 2)
             if m.commit:
                 # Only the producer whose transaction it is can commit it, by asking to.
-                assert owner is None or owner == (m.producer_id, m.producer_epoch)
-                assert (m.producer_id, m.producer_epoch, True) in self.ended[tid]
+                assert owner is None or owner == (m.producer_id, asked)
+                assert (m.producer_id, asked, True) in self.ended[tid]
             elif owner is not None and (*owner, False) not in self.ended[tid]:
                 # Aborted by a fence (another producer's InitProducerId, a timeout): the markers
                 # carry a bumped epoch, so the partitions fence the old producer too.
@@ -1410,12 +1451,18 @@ class TxnMachine(RuleBasedStateMachine):
                 event("crash lost an unsynced AddPartitions")
         self.lazy = {}  # what is left survived the crash: durable now
 
-    @initialize(eager=st.sampled_from([True, True, False]))
-    def choose_shell(self, eager: bool) -> None:
+    @initialize(eager=st.sampled_from([True, True, False]),
+                tv2=st.lists(st.booleans(), min_size=N_CLIENTS, max_size=N_CLIENTS))
+    def choose_shell(self, eager: bool, tv2: list[bool]) -> None:
         """Which shell drives the machine: one acting on AddPartitionsToTxn's Ongoing once it
-        is appended (ff610ea), or one waiting for its fsync (before)."""
+        is appended (ff610ea), or one waiting for its fsync (before); and which clients
+        speak transactions v2, next to v1 ones on the same ids."""
         self.eager_adds = eager
         event("shell acts on AddPartitions at append" if eager else "shell fsyncs AddPartitions")
+        for cl, v2 in zip(self.clients, tv2, strict=True):
+            cl.tv2 = v2
+        if any(tv2):
+            event("transactions v2 clients")
 
     # -- client requests (helpers; the rules below pick among them) ------------------
 
@@ -1452,9 +1499,10 @@ class TxnMachine(RuleBasedStateMachine):
     def send_add(self, c: int, parts: list, modern: bool) -> None:
         cl = self.clients[c]
         self.requested[cl.tid] |= set(parts)
-        token = self.issue(Request("add", c, cl.tid, cl.pid, cl.epoch, frozenset(parts)))
+        token = self.issue(Request("add", c, cl.tid, cl.pid, cl.epoch, frozenset(parts), v2=cl.tv2))
+        # A v2 producer's partitions are added by its first Produce (the leader's v5 add).
         self.absorb(self.sm.add_partitions(token, self.now, cl.tid, cl.pid, cl.epoch, parts,
-                                           api_version=3 if modern else 0))
+                                           api_version=5 if cl.tv2 else 3 if modern else 0))
 
     def send_offsets(self, c: int, group: str) -> None:
         cl = self.clients[c]
@@ -1470,9 +1518,9 @@ class TxnMachine(RuleBasedStateMachine):
         if info is not None and (info["state"], info["producer_id"], info["producer_epoch"]) == (
                 "Ongoing", cl.pid, cl.epoch):
             self.ending[cl.tid] = (cl.pid, cl.epoch)
-        token = self.issue(Request("end", c, cl.tid, cl.pid, cl.epoch, commit=commit))
+        token = self.issue(Request("end", c, cl.tid, cl.pid, cl.epoch, commit=commit, v2=cl.tv2))
         self.absorb(self.sm.end_txn(token, self.now, cl.tid, cl.pid, cl.epoch, commit,
-                                    api_version=3 if modern else 1))
+                                    api_version=5 if cl.tv2 else 3 if modern else 1))
 
     @rule(c=st.sampled_from([0, 1, 0, 1, 2, 3]),
           action=st.sampled_from(["add", "add", "add", "offsets", "commit", "commit", "abort"]),
@@ -1768,7 +1816,7 @@ class TxnMachine(RuleBasedStateMachine):
         assert not self.writes and not self.markers
         assert self.sm.held_tokens() == set()
         for tid in self.sm.transactional_ids():
-            assert self.sm.state_of(tid) not in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT)
+            assert self.sm.state_of(tid) not in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT), (self.sm.inspect(tid), self.log, self.open_first, self.sm.pending_write_ids(), self.sm.pending_marker_ids())
             assert self.sm.inspect(tid)["pending_state"] is None
         # No hanging transaction: data still open belongs to its producer's ongoing one.
         for (pid, tp), _opened in self.open_first.items():
