@@ -20,13 +20,13 @@ import sys
 import threading
 from collections.abc import Mapping, Sequence
 
-from .security_testing import SecuritySetup
+from .security_testing import SecuredBrokerAccess, SecuritySetup
 
 READY = re.compile(r"ready: listening on (\S+):(\d+)")
 LISTENER = re.compile(r"listener (\S+) \((\S+)\) on (\S+):(\d+)")
 
 
-class BrokerProcess:
+class BrokerProcess(SecuredBrokerAccess):
     """``python -m txbroker serve`` in a child process; restarts reuse the first port."""
 
     def __init__(self, data_dir: str, overrides: Mapping[str, str] | None = None,
@@ -51,15 +51,6 @@ class BrokerProcess:
 
     def bootstrap_for(self, listener: str) -> str:
         return f"{self.host}:{self.ports[listener]}"
-
-    @property
-    def certs(self):
-        assert self.security is not None and self.security.certs is not None
-        return self.security.certs
-
-    def client_config(self, listener: str, user: str | None = None, **kwargs) -> dict[str, str]:
-        assert self.security is not None
-        return self.security.client_config(self.bootstrap_for(listener), listener, user, **kwargs)
 
     @property
     def running(self) -> bool:

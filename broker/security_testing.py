@@ -143,3 +143,25 @@ class SecuritySetup:
                 config["ssl.certificate.location"] = self.certs.client_cert_file
                 config["ssl.key.location"] = self.certs.client_key_file
         return config
+
+
+class SecuredBrokerAccess:
+    """What BrokerThread and BrokerProcess share for a secured broker: its test
+    certificates and the client properties for one listener. The class using it has
+    ``security`` (a SecuritySetup or None) and ``bootstrap_for(listener)``."""
+
+    security: SecuritySetup | None
+
+    def bootstrap_for(self, listener: str) -> str:  # pragma: no cover - provided by the user
+        raise NotImplementedError
+
+    @property
+    def certs(self) -> TestCertificates:
+        """The test CA and client certificate files of a TLS broker."""
+        assert self.security is not None and self.security.certs is not None
+        return self.security.certs
+
+    def client_config(self, listener: str, user: str | None = None, **kwargs) -> dict[str, str]:
+        """Client properties (Kafka/librdkafka names) for ``listener`` as ``user``."""
+        assert self.security is not None
+        return self.security.client_config(self.bootstrap_for(listener), listener, user, **kwargs)

@@ -21,11 +21,11 @@ import time
 from collections.abc import Mapping, Sequence
 
 from .config import load_config
-from .security_testing import SecuritySetup
+from .security_testing import SecuredBrokerAccess, SecuritySetup
 from .server import Broker
 
 
-class BrokerThread:
+class BrokerThread(SecuredBrokerAccess):
     def __init__(self, data_dir: str, overrides: Mapping[str, str] | None = None,
                  host: str = "127.0.0.1", port: int = 0, *,
                  listeners: Sequence[str] | Mapping[str, str] | None = None,
@@ -64,17 +64,6 @@ class BrokerThread:
         assert self.broker is not None
         host, port = self.broker.advertised_for(listener)
         return f"{host}:{self.broker.listeners_by_name[listener].port}"
-
-    @property
-    def certs(self):
-        """The test CA and client certificate files (TestCertificates) of a TLS broker."""
-        assert self.security is not None and self.security.certs is not None
-        return self.security.certs
-
-    def client_config(self, listener: str, user: str | None = None, **kwargs) -> dict[str, str]:
-        """Client properties (Kafka/librdkafka names) for ``listener`` as ``user``."""
-        assert self.security is not None
-        return self.security.client_config(self.bootstrap_for(listener), listener, user, **kwargs)
 
     def sessions(self) -> list[tuple[str, str, str]]:
         """(peer, listener, principal) of every open connection: which principal the

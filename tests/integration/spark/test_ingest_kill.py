@@ -20,8 +20,9 @@ from tests.integration.spark_util import Ledger, Producer, rows_of
 ROOT = Path(__file__).resolve().parents[3]
 
 
-@pytest.mark.slow
-def test_driver_killed_mid_batch_then_restarted(spark, txbroker, topic, tmp_path):
+def _committed_and_aborted_rounds(txbroker, topic: str):
+    """4 rounds of 300 committed records and 30 aborted ones over 2 partitions; the
+    records a read_committed reader must see."""
     txbroker.create_topic(topic, 2)
     ledger = Ledger()
     producer = Producer(txbroker.bootstrap, ledger)
@@ -35,7 +36,12 @@ def test_driver_killed_mid_batch_then_restarted(spark, txbroker, topic, tmp_path
                 aborter.send(topic, i % 2, b"aborted-%d-%d" % (round_, i))
         producer.commit()
         aborter.abort()
-    expected = ledger.visible()
+    return ledger.visible()
+
+
+@pytest.mark.slow
+def test_driver_killed_mid_batch_then_restarted(spark, txbroker, topic, tmp_path):
+    expected = _committed_and_aborted_rounds(txbroker, topic)
     assert len(expected) == 1200
 
     out, ckpt, marker = tmp_path / "out", tmp_path / "ckpt", tmp_path / "reads"
@@ -142,20 +148,7 @@ def test_connector_driver_killed_mid_batch_then_restarted(spark, txbroker, topic
     why = connector_missing()
     if why:
         pytest.skip(why)
-    txbroker.create_topic(topic, 2)
-    ledger = Ledger()
-    producer = Producer(txbroker.bootstrap, ledger)
-    aborter = Producer(txbroker.bootstrap, ledger)
-    for round_ in range(4):
-        producer.begin()
-        aborter.begin()
-        for i in range(300):
-            producer.send(topic, i % 2, b"r%d-%d" % (round_, i), key=b"%d" % i)
-            if i % 10 == 0:
-                aborter.send(topic, i % 2, b"aborted-%d-%d" % (round_, i))
-        producer.commit()
-        aborter.abort()
-    expected = ledger.visible()
+    expected = _committed_and_aborted_rounds(txbroker, topic)
 
     out, ckpt = tmp_path / "out", tmp_path / "ckpt"
     flags = ["--format", "kafka", "--bootstrap-servers", txbroker.bootstrap, "--topic", topic,
