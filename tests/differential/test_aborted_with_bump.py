@@ -1,0 +1,171 @@
+"""A producer that goes on after the coordinator aborted its transaction with an epoch
+bump, on txbroker and on Apache Kafka. Kafka cannot lose power, but the situation a
+producer sees after txbroker's recovery aborted a transaction whose AddPartitionsToTxn
+record a power loss took (docs/fault-injection.md) is the one of a transaction that
+outlived its transaction.timeout.ms: the coordinator wrote ABORT markers with the next
+epoch into the partitions it knew of, and the producer still holds the old epoch and
+its sequence numbers. What every request then gets, on the raw wire and per client,
+must be Kafka's answer (issue 20, item 2)."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from tests.integration.txn_util import RawTxn, TxnProducer, read_all, unique
+
+from .test_exactly_once import wait_aborted
+from .test_transactions import wait_stable
+from .util import init_txn
+
+INVALID_PRODUCER_EPOCH = 47
+PRODUCER_FENCED = 90
+
+
+@pytest.mark.kafka_ci
+@pytest.mark.parametrize("version", [3, 7, 9])
+def test_old_epoch_produce_after_abort_with_bump_on_the_wire(broker, version):
+    """Partitions A and B hold a committed transaction at epoch e. The next transaction
+    adds only A and times out: ABORT at epoch e+1 in A, nothing in B, whose producer
+    state still says epoch e. Every Produce at epoch e is then refused with
+    INVALID_PRODUCER_EPOCH: on A by the partition's epoch check, on B by the
+    coordinator's verification (PRODUCER_FENCED, answered as INVALID_PRODUCER_EPOCH), the
+    same for a batch that leaves a sequence gap behind (the epoch is checked before any
+    sequence number) and one that does not. Never OUT_OF_ORDER_SEQUENCE_NUMBER: that would
+    tell the client it may carry on at its epoch, as aiokafka tries to."""
+    topic = broker.topic(f"bump-wire-v{version}", partitions=2)
+    a, b = (topic, 0), (topic, 1)
+    tid = unique(f"tid-bump-wire-v{version}")
+    broker.wait_coordinator(tid)
+    client = broker.raw()
+    try:
+        txn = RawTxn(client, tid, timeout_ms=1000)
+        assert init_txn(txn).error_code == 0
+        assert txn.add_partitions([a, b]) == {a: 0, b: 0}
+        for tp in (a, b):
+            for i in range(3):
+                assert txn.produce(tp, txn.batch(tp, [b"c%d" % i]), version=version)[0] == 0
+        assert txn.end(commit=True) == 0
+        wait_stable(broker, [a, b], expected=4)
+        assert txn.add_partitions([a]) == {a: 0}
+        assert txn.produce(a, txn.batch(a, [b"doomed"]), version=version)[0] == 0
+        assert wait_aborted(broker, a) == 6  # 3 committed, their marker, doomed, ABORT
+        next_b = txn.sequences[b]
+        codes = {
+            "A in sequence": txn.produce(a, txn.batch(a, [b"late"]), version=version)[0],
+            "B in sequence": txn.produce(
+                b, txn.batch(b, [b"late"], sequence=next_b), version=version)[0],
+            "B after a gap": txn.produce(
+                b, txn.batch(b, [b"late"], sequence=next_b + 1), version=version)[0],
+            "add B": txn.add_partitions([b])[b],
+            "end abort": txn.end(commit=False),
+        }
+        assert codes == {"A in sequence": INVALID_PRODUCER_EPOCH,
+                         "B in sequence": INVALID_PRODUCER_EPOCH,
+                         "B after a gap": INVALID_PRODUCER_EPOCH,
+                         "add B": PRODUCER_FENCED, "end abort": PRODUCER_FENCED}, codes
+    finally:
+        client.close()
+    assert read_all("confluent", broker.bootstrap, {a: 6, b: 4}) == {
+        a: [b"c0", b"c1", b"c2"], b: [b"c0", b"c1", b"c2"]}
+
+
+def _step(fn, timeout: float = 45) -> str:
+    """What one client call did: "ok", the error's name, or "hung" (it neither returned
+    nor failed within ``timeout``)."""
+    result: list[str] = []
+
+    def run() -> None:
+        try:
+            fn()
+            result.append("ok")
+        except BaseException as e:  # recorded: the outcome is what the test compares
+            result.append(_error_name(e))
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    t.join(timeout)
+    return result[0] if result else "hung"
+
+
+def _error_name(e: BaseException) -> str:
+    from confluent_kafka import KafkaException
+
+    # confluent-kafka's produce() on a fenced instance raises SystemError whose cause is
+    # the KafkaException; name that.
+    while not isinstance(e, KafkaException) and isinstance(e.__cause__ or e.__context__,
+                                                           BaseException):
+        e = e.__cause__ or e.__context__
+    if isinstance(e, KafkaException):
+        err = e.args[0]
+        return f"{err.name()}{' (fatal)' if err.fatal() else ''}"
+    return type(e).__name__
+
+
+# What each client does when it goes on after the coordinator aborted its transaction
+# with an epoch bump (sends to a partition of the transaction and one outside it, then
+# commits; then aborts and starts a new transaction at its epoch). Recorded on Apache
+# Kafka 4.3.1; txbroker must do the same.
+# Each fails its sends with its fatal "fenced" error and refuses everything after it:
+# the application must create a new producer (no client loops).
+GOES_ON = {
+    "confluent": {"sends": "_FENCED (fatal)", "commit": "_FENCED (fatal)",
+                  "abort": "_FENCED (fatal)", "next transaction": "_FENCED (fatal)"},
+    # Then "Cannot execute transactional method because we are in an error state". Which
+    # send fails first (Produce to A: INVALID_PRODUCER_EPOCH, or AddPartitionsToTxn for
+    # B: PRODUCER_FENCED) is a race in the client, on both brokers.
+    "kafka-python": {"sends": ("ProducerFencedError", "InvalidProducerEpochError"),
+                     "commit": "KafkaError",
+                     "abort": "KafkaError", "next transaction": "KafkaError"},
+    # aiokafka moved to FATAL_ERROR: "Invalid state transition" assertions (its commit
+    # may still go out first, then it is fenced on the wire: a race in the client)
+    "aiokafka": {"sends": "ProducerFenced", "commit": ("ProducerFenced", "AssertionError"),
+                 "abort": "AssertionError", "next transaction": "AssertionError"},
+}
+
+
+@pytest.mark.parametrize("client", ["confluent", "kafka-python", "aiokafka"])
+def test_client_goes_on_after_abort_with_bump(broker, client):
+    """The client sees its transaction aborted under it (transaction.timeout.ms 1 s)
+    and goes on: each step's outcome is the one it has on Kafka, none of the aborted
+    transaction's records becomes visible."""
+    topic = broker.topic(f"bump-{client}", partitions=2)
+    a, b = (topic, 0), (topic, 1)
+    producer = TxnProducer(client, broker.bootstrap, unique(f"tid-bump-{client}"),
+                           timeout_ms=1000)
+    try:
+        producer.init()
+        producer.begin()
+        for p in (0, 1):
+            producer.send(topic, b"c%d" % p, partition=p)
+        producer.commit()
+        producer.begin()
+        producer.send(topic, b"doomed", partition=0)
+        producer.flush()
+        wait_aborted(broker, a)
+
+        def sends() -> None:
+            producer.send(topic, b"late-a", partition=0)
+            producer.send(topic, b"late-b", partition=1)
+            producer.flush()
+
+        def again() -> None:
+            producer.begin()
+            producer.send(topic, b"again", partition=0)
+            producer.flush()
+            producer.commit()
+
+        outcome = {"sends": _step(sends), "commit": _step(producer.commit),
+                   "abort": _step(producer.abort), "next transaction": _step(again)}
+    finally:
+        producer.close()
+    print(f"\n{broker.name} {client}: {outcome}")
+    expected = GOES_ON[client]
+    assert outcome.keys() == expected.keys()
+    assert all(outcome[k] in (v if isinstance(v, tuple) else (v,)) for k, v in expected.items()), \
+        outcome
+    ends = wait_stable(broker, [a, b])
+    got = read_all("confluent", broker.bootstrap, ends)
+    assert b"doomed" not in got.get(a, []) and b"late-a" not in got.get(a, [])
+    assert b"late-b" not in got.get(b, [])
