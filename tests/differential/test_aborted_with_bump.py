@@ -9,6 +9,8 @@ must be Kafka's answer (issue 20, item 2)."""
 
 from __future__ import annotations
 
+import re
+import subprocess
 import threading
 
 import pytest
@@ -169,3 +171,66 @@ def test_client_goes_on_after_abort_with_bump(broker, client):
     got = read_all("confluent", broker.bootstrap, ends)
     assert b"doomed" not in got.get(a, []) and b"late-a" not in got.get(a, [])
     assert b"late-b" not in got.get(b, [])
+
+
+# Kafka's Java producer 4.3.1 in the same sequence (tests/jvm/AbortedWithBump.java), as
+# recorded on Kafka: step -> (ok, root cause's class). INVALID_PRODUCER_EPOCH is abortable
+# for it (KIP-588): its abort bumps the epoch (InitProducerId with its id and epoch,
+# KIP-360) and the next transaction commits.
+JAVA_GOES_ON = {
+    "sends": (False, "org.apache.kafka.common.errors.InvalidProducerEpochException"),
+    "commit": (False, "org.apache.kafka.common.errors.InvalidProducerEpochException"),
+    "abort": (True, ""),
+    "next_transaction": (True, ""),
+}
+
+
+def test_java_producer_goes_on_after_abort_with_bump(broker, jvm_classes):
+    """The Java producer in the same situation: its outcome per step, as on Kafka."""
+    from tests.differential.jvm import run_java_steps
+
+    topic = broker.topic("bump-java", partitions=2)
+    steps = run_java_steps(jvm_classes, "AbortedWithBump", broker.bootstrap, topic,
+                           unique("tid-bump-java"))
+    outcome = {name: (ok, detail.split(":")[0]) for name, (ok, detail) in steps.items()}
+    print(f"\n{broker.name} java: {steps}")
+    assert outcome == JAVA_GOES_ON, steps
+
+
+# KafkaJS 2.2.4 in the same sequence (tests/kafkajs/aborted_with_bump.js), as recorded on
+# Kafka: step -> (ok, error name: type). The epoch error fails the sends and the commit;
+# KafkaJS then refuses the abort and every later transaction of that producer
+# (KafkaJSNonRetriableError, its transaction state machine is stuck in error): the
+# application must create a new producer, as with confluent-kafka.
+KAFKAJS_GOES_ON = {
+    "sends": (False, "KafkaJSProtocolError: INVALID_PRODUCER_EPOCH"),
+    "commit": (False, "KafkaJSProtocolError: INVALID_PRODUCER_EPOCH"),
+    "abort": (False, "KafkaJSNonRetriableError:"),
+    "next_transaction": (False, "KafkaJSNonRetriableError:"),
+}
+
+
+def test_kafkajs_goes_on_after_abort_with_bump(broker):
+    """KafkaJS in the same situation: its outcome per step, as on Kafka."""
+    from .test_kafkajs import KAFKAJS, kafkajs_unavailable
+
+    why = kafkajs_unavailable()
+    if why:
+        pytest.skip(why)
+    topic = broker.topic("bump-kafkajs", partitions=2)
+    node = subprocess.Popen(
+        ["node", str(KAFKAJS / "aborted_with_bump.js"), broker.bootstrap, topic,
+         unique("tid-bump-kafkajs")],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert node.stdout.readline().strip() == "SENT"
+        wait_aborted(broker, (topic, 0))
+        out, _ = node.communicate("go\n", timeout=180)
+    finally:
+        if node.poll() is None:
+            node.kill()
+    assert "DONE" in out, out
+    steps = {m.group(1): (m.group(2) == "OK", m.group(3).split(" | ")[0].strip())
+             for m in re.finditer(r"STEP (\S+) (OK|FAIL) (.*)", out)}
+    print(f"\n{broker.name} kafkajs: {steps}")
+    assert steps == KAFKAJS_GOES_ON, steps
