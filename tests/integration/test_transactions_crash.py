@@ -37,6 +37,8 @@ from .txn_util import (
     log_ends,
     offset_fetch,
     read_all,
+    step_outcome,
+    transactions_in_rounds,
     unique,
     wait_state,
 )
@@ -661,17 +663,7 @@ def test_producer_whose_unsynced_transaction_was_lost_recovers(txbroker, monkeyp
     tid = unique(f"lost-txn-{client}")
     producer = TxnProducer(client, txbroker.bootstrap, tid, **CLIENT_CONFIG.get(client, {}))
     try:
-        producer.init()
-        producer.begin()
-        producer.send(topic, b"first", partition=0)
-        producer.commit()
-        wait_state(txbroker, tid, ["CompleteCommit"])
-        producer.begin()
-        producer.send(topic, b"second", partition=0)
-        producer.flush()  # acknowledged, not fsynced
-        txbroker.crash(power_loss=True)
-        txbroker.restart()
-        wait_state(txbroker, tid, ["CompleteCommit"], timeout=20)
+        lose_next_transaction(txbroker, producer, topic, tid)
         going_on = Sends(producer, topic, [0, 0])
         going_on.start()
         going_on.join(60)
@@ -692,9 +684,27 @@ def test_producer_whose_unsynced_transaction_was_lost_recovers(txbroker, monkeyp
         got = read_all("kafka-python" if client != "kafka-python" else "confluent",
                        txbroker.bootstrap, log_ends(txbroker, [(topic, 0)]))
         assert got[(topic, 0)][-1:] == [b"retry"]
-        assert b"second" not in got[(topic, 0)] and b"more-0" not in got[(topic, 0)]
+        assert b"lost" not in got[(topic, 0)] and b"more-0" not in got[(topic, 0)]
     finally:
         producer.close()
+
+
+def lose_next_transaction(txbroker, producer: TxnProducer, topic: str, tid: str) -> int:
+    """A committed transaction ("first" in partition 0), then the next one's record
+    ("lost", acknowledged without an fsync: the topic's flush.messages is large) and the
+    power goes: recovery completes the commit from its PrepareCommit and knows nothing of
+    the next transaction. The producer's epoch after recovery."""
+    producer.init()
+    producer.begin()
+    producer.send(topic, b"first", partition=0)
+    producer.commit()
+    wait_state(txbroker, tid, ["CompleteCommit"])
+    producer.begin()
+    producer.send(topic, b"lost", partition=0)
+    producer.flush()  # acknowledged, not fsynced
+    txbroker.crash(power_loss=True)
+    txbroker.restart()
+    return wait_state(txbroker, tid, ["CompleteCommit"], timeout=20)["producer_epoch"]
 
 
 class AbortThenCommit(threading.Thread):
@@ -718,3 +728,79 @@ class AbortThenCommit(threading.Thread):
             self.error = e
         finally:
             self.finished.set()
+
+
+# After the power loss below, per client: what the producer's calls do when it goes on
+# with its lost transaction (sends to a new partition and to the lost one), aborts, and
+# runs three more transactions. The same answers as Kafka's to the same sequence gap
+# (tests/differential/test_aborted_with_bump.py: test_gap_after_transaction_abortable_on
+# _the_wire, test_client_after_a_refused_batch).
+AFTER_LOST_TRANSACTION = {
+    # The loop of the report: aborts succeed, every transaction fails, until a new
+    # producer instance.
+    "aiokafka": {"goes on": "InvalidTxnState", "abort": "ok",
+                 "round 0": "OutOfOrderSequenceNumber", "abort 0": "ok",
+                 "round 1": "OutOfOrderSequenceNumber", "abort 1": "ok",
+                 "round 2": "OutOfOrderSequenceNumber", "abort 2": "ok"},
+    # INVALID_TXN_STATE is fatal for kafka-python ("in an error state" afterwards).
+    "kafka-python": {"goes on": "InvalidTxnStateError", "abort": "KafkaError",
+                     "round 0": "KafkaError", "abort 0": "KafkaError", "round 1": "KafkaError",
+                     "abort 1": "KafkaError", "round 2": "KafkaError", "abort 2": "KafkaError"},
+    # librdkafka: the gap needs an epoch bump, which its next abort does (KIP-360).
+    "confluent": {"goes on": "AssertionError", "abort": "ok", "round 0": "AssertionError",
+                  "abort 0": "ok", "round 1": "ok", "round 2": "ok"},
+}
+# The epoch the coordinator ends with, over the one after recovery: only librdkafka's
+# own abort bumps it.
+EPOCH_BUMPS = {"aiokafka": 0, "kafka-python": 0, "confluent": 1}
+
+
+@pytest.mark.parametrize("client", ["aiokafka", "kafka-python", "confluent"])
+def test_producer_after_lost_transaction_and_gap(txbroker, monkeypatch, client):
+    """Issue 20's report, reproduced: a power loss takes a committed transaction's
+    CompleteCommit, the next transaction's AddPartitionsToTxn record and its batch
+    (sequence 1 of partition 0, acknowledged without an fsync). The coordinator knows
+    nothing of that transaction and keeps the epoch. The producer goes on: its
+    AddPartitionsToTxn of a new partition opens a transaction, its batch to partition 0
+    (sequence 2) fails verification (TRANSACTION_ABORTABLE, INVALID_TXN_STATE for old
+    Produce versions), its abort succeeds, and every later batch to partition 0 leaves
+    sequence 1 out: OUT_OF_ORDER_SEQUENCE_NUMBER ("expected sequence 1, got 3"), as Kafka
+    answers. A client that renumbers (an epoch bump) carries on; aiokafka does not, and
+    a new producer instance (docs/compatibility.md's workaround) commits."""
+    monkeypatch.setattr("txbroker.storage.flusher.LAZY_FLUSH_MS", 60_000)
+    topic = unique("lost-gap")
+    txbroker.create_topic(topic, 2, {"flush.messages": "1000000"})
+    tps = [(topic, 0), (topic, 1)]
+    tid = unique(f"lost-gap-{client}")
+    producer = TxnProducer(client, txbroker.bootstrap, tid, **CLIENT_CONFIG.get(client, {}))
+    try:
+        epoch = lose_next_transaction(txbroker, producer, topic, tid)
+
+        def goes_on() -> None:
+            # The new partition first: its add opens a transaction at the coordinator,
+            # so the abort below has one to abort (otherwise INVALID_TXN_STATE, fatal
+            # for librdkafka: a race in the client between the two).
+            producer.send(topic, b"more-1", partition=1)
+            producer.flush()
+            producer.send(topic, b"more-0", partition=0)
+            producer.flush()
+
+        outcome = {"goes on": step_outcome(goes_on), "abort": step_outcome(producer.abort)}
+        transactions_in_rounds(producer, topic, outcome)
+        print(f"\n{client}: {outcome}")
+        assert outcome == AFTER_LOST_TRANSACTION[client], outcome
+        # Recovery did not bump the epoch (so never a fencing error); a client may.
+        assert wait_state(txbroker, tid, ["CompleteCommit", "CompleteAbort", "Ongoing"])[
+            "producer_epoch"] == epoch + EPOCH_BUMPS[client]
+        if outcome["round 2"] != "ok":
+            producer.close()
+            producer = TxnProducer(client, txbroker.bootstrap, tid,
+                                   **CLIENT_CONFIG.get(client, {}))
+            producer.init()
+            AbortThenCommit(producer, topic).run()
+        got = read_all("kafka-python" if client != "kafka-python" else "confluent",
+                       txbroker.bootstrap, log_ends(txbroker, tps))
+        assert got[(topic, 0)][0] == b"first" and got[(topic, 0)][-1] in (b"next", b"retry")
+        assert not {b"lost", b"more-0", b"more-1"} & {v for vs in got.values() for v in vs}
+    finally:
+        producer.close()

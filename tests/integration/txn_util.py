@@ -261,6 +261,55 @@ def is_fenced(client: str, exc: BaseException) -> bool:
                                           KafkaError.INVALID_PRODUCER_EPOCH)
 
 
+def step_outcome(fn, timeout: float = 45) -> str:
+    """What one client call did: "ok", the error's name, or "hung" (it neither returned
+    nor failed within ``timeout``)."""
+    result: list[str] = []
+
+    def run() -> None:
+        try:
+            fn()
+            result.append("ok")
+        except BaseException as e:  # recorded: the outcome is what the test compares
+            result.append(error_name(e))
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    t.join(timeout)
+    return result[0] if result else "hung"
+
+
+def transactions_in_rounds(producer: TxnProducer, topic: str, outcome: dict[str, str],
+                           rounds: int = 3) -> None:
+    """The application goes on after a failed transaction: ``rounds`` transactions of
+    one record to partition 0, each failed one aborted; their outcomes into ``outcome``
+    ("round i", "abort i")."""
+    def one() -> None:
+        producer.begin()
+        producer.send(topic, b"next", partition=0)
+        producer.flush()
+        producer.commit()
+
+    for i in range(rounds):
+        outcome[f"round {i}"] = step_outcome(one)
+        if outcome[f"round {i}"] != "ok":
+            outcome[f"abort {i}"] = step_outcome(producer.abort)
+
+
+def error_name(e: BaseException) -> str:
+    from confluent_kafka import KafkaException
+
+    # confluent-kafka's produce() on a fenced instance raises SystemError whose cause is
+    # the KafkaException; name that.
+    while not isinstance(e, KafkaException) and isinstance(e.__cause__ or e.__context__,
+                                                           BaseException):
+        e = e.__cause__ or e.__context__
+    if isinstance(e, KafkaException):
+        err = e.args[0]
+        return f"{err.name()}{' (fatal)' if err.fatal() else ''}"
+    return type(e).__name__
+
+
 # --- consume-transform-produce workers (txn_worker.py) ------------------------------------
 
 
