@@ -109,9 +109,12 @@ class TransactionCoordinator:
         self.outcomes: dict[str, int] = dict.fromkeys(TXN_OUTCOMES, 0)
 
     def _new_state(self) -> TransactionCoordinatorState:
+        topic = self.logs.topics.get(TXN_TOPIC)
+        partitions = topic.partitions if topic is not None else 1  # no topic: nothing loads
         return TransactionCoordinatorState(
             self.config.txn, self.producer_ids.next_id, self._offsets_partition,
-            coordinator_epoch=self.coordinator_epoch, txn_first_offset=self._txn_first_offset)
+            coordinator_epoch=self.coordinator_epoch, txn_first_offset=self._txn_first_offset,
+            partitions=partitions, txn_partition=lambda tid: partition_for(tid, partitions))
 
     def _txn_first_offset(self, producer_id: int, tp: tuple[str, int]) -> int | None:
         plog = self.logs.get_log(*tp)
@@ -198,12 +201,19 @@ class TransactionCoordinator:
     async def _load(self) -> None:
         """Replay ``__transaction_state`` into the state machine: per partition its
         snapshot (the latest record of each id up to an offset), then the records
-        after it; a partition without a usable snapshot is replayed whole."""
+        after it; a partition without a usable snapshot is replayed whole. Each
+        partition's ids are served as soon as it is loaded (the others answer
+        COORDINATOR_LOAD_IN_PROGRESS meanwhile), as Kafka loads its coordinator
+        partitions one by one."""
         started = time.monotonic()
         count = snapshot_rows = 0
+        # Before anything is served: the open transactions recovery looks at are those
+        # the logs recovered, not ones begun since (see begin_load).
+        self.state.begin_load(self._open_transactions())
         for p in range(self.logs.topics[TXN_TOPIC].partitions):
             plog = self.logs.get_log(TXN_TOPIC, p)
             if plog is None:
+                self._recovered(p)
                 continue
             view: dict[str, list] = {}
             self._latest[p] = view
@@ -224,18 +234,13 @@ class TransactionCoordinator:
                         log.warning("%s: skipping unreadable record at offset %d: %s",
                                     plog.name, rec.offset, e)
                         continue
-                    self.state.load(tid, value)
+                    self.state.load(tid, value, p)
                     _note(view, tid, value)
                     tail += 1
             count += tail
             self._since_snapshot[p] = tail
+            self._recovered(p)
             await asyncio.sleep(0)  # serve others between partitions
-        effects = self.state.recover(now_ms(), self._open_transactions())
-        if effects.expired:
-            log.warning("aborting the transaction(s) of %s (epoch bump): their partitions hold "
-                        "data of a transaction whose AddPartitionsToTxn record was not fsynced "
-                        "before a crash; the transaction had not committed",
-                        ", ".join(effects.expired))
         deferred = self.state.deferred_orphan_aborts()
         if deferred:
             log.warning("the transaction(s) of %s will be aborted (epoch bump) once their "
@@ -246,13 +251,22 @@ class TransactionCoordinator:
             log.error("%s-%d has an open transaction of producer %d that the coordinator "
                       "cannot end; see `txbroker transactions find-hanging`", topic, partition,
                       pid)
-        self._apply(effects)
         log.info("transaction coordinator (epoch %d) loaded %d record(s) from %s in %.2fs: "
                  "%d transactional id(s) (%d from snapshots)", self.coordinator_epoch, count,
                  TXN_TOPIC, time.monotonic() - started, len(self.state.transactional_ids()),
                  snapshot_rows)
         for p in list(self._since_snapshot):  # a long tail (an old data directory): now
             self._maybe_snapshot(p)
+
+    def _recovered(self, p: int) -> None:
+        """Partition ``p`` is loaded: serve its ids, finish its decided transactions."""
+        effects = self.state.recover_partition(p, now_ms())
+        if effects.expired:
+            log.warning("aborting the transaction(s) of %s (epoch bump): their partitions hold "
+                        "data of a transaction whose AddPartitionsToTxn record was not fsynced "
+                        "before a crash; the transaction had not committed",
+                        ", ".join(effects.expired))
+        self._apply(effects)
 
     def _load_snapshot(self, plog: PartitionLog, view: dict[str, list]) -> int:
         """Load the partition's snapshot into the state machine and ``view``; the
@@ -272,12 +286,12 @@ class TransactionCoordinator:
             return plog.log_start_offset
         try:
             for row in rows:
-                self.state.load_row(row)
+                self.state.load_row(row, plog.partition)
                 view[row[0]] = row
         except ValueError as e:
             log.warning("%s: %s; replaying the whole partition", plog.name, e)
             for tid in view:  # forget the rows loaded: the replay loads every id again
-                self.state.load(tid, None)
+                self.state.load(tid, None, plog.partition)
             view.clear()
             return plog.log_start_offset
         return offset

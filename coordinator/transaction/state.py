@@ -12,11 +12,16 @@ INVALID_PRODUCER_EPOCH for old request versions) and the KIP-664 admin views
 
 How the async shell drives it
 -----------------------------
-* **Load first.** A new machine is *loading*: the shell feeds every record of
-  ``__transaction_state`` to :meth:`replay` (in log order; a compacted log is
-  fine), then calls :meth:`recover` once. Until then every request is answered
-  COORDINATOR_LOAD_IN_PROGRESS (like Kafka while it loads a partition). A crash
-  is handled the same way: throw the machine away, build a fresh one, replay.
+* **Load first, partition by partition.** A new machine is *loading* every
+  partition of ``__transaction_state`` (``partitions``; ``txn_partition(id)`` is an
+  id's). The shell calls :meth:`begin_load` with the open transactions the logs
+  hold, then per partition feeds its records to :meth:`replay` (in log order; a
+  compacted log is fine) and calls :meth:`recover_partition`. A request for an id
+  whose partition is still loading is answered COORDINATOR_LOAD_IN_PROGRESS, the
+  ids of loaded partitions are served (Kafka loads each coordinator partition on
+  its own the same way); ListTransactions waits for all of them, as Kafka's.
+  :meth:`recover` is the one-call form (every partition at once). A crash is
+  handled the same way: throw the machine away, build a fresh one, replay.
 * **Tokens.** ``init_producer_id``, ``add_partitions``, ``add_offsets`` and
   ``end_txn`` take an opaque, hashable, non-None ``token`` standing for the
   request. The answer is either in the returned :class:`Effects` or, when it
@@ -515,6 +520,8 @@ class TransactionCoordinatorState:
         *,
         coordinator_epoch: int = 0,
         txn_first_offset: Callable[[int, TopicPartition], int | None] | None = None,
+        partitions: int = 1,
+        txn_partition: Callable[[str], int] | None = None,
     ) -> None:
         """``allocate_producer_id()`` returns a fresh producer id (never reused, also
         across restarts). Should it raise, the request is answered
@@ -530,6 +537,10 @@ class TransactionCoordinatorState:
         record, so that recovery can tell this transaction's data from a later one's
         (see :meth:`recover`). Without it, records carry no first offsets and recovery
         trusts the partition list alone.
+
+        ``partitions``: how many ``__transaction_state`` partitions load;
+        ``txn_partition(transactional_id)`` is the one an id lives in (default: all in
+        partition 0).
         """
         self.config = config
         self.coordinator_epoch = coordinator_epoch
@@ -537,7 +548,14 @@ class TransactionCoordinatorState:
         self._partition_for_group = partition_for_group
         self._txn_first_offset = txn_first_offset
         self._txns: dict[str, _Txn] = {}
-        self._loaded = False
+        self._partition_of: Callable[[str], int] = txn_partition or (lambda _tid: 0)
+        self._loading: set[int] = set(range(partitions))
+        self._loaded = not self._loading
+        # producer id -> its open transactions (begin_load), until a loaded partition's
+        # transaction claims them; what is left once all are loaded is unresolved.
+        self._open_by_pid: dict[int, dict[TopicPartition, int | None]] = {}
+        # The ids loaded into each partition still loading (recover_partition's work).
+        self._members: dict[int, dict[str, None]] = {}
         # (producer id, partition) open transactions recover() could not abort.
         self.unresolved_orphans: list[tuple[int, TopicPartition]] = []
         self._writes: dict[int, _Write] = {}
@@ -554,19 +572,32 @@ class TransactionCoordinatorState:
     # Loading
     # ==============================================================================
 
-    def replay(self, key: bytes, value: bytes | None) -> None:
-        """Load one ``__transaction_state`` record (before :meth:`recover`).
+    def replay(self, key: bytes, value: bytes | None, partition: int | None = None) -> None:
+        """Load one ``__transaction_state`` record (before its partition's
+        :meth:`recover_partition`); ``partition``: the one it was read from (default:
+        the id's, computed).
 
         Raises ValueError on a malformed record (the shell decides whether to skip it).
         """
-        self.load(decode_key(key), decode_value(value))
+        self.load(decode_key(key), decode_value(value), partition)
 
-    def load_row(self, row: list) -> None:
+    def _loading_into(self, tid: str, partition: int | None, tombstone: bool = False) -> None:
+        """Note ``tid`` as an id of its partition (which must be loading), in the order
+        of ``_txns`` (a tombstone removes it; loading it again puts it last)."""
+        p = self._partition_of(tid) if partition is None else partition
+        if p not in self._loading:
+            raise RuntimeError("replay() after recover(): build a fresh machine to reload")
+        members = self._members.setdefault(p, {})
+        if tombstone:
+            members.pop(tid, None)
+        else:
+            members.setdefault(tid)
+
+    def load_row(self, row: list, partition: int | None = None) -> None:
         """Load one row of a coordinator snapshot (``snapshot.row_of``'s layout): the
         fast path of a load, a record already validated when it was first written.
         Raises ValueError on a row that does not fit."""
-        if self._loaded:
-            raise RuntimeError("replay() after recover(): build a fresh machine to reload")
+        self._loading_into(row[0], partition)
         (tid, pid, prev, nxt, epoch, last_epoch, timeout, state_id, parts, start, update,
          firsts) = row[:12]
         tv = row[12] if len(row) > 12 else 0  # rows from before transactions v2: 0
@@ -581,10 +612,9 @@ class TransactionCoordinatorState:
         self._txns[tid] = _Txn(tid, pid, prev, nxt, epoch, last_epoch, timeout, state,
                                partitions, start, update, first_offsets=first_offsets, tv=tv)
 
-    def load(self, tid: str, rec: TxnLogValue | None) -> None:
+    def load(self, tid: str, rec: TxnLogValue | None, partition: int | None = None) -> None:
         """:meth:`replay` of a record already decoded (a coordinator snapshot's row)."""
-        if self._loaded:
-            raise RuntimeError("replay() after recover(): build a fresh machine to reload")
+        self._loading_into(tid, partition, rec is None)
         if rec is None:
             self._txns.pop(tid, None)
             return
@@ -607,9 +637,22 @@ class TransactionCoordinatorState:
     def recover(self, now_ms: int,
                 open_transactions: Mapping[int, Mapping[TopicPartition, int | None]
                                            | Iterable[TopicPartition]] | None = None) -> Effects:
-        """End the load: start serving, and finish every PrepareCommit/PrepareAbort
-        (request its markers again, then Complete*), like Kafka after loading a
-        partition of ``__transaction_state``.
+        """End the load of every partition still loading at once: :meth:`begin_load`
+        then :meth:`recover_partition` for each (their Effects together)."""
+        if self._loaded:
+            raise RuntimeError("recover() called twice")
+        self.begin_load(open_transactions)
+        fx = _Fx()
+        for p in sorted(self._loading):
+            self._recover_partition(fx, p, now_ms)
+        return self._finish(fx)
+
+    def begin_load(self, open_transactions: Mapping[int, Mapping[TopicPartition, int | None]
+                                                    | Iterable[TopicPartition]] | None = None
+                   ) -> None:
+        """Before the first :meth:`recover_partition`: the open transactions the
+        partition logs recovered (taken before any request is served, so that none
+        of them is a transaction begun since).
 
         ``open_transactions``: producer id -> the partitions holding an open
         transaction of that producer (data with no COMMIT/ABORT marker after it),
@@ -629,16 +672,33 @@ class TransactionCoordinatorState:
         there the open transaction's first offset differs from the one the Prepare*
         record holds, so that partition is an orphan as well and gets no second
         marker of the decided transaction (which would end the wrong one). Orphans of a producer id unknown here are
-        listed in :attr:`unresolved_orphans` for the shell to report; they are what
-        ``find-hanging`` shows.
+        listed in :attr:`unresolved_orphans` for the shell to report once every
+        partition is loaded; they are what ``find-hanging`` shows.
         """
-        if self._loaded:
-            raise RuntimeError("recover() called twice")
-        self._loaded = True
+        for pid, entries in (open_transactions or {}).items():
+            self._open_by_pid[pid] = (
+                {(str(t), int(p)): o for (t, p), o in entries.items()} if isinstance(entries, Mapping)
+                else {(str(t), int(p)): None for t, p in entries})
+
+    def recover_partition(self, partition: int, now_ms: int) -> Effects:
+        """End the load of one partition: serve its ids, and finish each of its
+        PrepareCommit/PrepareAbort (request its markers again, then Complete*), like
+        Kafka after loading a partition of ``__transaction_state``; abort the
+        transactions of its ids that lost their AddPartitionsToTxn record (see
+        :meth:`begin_load`)."""
+        if partition not in self._loading:
+            raise RuntimeError(f"partition {partition} is not loading")
         fx = _Fx()
-        if open_transactions:
-            self._abort_orphans(fx, now_ms, open_transactions)
-        for txn in self._txns.values():
+        self._recover_partition(fx, partition, now_ms)
+        return self._finish(fx)
+
+    def _recover_partition(self, fx: _Fx, partition: int, now_ms: int) -> None:
+        self._loading.discard(partition)
+        txns = self._txns
+        mine = [txns[tid] for tid in self._members.pop(partition, ())]
+        if self._open_by_pid:
+            self._abort_orphans(fx, now_ms, mine)
+        for txn in mine:
             if txn.state in _PREPARE and txn.pending is None:
                 marked = txn.partitions - txn.orphans
                 txn.recovering = True
@@ -646,14 +706,26 @@ class TransactionCoordinatorState:
                                           txn.producer_epoch, outcome=_outcome_of(txn),
                                           markers=len(marked)))
                 self._send_markers(fx, txn, self._prepare_complete(txn, now_ms), marked)
-        self._arm_all()
-        return self._finish(fx)
+        self._arm_all(mine)
+        if not self._loading:
+            self._loaded = True
+            for pid in sorted(self._open_by_pid):
+                self.unresolved_orphans.extend((pid, tp) for tp in sorted(self._open_by_pid[pid]))
+            self._open_by_pid.clear()
 
-    def _arm_all(self) -> None:
-        """:meth:`_arm` for every transaction at once (the end of a load: one heapify
-        instead of a push per id, the same deadlines)."""
+    def _ready(self, transactional_id: str) -> bool:
+        """Is the id's partition loaded (its requests served)?"""
+        return self._loaded or self._partition_of(transactional_id) not in self._loading
+
+    def partition_loaded(self, partition: int) -> bool:
+        return partition not in self._loading
+
+    def _arm_all(self, txns: Iterable[_Txn]) -> None:
+        """:meth:`_arm` for these transactions at once (the end of a partition's load:
+        one heapify instead of a push per id, the same deadlines)."""
+        txns = list(txns)
         for kind, heap in self._heaps.items():
-            heap.extend((deadline, next(self._seq), txn) for txn in self._txns.values()
+            heap.extend((deadline, next(self._seq), txn) for txn in txns
                         if (deadline := self._deadline(kind, txn)) is not None)
             heapq.heapify(heap)
 
@@ -662,29 +734,23 @@ class TransactionCoordinatorState:
         one is completed (see :meth:`recover`)."""
         return sorted(tid for tid, txn in self._txns.items() if txn.orphans)
 
-    def _abort_orphans(self, fx: _Fx, now: int,
-                       open_transactions: Mapping[int, Mapping[TopicPartition, int | None]
-                                                  | Iterable[TopicPartition]]) -> None:
-        wanted = open_transactions.keys()
-        by_pid = {txn.producer_id: txn for txn in self._txns.values() if txn.producer_id in wanted}
+    def _abort_orphans(self, fx: _Fx, now: int, txns: list[_Txn]) -> None:
+        """The open transactions of these (just loaded) transactions' producer ids:
+        those their durable record does not cover are orphans (see :meth:`begin_load`)."""
+        open_by_pid = self._open_by_pid
+        by_pid = {txn.producer_id: txn for txn in txns if txn.producer_id in open_by_pid}
         # Transactions v2: a decided transaction that exhausted its epoch continues under
         # its next producer id; data of that id is the next transaction's.
-        by_pid.update({txn.next_producer_id: txn for txn in self._txns.values()
-                       if txn.state in _PREPARE and txn.next_producer_id in wanted})
-        for pid in sorted(open_transactions):
-            entries = open_transactions[pid]
-            opened: dict[TopicPartition, int | None] = (
-                {(str(t), int(p)): o for (t, p), o in entries.items()} if isinstance(entries, Mapping)
-                else {(str(t), int(p)): None for t, p in entries})
-            txn = by_pid.get(pid)
+        by_pid.update({txn.next_producer_id: txn for txn in txns
+                       if txn.state in _PREPARE and txn.next_producer_id in open_by_pid})
+        for pid in sorted(by_pid):
+            opened = open_by_pid.pop(pid)
+            txn = by_pid[pid]
             orphans = frozenset(tp for tp, first in opened.items()
-                                if txn is None or txn.producer_id != pid
-                                or not self._covers(txn, tp, first))
+                                if txn.producer_id != pid or not self._covers(txn, tp, first))
             if not orphans:
                 continue
-            if txn is None:
-                self.unresolved_orphans.extend((pid, tp) for tp in sorted(orphans))
-            elif txn.state in _PREPARE:
+            if txn.state in _PREPARE:
                 # The completion of this decided transaction was lost too (it is not
                 # fsynced either), with the next transaction's records: that one is
                 # aborted once recovery has completed this one.
@@ -757,7 +823,7 @@ class TransactionCoordinatorState:
             return fail(_E.invalid_request.value)
         if not 0 < txn_timeout_ms <= self.config.transaction_max_timeout_ms:
             return fail(_E.invalid_transaction_timeout.value)
-        if not self._loaded:
+        if not self._ready(transactional_id):
             return fail(_E.coordinator_load_in_progress.value)
         expected = None if producer_id == NO_PRODUCER_ID else (producer_id, producer_epoch)
 
@@ -904,7 +970,7 @@ class TransactionCoordinatorState:
         """The error to answer at once, or None: write Ongoing with the partitions."""
         if not tid:
             return _E.invalid_request.value
-        if not self._loaded:
+        if not self._ready(tid):
             return _E.coordinator_load_in_progress.value
         txn = self._txns.get(tid)
         if txn is None or txn.producer_id != producer_id:
@@ -959,7 +1025,7 @@ class TransactionCoordinatorState:
     def _end_txn_v2(self, fx: _Fx, token: Token, now: int, tid: str, producer_id: int,
                     producer_epoch: int, commit: bool, api_version: int) -> None:
         """Kafka's endTransaction for a transactions v2 client (EndTxn v5+)."""
-        txn = self._txns.get(tid) if tid and self._loaded else None
+        txn = self._txns.get(tid) if tid and self._ready(tid) else None
         decision = self._end_check_v2(txn, tid, producer_id, producer_epoch, commit)
         if isinstance(decision, int):
             if decision == NONE:  # a retry of a completed EndTxn: the epoch it got
@@ -989,7 +1055,7 @@ class TransactionCoordinatorState:
         """An error (NONE: a retry already done), or (target state, no partition added)."""
         if not tid:
             return _E.invalid_request.value
-        if not self._loaded:
+        if not self._ready(tid):
             return _E.coordinator_load_in_progress.value
         if txn is None:
             return _E.invalid_producer_id_mapping.value
@@ -1046,7 +1112,7 @@ class TransactionCoordinatorState:
     def _end_check(self, tid: str, producer_id: int, producer_epoch: int, commit: bool) -> int | None:
         if not tid:
             return _E.invalid_request.value
-        if not self._loaded:
+        if not self._ready(tid):
             return _E.coordinator_load_in_progress.value
         txn = self._txns.get(tid)
         if txn is None or txn.producer_id != producer_id:
@@ -1238,8 +1304,7 @@ class TransactionCoordinatorState:
     def tick(self, now_ms: int) -> Effects:
         """Abort timed-out transactions (epoch bump) and expire idle transactional ids."""
         fx = _Fx()
-        if not self._loaded:
-            return self._finish(fx)
+        # Only loaded partitions' transactions are armed: nothing else to check.
         for txn in self._due("timeout", now_ms, self.config.abort_timed_out_check_interval_ms):
             # Kafka's abortTimedOutTransactions: nobody waits for the outcome.
             old_epoch = txn.producer_epoch
@@ -1265,12 +1330,10 @@ class TransactionCoordinatorState:
         the outcome first. ``Effects.expired`` lists the ids acted on (aborted now, or
         marked to be); ids without an ongoing transaction (or unknown) are left alone."""
         fx = _Fx()
-        if not self._loaded:
-            return self._finish(fx)
         if transactional_id is None:
-            targets = [self._txns[tid] for tid in sorted(self._txns)]
+            targets = [self._txns[tid] for tid in sorted(self._txns) if self._ready(tid)]
         else:
-            txn = self._txns.get(transactional_id)
+            txn = self._txns.get(transactional_id) if self._ready(transactional_id) else None
             targets = [] if txn is None else [txn]
         for txn in targets:
             if _S.ONGOING not in (txn.state, txn.pending):
@@ -1360,7 +1423,7 @@ class TransactionCoordinatorState:
         parts = list(dict.fromkeys(partitions))
         if not transactional_id:
             error = _E.invalid_request.value
-        elif not self._loaded:
+        elif not self._ready(transactional_id):
             error = _E.coordinator_load_in_progress.value
         else:
             txn = self._txns.get(transactional_id)
@@ -1406,7 +1469,7 @@ class TransactionCoordinatorState:
         """DescribeTransactions for one transactional id."""
         if not transactional_id:
             return TxnDescription(transactional_id, _E.invalid_request.value)
-        if not self._loaded:
+        if not self._ready(transactional_id):
             return TxnDescription(transactional_id, _E.coordinator_load_in_progress.value)
         txn = self._txns.get(transactional_id)
         if txn is None or txn.state is _S.DEAD:

@@ -106,3 +106,69 @@ def _wait(predicate, timeout: float = 10) -> bool:
             return True
         time.sleep(0.05)
     return False
+
+
+def test_ids_of_loaded_partitions_are_served_while_another_loads(txbroker, monkeypatch):
+    """Per-partition coordinator readiness (issue 20): while one __transaction_state
+    partition is still loading, its ids get COORDINATOR_LOAD_IN_PROGRESS and the ids of
+    the partitions already loaded are served (a transaction commits), as Kafka serves
+    each coordinator partition once it has loaded. The held partition is kept loading
+    by the test until it lets go."""
+    import asyncio
+    import threading
+
+    from txbroker.coordinator.transaction.coordinator import TransactionCoordinator
+
+    from tests.helpers import RawClient
+
+    from .txn_util import RawTxn
+
+    partitions = txbroker.call(lambda b: b.transactions.config.state_log_partitions)
+    slow = unique("held")
+    fast = next(t for t in (unique("served") for _ in range(100))
+                if partition_for(t, partitions) != partition_for(slow, partitions))
+    topic = unique("held-topic")
+    txbroker.create_topic(topic, 1)
+    for tid in (slow, fast):
+        with TxnProducer("confluent", txbroker.bootstrap, tid, **CLIENT_CONFIG["confluent"]) as p:
+            p.init()
+            p.begin()
+            p.send(topic, tid.encode(), partition=0)
+            p.commit()
+    held_partition = partition_for(slow, partitions)
+    release = threading.Event()
+    recovered = TransactionCoordinator._recovered
+
+    def held(self, p: int) -> None:
+        if p != held_partition:
+            return recovered(self, p)
+        loop = asyncio.get_running_loop()
+
+        def later() -> None:
+            if release.is_set():
+                recovered(self, p)
+            else:
+                loop.call_later(0.02, later)
+
+        later()
+
+    monkeypatch.setattr(TransactionCoordinator, "_recovered", held)
+    txbroker.crash()
+    txbroker.restart()
+    client = RawClient(txbroker.host, txbroker.port)
+    try:
+        served = RawTxn(client, fast)
+        assert _wait(lambda: served.init(expect_ok=False).error_code == 0)
+        with TxnProducer("kafka-python", txbroker.bootstrap, fast) as p:
+            p.init()
+            p.begin()
+            p.send(topic, b"while-loading", partition=0)
+            p.commit()
+        assert [RawTxn(client, slow).init(expect_ok=False).error_code for _ in range(3)] == [14] * 3
+        assert not _loaded(txbroker)
+        release.set()
+        assert _wait(lambda: RawTxn(client, slow).init(expect_ok=False).error_code == 0)
+        assert _loaded(txbroker)
+    finally:
+        release.set()
+        client.close()
