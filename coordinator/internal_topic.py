@@ -80,19 +80,6 @@ def append_records(plog: PartitionLog, records: list[tuple[bytes, bytes | None]]
     return plog.append(batch, read_header(batch), flush=flush)
 
 
-def iter_topic_batches(logs: LogManager, topic: str
-                       ) -> Iterator[tuple[PartitionLog, BatchHeader, list[Record]]]:
-    """Every batch of every partition of ``topic`` in log order, with its decoded
-    records (control batches included): what a coordinator replays when it loads."""
-    info = logs.topics[topic]
-    for p in range(info.partitions):
-        plog = logs.get_log(topic, p)
-        if plog is None:
-            continue
-        for header, records in iter_partition_batches(plog, plog.log_start_offset):
-            yield plog, header, records
-
-
 def iter_partition_batches(plog: PartitionLog, start: int
                            ) -> Iterator[tuple[BatchHeader, list[Record]]]:
     """The batches of one partition from the one holding offset ``start`` on, decoded."""

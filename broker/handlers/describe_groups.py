@@ -24,7 +24,7 @@ async def handle(ctx, request):
                              protocol_data="", members=(),
                              authorized_operations=-2147483648))
             continue
-        if not groups.loaded:
+        if not groups.is_ready(group_id):
             out.append(build(schema.DescribedGroup, error_code=ErrorCode.coordinator_load_in_progress,
                              group_id=group_id, group_state="", protocol_type="",
                              protocol_data="", members=(),

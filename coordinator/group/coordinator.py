@@ -30,7 +30,7 @@ from ..internal_topic import (
     append_error_code,
     append_records,
     ensure_internal_topic,
-    iter_topic_batches,
+    iter_partition_batches,
     partition_for,
     partition_log_for,
 )
@@ -87,7 +87,10 @@ class GroupCoordinator:
         self.config = config
         self.state = GroupCoordinatorState(config.group or GroupConfig(), self._new_member_id)
         self.offsets = OffsetStore()
-        self.loaded = False
+        # __consumer_offsets partitions still loading: their groups answer
+        # COORDINATOR_LOAD_IN_PROGRESS, the others are served (Kafka loads each group
+        # coordinator partition on its own).
+        self._loading: set[int] = set()
         self._tokens = itertools.count(1)
         self._futures: dict[int, asyncio.Future] = {}
         self._timer = WakeTimer(self._tick)
@@ -104,12 +107,12 @@ class GroupCoordinator:
     # --- lifecycle -------------------------------------------------------------------
 
     async def start(self) -> None:
-        """Load __consumer_offsets if it exists (in the background: requests get
-        COORDINATOR_LOAD_IN_PROGRESS until done); it is created on first use."""
+        """Load __consumer_offsets if it exists (in the background, partition by
+        partition: a group's requests get COORDINATOR_LOAD_IN_PROGRESS until its
+        partition is loaded); it is created on first use."""
         if OFFSETS_TOPIC in self.logs.topics:
+            self._loading = set(range(self.logs.topics[OFFSETS_TOPIC].partitions))
             self._load_task = asyncio.create_task(self._load(), name="group-coordinator-load")
-        else:
-            self.loaded = True
         self._expiry_task = asyncio.create_task(self._expiry_loop(), name="offset-expiry")
 
     async def stop(self) -> None:
@@ -127,6 +130,16 @@ class GroupCoordinator:
     def status(self) -> ErrorCode:
         return _E.none if self.loaded else _E.coordinator_load_in_progress
 
+    @property
+    def loaded(self) -> bool:
+        """Every partition of __consumer_offsets loaded."""
+        return not self._loading
+
+    def is_ready(self, group_id: str) -> bool:
+        """Is the group's __consumer_offsets partition loaded (its requests served)?"""
+        return not self._loading or partition_for(
+            group_id, self.logs.topics[OFFSETS_TOPIC].partitions) not in self._loading
+
     def _partition(self, group_id: str) -> PartitionLog:
         self.ensure_offsets_topic()
         return partition_log_for(self.logs, OFFSETS_TOPIC, group_id)
@@ -134,7 +147,25 @@ class GroupCoordinator:
     async def _load(self) -> None:
         started = time.monotonic()
         records = 0
-        for n, (plog, header, recs) in enumerate(iter_topic_batches(self.logs, OFFSETS_TOPIC)):
+        known: set[str] = set()
+        for p in range(self.logs.topics[OFFSETS_TOPIC].partitions):
+            plog = self.logs.get_log(OFFSETS_TOPIC, p)
+            if plog is not None:
+                records += await self._load_partition(plog)
+            # The groups with offsets only (no group record) exist too, Empty.
+            groups = set(self.offsets.groups())
+            for group in groups - known:
+                self.state.ensure_group(group)
+            known = groups
+            self._loading.discard(p)
+            await asyncio.sleep(0)  # serve the groups of this partition now
+        self._reschedule()
+        log.info("group coordinator loaded %d record(s) from %s in %.2fs: %d group(s)",
+                 records, OFFSETS_TOPIC, time.monotonic() - started, len(self.state.group_ids()))
+
+    async def _load_partition(self, plog: PartitionLog) -> int:
+        records = 0
+        for n, (header, recs) in enumerate(iter_partition_batches(plog, plog.log_start_offset)):
             if n % 100 == 99:
                 await asyncio.sleep(0)  # keep serving other requests while loading
             if header.is_control:
@@ -155,12 +186,7 @@ class GroupCoordinator:
                     log.warning("%s: skipping unreadable record at offset %d: %s",
                                 plog.name, rec.offset, e)
                 records += 1
-        for group in self.offsets.groups():
-            self.state.ensure_group(group)
-        self.loaded = True
-        self._reschedule()
-        log.info("group coordinator loaded %d record(s) from %s in %.2fs: %d group(s)",
-                 records, OFFSETS_TOPIC, time.monotonic() - started, len(self.state.group_ids()))
+        return records
 
     # --- effects, persistence and timers --------------------------------------------
 
@@ -228,7 +254,7 @@ class GroupCoordinator:
                    rebalance_timeout_ms: int, protocol_type: str,
                    protocols: list[tuple[str, bytes]], require_known_member_id: bool,
                    supports_skip_assignment: bool = False) -> JoinResult:
-        if not self.loaded:
+        if not self.is_ready(group_id):
             return JoinResult(_E.coordinator_load_in_progress.value, member_id=member_id)
         self.ensure_offsets_topic()
         token = next(self._tokens)
@@ -244,7 +270,7 @@ class GroupCoordinator:
     async def sync(self, *, group_id: str, generation_id: int, member_id: str,
                    group_instance_id: str | None, protocol_type: str | None,
                    protocol_name: str | None, assignments: dict[str, bytes]) -> SyncResult:
-        if not self.loaded:
+        if not self.is_ready(group_id):
             return SyncResult(_E.coordinator_load_in_progress.value)
         self.ensure_offsets_topic()
         token = next(self._tokens)
@@ -258,7 +284,7 @@ class GroupCoordinator:
 
     def heartbeat(self, *, group_id: str, generation_id: int, member_id: str,
                   group_instance_id: str | None) -> int:
-        if not self.loaded:
+        if not self.is_ready(group_id):
             return _E.coordinator_load_in_progress.value
         error = self.state.heartbeat(now_ms(), group_id, generation_id, member_id,
                                      group_instance_id)
@@ -266,7 +292,7 @@ class GroupCoordinator:
         return error
 
     def leave(self, group_id: str, members: list[tuple[str, str | None]]) -> tuple[int, list[int]]:
-        if not self.loaded:
+        if not self.is_ready(group_id):
             return _E.coordinator_load_in_progress.value, [
                 _E.coordinator_load_in_progress.value] * len(members)
         result = self.state.leave(now_ms(), group_id, members)
@@ -281,7 +307,7 @@ class GroupCoordinator:
                              ) -> dict[tuple[str, int], int]:
         """OffsetCommit: per (topic, partition) error codes."""
         keys = [(e.topic, e.partition) for e in entries]
-        if not self.loaded:
+        if not self.is_ready(group_id):
             return dict.fromkeys(keys, _E.coordinator_load_in_progress.value)
         self.ensure_offsets_topic()
         error = self.state.validate_offset_commit(group_id, generation_id, member_id,
@@ -338,7 +364,7 @@ class GroupCoordinator:
         producer, and stay pending (invisible to OffsetFetch) until the transaction's
         marker reaches the group's __consumer_offsets partition."""
         keys = [(e.topic, e.partition) for e in entries]
-        if not self.loaded:
+        if not self.is_ready(group_id):
             return dict.fromkeys(keys, _E.coordinator_load_in_progress.value)
         self.ensure_offsets_topic()
         error = self.state.validate_txn_offset_commit(group_id, generation_id, member_id,
@@ -386,7 +412,7 @@ class GroupCoordinator:
                       require_stable: bool) -> tuple[int, dict[tuple[str, int], tuple]]:
         """OffsetFetch: (group error, {(topic, partition): (offset, leader_epoch, metadata,
         error)}); ``partitions`` None means every partition the group has offsets for."""
-        if not self.loaded:
+        if not self.is_ready(group_id):
             return _E.coordinator_load_in_progress.value, {}
         if partitions is None:
             partitions = sorted(self.offsets.group_offsets(group_id))
@@ -433,7 +459,7 @@ class GroupCoordinator:
         keys: list[OffsetKey] = []
         deleted: list[str] = []
         for group_id in group_ids:
-            if not self.loaded:
+            if not self.is_ready(group_id):
                 results[group_id] = _E.coordinator_load_in_progress.value
                 continue
             if not group_id:
@@ -452,7 +478,7 @@ class GroupCoordinator:
     async def delete_offsets(self, group_id: str, partitions: list[tuple[str, int]]
                              ) -> tuple[int, dict[tuple[str, int], int]]:
         """OffsetDelete (KIP-496)."""
-        if not self.loaded:
+        if not self.is_ready(group_id):
             return _E.coordinator_load_in_progress.value, {}
         group_error, topic_errors = self.state.validate_offset_delete(
             group_id, sorted({t for t, _ in partitions}))

@@ -691,8 +691,10 @@ def test_clients_wait_while_the_coordinator_loads(txbroker, topic, client):
         simple.close()
 
     def set_loaded(value: bool) -> None:
+        # Every __consumer_offsets partition loading again (or none).
         def apply(b) -> None:
-            b.groups.loaded = value
+            b.groups._loading = set() if value else set(
+                range(b.logs.topics["__consumer_offsets"].partitions))
         txbroker.call(apply)
 
     set_loaded(False)

@@ -108,6 +108,17 @@ def _wait(predicate, timeout: float = 10) -> bool:
     return False
 
 
+def _keys_apart(txbroker, partitions: int) -> tuple[str, str, str]:
+    """Two keys (transactional ids or groups) in different coordinator partitions: the
+    one to hold loading, the one served; and a new one-partition topic."""
+    slow = unique("held")
+    fast = next(k for k in (unique("served") for _ in range(100))
+                if partition_for(k, partitions) != partition_for(slow, partitions))
+    topic = unique("held-topic")
+    txbroker.create_topic(topic, 1)
+    return slow, fast, topic
+
+
 def test_ids_of_loaded_partitions_are_served_while_another_loads(txbroker, monkeypatch):
     """Per-partition coordinator readiness (issue 20): while one __transaction_state
     partition is still loading, its ids get COORDINATOR_LOAD_IN_PROGRESS and the ids of
@@ -124,11 +135,7 @@ def test_ids_of_loaded_partitions_are_served_while_another_loads(txbroker, monke
     from .txn_util import RawTxn
 
     partitions = txbroker.call(lambda b: b.transactions.config.state_log_partitions)
-    slow = unique("held")
-    fast = next(t for t in (unique("served") for _ in range(100))
-                if partition_for(t, partitions) != partition_for(slow, partitions))
-    topic = unique("held-topic")
-    txbroker.create_topic(topic, 1)
+    slow, fast, topic = _keys_apart(txbroker, partitions)
     for tid in (slow, fast):
         with TxnProducer("confluent", txbroker.bootstrap, tid, **CLIENT_CONFIG["confluent"]) as p:
             p.init()
@@ -169,6 +176,61 @@ def test_ids_of_loaded_partitions_are_served_while_another_loads(txbroker, monke
         release.set()
         assert _wait(lambda: RawTxn(client, slow).init(expect_ok=False).error_code == 0)
         assert _loaded(txbroker)
+    finally:
+        release.set()
+        client.close()
+
+
+def test_groups_of_loaded_partitions_are_served_while_another_loads(txbroker, monkeypatch):
+    """The group coordinator the same way: while one __consumer_offsets partition is
+    still loading, OffsetFetch for its group answers COORDINATOR_LOAD_IN_PROGRESS and a
+    group of a loaded partition gets its committed offsets."""
+    import asyncio
+    import threading
+
+    from kafka import KafkaConsumer, OffsetAndMetadata, TopicPartition
+    from txbroker.coordinator.group.coordinator import GroupCoordinator
+    from txbroker.protocol.messages import build, request_module
+
+    from tests.helpers import RawClient
+
+    partitions = txbroker.call(lambda b: b.groups.config.offsets_topic_partitions)
+    slow, fast, topic = _keys_apart(txbroker, partitions)
+    for group, offset in ((slow, 3), (fast, 5)):
+        consumer = KafkaConsumer(bootstrap_servers=txbroker.bootstrap, group_id=group,
+                                 enable_auto_commit=False)
+        try:
+            consumer.assign([TopicPartition(topic, 0)])
+            consumer.commit({TopicPartition(topic, 0): OffsetAndMetadata(offset, "", -1)})
+        finally:
+            consumer.close()
+    held_partition = partition_for(slow, partitions)
+    release = threading.Event()
+    load_partition = GroupCoordinator._load_partition
+
+    async def held(self, plog) -> int:
+        while plog.partition == held_partition and not release.is_set():
+            await asyncio.sleep(0.02)
+        return await load_partition(self, plog)
+
+    monkeypatch.setattr(GroupCoordinator, "_load_partition", held)
+    txbroker.crash()
+    txbroker.restart()
+    m = request_module(9, 7)  # OffsetFetch v7
+
+    def fetch(group: str) -> tuple[int, list[int]]:
+        r = client.request(9, 7, build(
+            m.OffsetFetchRequest, group_id=group, require_stable=False,
+            topics=(build(m.OffsetFetchRequestTopic, name=topic, partition_indexes=(0,)),)))
+        return int(r.error_code), [p.committed_offset for t in r.topics for p in t.partitions]
+
+    client = RawClient(txbroker.host, txbroker.port)
+    try:
+        assert _wait(lambda: fetch(fast) == (0, [5]))
+        assert [fetch(slow)[0] for _ in range(3)] == [14] * 3  # COORDINATOR_LOAD_IN_PROGRESS
+        assert not txbroker.call(lambda b: b.groups.loaded)
+        release.set()
+        assert _wait(lambda: fetch(slow) == (0, [3]))
     finally:
         release.set()
         client.close()
