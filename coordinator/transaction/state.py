@@ -585,9 +585,11 @@ class TransactionCoordinatorState:
         """Note ``tid`` as an id of its partition (which must be loading), in the order
         of ``_txns`` (a tombstone removes it; loading it again puts it last)."""
         p = self._partition_of(tid) if partition is None else partition
-        if p not in self._loading:
-            raise RuntimeError("replay() after recover(): build a fresh machine to reload")
-        members = self._members.setdefault(p, {})
+        members = self._members.get(p)  # present only while p loads (recovery pops it)
+        if members is None:
+            if p not in self._loading:
+                raise RuntimeError("replay() after recover(): build a fresh machine to reload")
+            members = self._members[p] = {}
         if tombstone:
             members.pop(tid, None)
         else:
@@ -725,9 +727,16 @@ class TransactionCoordinatorState:
         one heapify instead of a push per id, the same deadlines)."""
         txns = list(txns)
         for kind, heap in self._heaps.items():
-            heap.extend((deadline, next(self._seq), txn) for txn in txns
-                        if (deadline := self._deadline(kind, txn)) is not None)
-            heapq.heapify(heap)
+            entries = [(deadline, next(self._seq), txn) for txn in txns
+                       if (deadline := self._deadline(kind, txn)) is not None]
+            if len(entries) * 8 < len(heap):
+                # A partition's few into a big heap (the earlier partitions'): pushes,
+                # not a heapify of everything again per partition.
+                for entry in entries:
+                    heapq.heappush(heap, entry)
+            else:
+                heap.extend(entries)
+                heapq.heapify(heap)
 
     def deferred_orphan_aborts(self) -> list[str]:
         """Transactional ids whose next transaction recovery aborts once their decided
