@@ -11,11 +11,11 @@ import resource
 import signal
 import socket
 import sys
+from typing import TYPE_CHECKING
 
-from txbroker.storage.log_config import ConfigError
-
-from .config import BrokerConfig, StartupError, load_config
-from .server import Broker
+if TYPE_CHECKING:  # imported on use: `txbroker serve` starts without the tools' modules
+    from .config import BrokerConfig
+    from .server import Broker
 
 log = logging.getLogger("txbroker")
 
@@ -36,6 +36,8 @@ LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 def preflight(config: BrokerConfig) -> None:
     """What can be checked before anything is opened, with a message that says what it
     is about (StartupError): hosts that do not resolve, a data directory that is not one."""
+    from .config import StartupError
+
     host, port = config.listener
     _resolves(host, port, f"listeners ({config.source('listeners')})")
     if config.get("admin.http.port") >= 0:
@@ -52,6 +54,8 @@ def preflight(config: BrokerConfig) -> None:
 
 
 def _resolves(host: str, port: int, what: str) -> None:
+    from .config import StartupError
+
     try:
         socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
     except socket.gaierror as e:
@@ -59,6 +63,8 @@ def _resolves(host: str, port: int, what: str) -> None:
 
 
 async def serve(broker: Broker) -> None:
+    from .config import StartupError
+
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -90,6 +96,30 @@ def _parse_override(text: str) -> tuple[str, str]:
     return key.strip(), value.strip()
 
 
+class _VersionAction(argparse.Action):
+    """--version, with the version looked up only when asked for."""
+
+    def __init__(self, option_strings: list[str], dest: str = argparse.SUPPRESS,
+                 default: str = argparse.SUPPRESS, help: str | None = None) -> None:
+        super().__init__(option_strings=option_strings, dest=dest, default=default, nargs=0,
+                         help=help or "show the version and exit")
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:
+        from txbroker import __version__
+
+        print(f"txbroker {__version__}")
+        parser.exit()
+
+
+def _skip_test_only_imports() -> None:
+    """kio registers hypothesis strategies for its types whenever hypothesis can be
+    imported (~0.15 s of start-up in a development or test environment); a broker
+    process never generates test data, so it starts as an installation without the
+    test extra does."""
+    if "hypothesis" not in sys.modules:
+        sys.modules["hypothesis"] = None  # type: ignore[assignment]
+
+
 class _CommandListFormatter(argparse.HelpFormatter):
     """argparse sizes the help column without the commands' extra indent, which puts
     "transactions" and its description on two lines; start the column past it."""
@@ -99,9 +129,10 @@ class _CommandListFormatter(argparse.HelpFormatter):
         self._action_max_length = max(self._action_max_length, len("    transactions"))
 
 
-def build_parser() -> argparse.ArgumentParser:
-    from txbroker import __version__
-
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The whole command line; with ``command="serve"`` only serve's, because the tools'
+    parsers import their protocol schemas and the broker's start-up time is an outage
+    after a crash."""
     parser = argparse.ArgumentParser(
         prog="txbroker",
         description="A Kafka-compatible broker with transactions at its centre, and Kafka-style "
@@ -109,7 +140,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="Run 'txbroker COMMAND --help' for a command's options. Docs: README.md, "
                "docs/configuration.md, docs/tools.md.",
         formatter_class=_CommandListFormatter)
-    parser.add_argument("--version", action="version", version=f"txbroker {__version__}")
+    parser.add_argument("--version", action=_VersionAction)
     sub = parser.add_subparsers(dest="command", required=True, title="commands",
                                 metavar="COMMAND")
     s = sub.add_parser("serve", help="run the broker",
@@ -127,6 +158,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--override", action="append", type=_parse_override, default=[],
                    metavar="KEY=VALUE", help="set any config key (repeatable; default: none)")
     s.add_argument("--log-level", default="INFO", help=f"{', '.join(LOG_LEVELS)} (default: INFO)")
+    if command == "serve":
+        return parser
     from . import acls_cli, groups_cli, topics_cli, transactions_cli, users_cli
 
     topics_cli.add_parser(sub)
@@ -138,7 +171,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else argv
+    args = build_parser("serve" if argv[:1] == ["serve"] else None).parse_args(argv)
     level = getattr(args, "log_level", "WARNING").upper()
     if level not in LOG_LEVELS:
         print(f"txbroker: configuration error: --log-level {args.log_level!r} is not one of "
@@ -175,6 +209,12 @@ def main(argv: list[str] | None = None) -> int:
 def _serve(args) -> int:
     """Configuration and start-up errors: one line, exit 2. A failure after the broker
     is up (it crashed): exit 1."""
+    _skip_test_only_imports()
+    from txbroker.storage.log_config import ConfigError
+
+    from .config import StartupError, load_config
+    from .server import Broker
+
     try:
         config = load_config(config_file=args.config, host=args.host, port=args.port,
                              data_dir=args.data_dir, overrides=dict(args.override))

@@ -21,6 +21,7 @@ import struct
 import time
 from collections import deque
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from txbroker.coordinator.group.coordinator import GroupCoordinator, GroupCoordinatorConfig
 from txbroker.coordinator.group.state import GroupConfig
@@ -44,8 +45,9 @@ from txbroker.protocol.messages import (
 from txbroker.protocol.primitives import DecodeError
 from txbroker.storage.manager import LogManager
 
-from . import sasl as sasl_config
-from . import tls
+if TYPE_CHECKING:
+    from . import sasl as sasl_config
+    from . import tls
 from .acl_store import AclStore, AclStoreError, load_acls
 from .authorizer import Authorizer, parse_super_users
 from .config import BrokerConfig, ConfigError, ListenerSpec, StartupError
@@ -158,11 +160,16 @@ def build_listeners(config: BrokerConfig) -> list[Listener]:
     listeners = []
     for spec in config.listener_specs():
         lst = Listener(spec)
+        # Imported only for listeners that use them (~25 ms of start-up otherwise).
         if spec.uses_tls:
+            from . import tls
+
             lst.ssl_context = tls.server_context(config, spec.name)
             lst.principal_mapper = tls.PrincipalMapper(
                 config.for_listener(spec.name, "ssl.principal.mapping.rules"))
         if spec.uses_sasl:
+            from . import sasl as sasl_config
+
             lst.sasl = sasl_config.listener_sasl(config, spec.name)
         listeners.append(lst)
     return listeners
@@ -445,23 +452,34 @@ class Connection:
         self.writer.transport.abort()
 
 
-# APIs whose schemas are imported before "ready": what clients send first (ApiVersions,
-# Metadata, FindCoordinator, InitProducerId, Produce, AddPartitionsToTxn, EndTxn).
-FIRST_APIS = frozenset({18, 3, 10, 22, 0, 24, 26})
+# APIs whose schemas are imported right after "ready", before the others: what clients
+# send first (Metadata, FindCoordinator, InitProducerId, Produce, AddPartitionsToTxn,
+# EndTxn). ApiVersions' own are imported before "ready".
+FIRST_APIS = frozenset({3, 10, 22, 0, 24, 26})
 PRELOAD_DELAY_S = 1.0
 
 
-async def _preload_in_background(versions: list[tuple[int, int, int]],
+async def _preload_in_background(first: list[tuple[int, int, int]],
+                                 later: list[tuple[int, int, int]],
                                  after: asyncio.Task | None) -> None:
-    """Import the other APIs' schemas one API at a time, serving in between, once
-    ``after`` (the transaction coordinator's load) is done and the clients waiting
-    for it had PRELOAD_DELAY_S to go on."""
+    """Import kio's schemas one version per loop turn (a few ms each), serving in
+    between: ``first`` at once, newest versions first (what current clients send), the
+    ``later`` ones once ``after`` (the transaction coordinator's load) is done and the
+    clients waiting for it had PRELOAD_DELAY_S to go on. A request that comes before its
+    schema imports it on demand."""
+    async def preload(ranges: list[tuple[int, int, int]]) -> None:
+        for api_key, low, high in ranges:
+            await asyncio.sleep(0)
+            HANDLERS[api_key]  # imports the handler module
+            for version in range(high, low - 1, -1):
+                await asyncio.sleep(0)
+                preload_schemas([(api_key, version, version)])
+
+    await preload(first)
     if after is not None:
         await asyncio.wait([after])
     await asyncio.sleep(PRELOAD_DELAY_S)
-    for version_range in versions:
-        await asyncio.sleep(0)
-        preload_schemas([version_range])
+    await preload(later)
 
 
 class Broker:
@@ -633,12 +651,11 @@ class Broker:
             self.admin_http = AdminHttpServer(self, self.config.get("admin.http.host"),
                                               self.config.get("admin.http.port"))
         return_large_buffers_to_the_os()
-        # kio's schemas take ~0.7 s to import: the APIs a client starts with are loaded
-        # while the logs open in a worker thread, the rest right after "ready" (a
-        # request that comes first imports its own on demand).
+        # kio's schemas take ~0.7 s to import, all of them: only ApiVersions' are loaded
+        # before "ready" (while the logs open in a worker thread); the rest after it, a
+        # version at a time (_preload_in_background). After a crash, start-up is the outage.
         opening = loop.run_in_executor(None, self.logs.open)
-        later = [v for v in supported_versions() if v[0] not in FIRST_APIS]
-        preload_schemas([v for v in supported_versions() if v[0] in FIRST_APIS])
+        preload_schemas([v for v in supported_versions() if v[0] == API_VERSIONS_KEY])
         await opening
         if self.authorizer is not None:
             try:
@@ -700,7 +717,11 @@ class Broker:
                         "on before they are fsynced; a power loss can take them back "
                         "(topics with flush.messages=1 still fsync first)", flush_messages)
         self._preload = asyncio.create_task(
-            _preload_in_background(later, self.transactions.load_task), name="preload")
+            _preload_in_background(
+                [v for v in supported_versions() if v[0] in FIRST_APIS],
+                [v for v in supported_versions()
+                 if v[0] not in FIRST_APIS and v[0] != API_VERSIONS_KEY],
+                self.transactions.load_task), name="preload")
         adv_host, adv_port = self.advertised_host_port
         others = "".join(
             f"; listener {lst.name} ({lst.spec.security_protocol}) on {lst.host}:{lst.port} "
@@ -823,6 +844,8 @@ class Broker:
         ssl_object = writer.get_extra_info("ssl_object")
         cert = ssl_object.getpeercert() if ssl_object is not None else None
         if cert and listener.principal_mapper is not None:
+            from . import tls
+
             dn = tls.rfc2253_name(cert.get("subject", ()))
             try:
                 session.principal = "User:" + listener.principal_mapper.name(dn)

@@ -7,12 +7,21 @@ with an application's own ``storage`` or ``broker`` package.
 """
 
 import os as _os
-from importlib import metadata as _metadata
 
-try:
-    __version__ = _metadata.version("txbroker")
-except _metadata.PackageNotFoundError:  # a source tree that was never installed
-    __version__ = "0+unknown"
+
+def __getattr__(name: str) -> str:
+    # Looked up on use: importlib.metadata costs ~25 ms, and the broker's start-up
+    # (txbroker serve) never needs the version.
+    if name != "__version__":
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from importlib import metadata
+
+    try:
+        version = metadata.version("txbroker")
+    except metadata.PackageNotFoundError:  # a source tree that was never installed
+        version = "0+unknown"
+    globals()["__version__"] = version
+    return version
 
 # In a source checkout the layers are this folder's siblings: import them from this
 # checkout even when another one is installed in editable mode (worktrees, a clean

@@ -1,114 +1,106 @@
 """One module per Kafka API. Each defines API_KEY, MIN_VERSION, MAX_VERSION and
 ``async def handle(ctx, request)`` returning the response message (or None to
-send nothing, as for acks=0 produce)."""
+send nothing, as for acks=0 produce).
+
+A module is imported when its API is first used (or by the broker's background
+preload after "ready"), not at start-up: importing all of them and what they
+import costs ~60 ms, and after a crash the start-up time is the outage.
+HANDLER_TABLE repeats each module's versions so that ApiVersions can answer
+without importing it; tests/unit/test_handlers_table.py checks it against the
+modules.
+"""
 
 from __future__ import annotations
 
+import importlib
+from collections.abc import Iterator, Mapping
 from types import ModuleType
 
-from . import (
-    add_offsets_to_txn,
-    add_partitions_to_txn,
-    alter_configs,
-    alter_user_scram_credentials,
-    api_versions,
-    create_acls,
-    create_partitions,
-    create_topics,
-    delete_acls,
-    delete_groups,
-    delete_records,
-    delete_topics,
-    describe_acls,
-    describe_cluster,
-    describe_configs,
-    describe_groups,
-    describe_log_dirs,
-    describe_producers,
-    describe_topic_partitions,
-    describe_transactions,
-    describe_user_scram_credentials,
-    end_txn,
-    fetch,
-    find_coordinator,
-    heartbeat,
-    incremental_alter_configs,
-    init_producer_id,
-    join_group,
-    leave_group,
-    list_groups,
-    list_offsets,
-    list_transactions,
-    metadata,
-    offset_commit,
-    offset_delete,
-    offset_fetch,
-    offset_for_leader_epoch,
-    produce,
-    sasl_authenticate,
-    sasl_handshake,
-    sync_group,
-    txn_offset_commit,
-    write_txn_markers,
-)
+# API key: (module, MIN_VERSION, MAX_VERSION, lowest version parsed). The lowest parsed
+# is MIN_PARSED_VERSION where a module has one: Produce advertises v0 as Kafka 4 does
+# but refuses v0-2.
+HANDLER_TABLE: dict[int, tuple[str, int, int, int]] = {
+    0: ('produce', 0, 12, 3),
+    1: ('fetch', 4, 12, 4),
+    2: ('list_offsets', 1, 7, 1),
+    3: ('metadata', 0, 12, 0),
+    8: ('offset_commit', 2, 9, 2),
+    9: ('offset_fetch', 1, 9, 1),
+    10: ('find_coordinator', 0, 6, 0),
+    11: ('join_group', 0, 7, 0),
+    12: ('heartbeat', 0, 4, 0),
+    13: ('leave_group', 0, 5, 0),
+    14: ('sync_group', 0, 5, 0),
+    15: ('describe_groups', 0, 5, 0),
+    16: ('list_groups', 0, 5, 0),
+    17: ('sasl_handshake', 0, 1, 0),
+    18: ('api_versions', 0, 4, 0),
+    19: ('create_topics', 2, 7, 2),
+    20: ('delete_topics', 1, 6, 1),
+    21: ('delete_records', 0, 2, 0),
+    22: ('init_producer_id', 0, 4, 0),
+    23: ('offset_for_leader_epoch', 2, 4, 2),
+    24: ('add_partitions_to_txn', 0, 5, 0),
+    25: ('add_offsets_to_txn', 0, 4, 0),
+    26: ('end_txn', 0, 5, 0),
+    27: ('write_txn_markers', 1, 2, 1),
+    28: ('txn_offset_commit', 0, 5, 0),
+    29: ('describe_acls', 1, 3, 1),
+    30: ('create_acls', 1, 3, 1),
+    31: ('delete_acls', 1, 3, 1),
+    32: ('describe_configs', 1, 4, 1),
+    33: ('alter_configs', 0, 2, 0),
+    35: ('describe_log_dirs', 1, 4, 1),
+    36: ('sasl_authenticate', 0, 2, 0),
+    37: ('create_partitions', 0, 3, 0),
+    42: ('delete_groups', 0, 2, 0),
+    44: ('incremental_alter_configs', 0, 1, 0),
+    47: ('offset_delete', 0, 0, 0),
+    50: ('describe_user_scram_credentials', 0, 0, 0),
+    51: ('alter_user_scram_credentials', 0, 0, 0),
+    60: ('describe_cluster', 0, 2, 0),
+    61: ('describe_producers', 0, 0, 0),
+    65: ('describe_transactions', 0, 0, 0),
+    66: ('list_transactions', 0, 1, 0),
+    75: ('describe_topic_partitions', 0, 0, 0),
+}
 
-HANDLER_MODULES: list[ModuleType] = [
-    produce,
-    fetch,
-    list_offsets,
-    offset_for_leader_epoch,
-    metadata,
-    api_versions,
-    create_topics,
-    delete_topics,
-    delete_records,
-    describe_configs,
-    alter_configs,
-    create_partitions,
-    incremental_alter_configs,
-    describe_cluster,
-    describe_log_dirs,
-    init_producer_id,
-    find_coordinator,
-    join_group,
-    sync_group,
-    heartbeat,
-    leave_group,
-    offset_commit,
-    offset_fetch,
-    describe_groups,
-    list_groups,
-    delete_groups,
-    offset_delete,
-    add_partitions_to_txn,
-    add_offsets_to_txn,
-    end_txn,
-    txn_offset_commit,
-    write_txn_markers,
-    describe_producers,
-    describe_transactions,
-    list_transactions,
-    describe_topic_partitions,
-    describe_acls,
-    create_acls,
-    delete_acls,
-    sasl_handshake,
-    sasl_authenticate,
-    describe_user_scram_credentials,
-    alter_user_scram_credentials,
-]
 
-HANDLERS: dict[int, ModuleType] = {m.API_KEY: m for m in HANDLER_MODULES}
+class _LazyHandlers(Mapping[int, ModuleType]):
+    """API key -> handler module, imported on first lookup."""
+
+    def __init__(self) -> None:
+        self._modules: dict[int, ModuleType] = {}
+
+    def __getitem__(self, api_key: int) -> ModuleType:
+        module = self._modules.get(api_key)
+        if module is None:
+            name = HANDLER_TABLE[api_key][0]
+            module = importlib.import_module(f"{__name__}.{name}")
+            self._modules[api_key] = module
+        return module
+
+    def __contains__(self, api_key: object) -> bool:
+        return api_key in HANDLER_TABLE
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(HANDLER_TABLE)
+
+    def __len__(self) -> int:
+        return len(HANDLER_TABLE)
+
+
+HANDLERS: Mapping[int, ModuleType] = _LazyHandlers()
 
 
 def supported_versions() -> list[tuple[int, int, int]]:
     """(api_key, min, max) for ApiVersions, sorted by key."""
-    return sorted((m.API_KEY, m.MIN_VERSION, m.MAX_VERSION) for m in HANDLER_MODULES)
+    return sorted((key, low, high) for key, (_, low, high, _) in HANDLER_TABLE.items())
 
 
 def accepts(api_key: int, version: int) -> bool:
-    module = HANDLERS.get(api_key)
-    if module is None:
+    entry = HANDLER_TABLE.get(api_key)
+    if entry is None:
         return False
-    low = getattr(module, "MIN_PARSED_VERSION", module.MIN_VERSION)
-    return low <= version <= module.MAX_VERSION
+    _, _, high, parsed_low = entry
+    return parsed_low <= version <= high
