@@ -110,10 +110,11 @@ def _wait(predicate, timeout: float = 10) -> bool:
 
 def _keys_apart(txbroker, partitions: int) -> tuple[str, str, str]:
     """Two keys (transactional ids or groups) in different coordinator partitions: the
-    one to hold loading, the one served; and a new one-partition topic."""
-    slow = unique("held")
-    fast = next(k for k in (unique("served") for _ in range(100))
-                if partition_for(k, partitions) != partition_for(slow, partitions))
+    one to hold loading, the one served (in a partition that loads before it: the
+    partitions load in order); and a new one-partition topic."""
+    slow = next(k for k in (unique("held") for _ in range(1000)) if partition_for(k, partitions))
+    fast = next(k for k in (unique("served") for _ in range(1000))
+                if partition_for(k, partitions) < partition_for(slow, partitions))
     topic = unique("held-topic")
     txbroker.create_topic(topic, 1)
     return slow, fast, topic
