@@ -6,6 +6,7 @@ markers, runs the timers and recovers unfinished commits on start."""
 from __future__ import annotations
 
 import asyncio
+import collections
 import itertools
 import logging
 import os
@@ -62,6 +63,14 @@ TXN_OUTCOMES = ("committed", "aborted", "timed_out", "fenced")
 # about that many records per partition (the snapshot written is the cost).
 SNAPSHOT_MIN_RECORDS = 100
 SNAPSHOT_TAIL_FRACTION = 16
+# Snapshot rows loaded between two turns of the event loop: requests for the ids of
+# partitions already loaded wait at most that long (~1 ms) while the others load.
+SNAPSHOT_ROWS_PER_TURN = 250
+# How long a request for an id whose partition is still loading waits for it (that
+# partition loads next) before it is answered COORDINATOR_LOAD_IN_PROGRESS. A partition
+# loads in milliseconds; a client retries the error only after its backoff (librdkafka:
+# 500 ms for InitProducerId).
+PARTITION_LOAD_WAIT_S = 0.5
 
 
 def now_ms() -> int:
@@ -99,6 +108,10 @@ class TransactionCoordinator:
         self._tasks = TaskSet()
         self._timer = WakeTimer(self._tick)
         self._load_task: asyncio.Task | None = None
+        # While loading: the __transaction_state partitions still to load, in order (a
+        # partition asked for moves to the front), and the waiters of each.
+        self._load_queue: collections.deque[int] = collections.deque()
+        self._partition_waiters: dict[int, asyncio.Event] = {}
         # Per partition of __transaction_state: the latest record of each id (what a
         # snapshot holds), records appended since the last snapshot, snapshots running.
         self._latest: dict[int, dict[str, list]] = {}  # id -> snapshot row
@@ -210,14 +223,17 @@ class TransactionCoordinator:
         # Before anything is served: the open transactions recovery looks at are those
         # the logs recovered, not ones begun since (see begin_load).
         self.state.begin_load(self._open_transactions())
-        for p in range(self.logs.topics[TXN_TOPIC].partitions):
+        queue = self._load_queue
+        queue.extend(range(self.logs.topics[TXN_TOPIC].partitions))
+        while queue:
+            p = queue.popleft()
             plog = self.logs.get_log(TXN_TOPIC, p)
             if plog is None:
                 self._recovered(p)
                 continue
             view: dict[str, list] = {}
             self._latest[p] = view
-            start = self._load_snapshot(plog, view)
+            start = await self._load_snapshot(plog, view)
             snapshot_rows += len(view)
             tail = 0
             for n, (header, recs) in enumerate(iter_partition_batches(plog, start)):
@@ -261,6 +277,9 @@ class TransactionCoordinator:
     def _recovered(self, p: int) -> None:
         """Partition ``p`` is loaded: serve its ids, finish its decided transactions."""
         effects = self.state.recover_partition(p, now_ms())
+        waiters = self._partition_waiters.pop(p, None)
+        if waiters is not None:
+            waiters.set()
         if effects.expired:
             log.warning("aborting the transaction(s) of %s (epoch bump): their partitions hold "
                         "data of a transaction whose AddPartitionsToTxn record was not fsynced "
@@ -268,7 +287,7 @@ class TransactionCoordinator:
                         ", ".join(effects.expired))
         self._apply(effects)
 
-    def _load_snapshot(self, plog: PartitionLog, view: dict[str, list]) -> int:
+    async def _load_snapshot(self, plog: PartitionLog, view: dict[str, list]) -> int:
         """Load the partition's snapshot into the state machine and ``view``; the
         offset to replay from (the log start if there is no usable snapshot)."""
         try:
@@ -285,7 +304,9 @@ class TransactionCoordinator:
                         plog.log_start_offset, plog.log_end_offset)
             return plog.log_start_offset
         try:
-            for row in rows:
+            for n, row in enumerate(rows):
+                if n % SNAPSHOT_ROWS_PER_TURN == SNAPSHOT_ROWS_PER_TURN - 1:
+                    await asyncio.sleep(0)  # serve the loaded partitions' ids meanwhile
                 self.state.load_row(row, plog.partition)
                 view[row[0]] = row
         except ValueError as e:
@@ -569,10 +590,29 @@ class TransactionCoordinator:
 
     # --- requests -------------------------------------------------------------------
 
+    async def _partition_loaded(self, transactional_id: str) -> None:
+        """While the id's partition loads: load it next and wait for it (bounded), so
+        that the request is answered then rather than COORDINATOR_LOAD_IN_PROGRESS."""
+        queue = self._load_queue
+        if self.state.loaded or not queue or not transactional_id:
+            return
+        p = partition_for(transactional_id, self.logs.topics[TXN_TOPIC].partitions)
+        if self.state.partition_loaded(p):
+            return
+        if p in queue and queue[0] != p:
+            queue.remove(p)
+            queue.appendleft(p)
+        event = self._partition_waiters.setdefault(p, asyncio.Event())
+        try:
+            await asyncio.wait_for(event.wait(), PARTITION_LOAD_WAIT_S)
+        except TimeoutError:
+            pass  # answered COORDINATOR_LOAD_IN_PROGRESS: the client retries
+
     async def init_producer_id(self, transactional_id: str, txn_timeout_ms: int,
                                producer_id: int, producer_epoch: int,
                                api_version: int) -> InitProducerIdResult:
         self.ensure_topic()
+        await self._partition_loaded(transactional_id)
         result = await self._call(lambda t: self.state.init_producer_id(
             t, now_ms(), transactional_id, txn_timeout_ms, producer_id, producer_epoch,
             api_version=api_version))
@@ -610,6 +650,7 @@ class TransactionCoordinator:
         # previous commit's markers are still being written. Clients back off ~20 ms on
         # CONCURRENT_TRANSACTIONS; waiting here for the completion (milliseconds) and
         # answering then is the same outcome, sooner.
+        await self._partition_loaded(transactional_id)
         result = await self._call(call)
         if result is not None and result.error == _E.concurrent_transactions.value and \
                 await self._wait_completion(transactional_id):
@@ -651,6 +692,7 @@ class TransactionCoordinator:
         if "before_end_txn" in self.faults.armed:
             await self.faults.hit("before_end_txn",
                                   expire=lambda: self.expire_transactions_now(transactional_id))
+        await self._partition_loaded(transactional_id)
         result = await self._call(lambda t: self.state.end_txn(
             t, now_ms(), transactional_id, producer_id, producer_epoch, commit,
             api_version=api_version))

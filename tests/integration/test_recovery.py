@@ -235,3 +235,39 @@ def test_groups_of_loaded_partitions_are_served_while_another_loads(txbroker, mo
     finally:
         release.set()
         client.close()
+
+
+def test_a_partition_asked_for_loads_next(txbroker, monkeypatch):
+    """An InitProducerId for an id whose partition is still loading moves that
+    partition to the front of the load and is answered once it is loaded (not
+    COORDINATOR_LOAD_IN_PROGRESS), while the partitions before it in the load order
+    still wait. Each partition's load is slowed down by the test so that the load
+    takes seconds."""
+    import asyncio
+
+    from txbroker.coordinator.transaction.coordinator import TransactionCoordinator
+
+    from tests.helpers import RawClient
+
+    from .txn_util import RawTxn
+
+    partitions = txbroker.call(lambda b: b.transactions.config.state_log_partitions)
+    tid = next(t for t in (unique("last") for _ in range(1000))
+               if partition_for(t, partitions) == partitions - 1)
+    with TxnProducer("confluent", txbroker.bootstrap, tid, **CLIENT_CONFIG["confluent"]) as p:
+        p.init()
+    load_snapshot = TransactionCoordinator._load_snapshot
+
+    async def slow(self, plog, view) -> int:
+        await asyncio.sleep(0.1)  # 0.1 s a partition
+        return await load_snapshot(self, plog, view)
+
+    monkeypatch.setattr(TransactionCoordinator, "_load_snapshot", slow)
+    txbroker.crash()
+    txbroker.restart()
+    client = RawClient(txbroker.host, txbroker.port)
+    try:
+        assert RawTxn(client, tid).init(expect_ok=False).error_code == 0
+        assert not _loaded(txbroker)  # the partitions before it in order: not yet
+    finally:
+        client.close()
