@@ -49,6 +49,7 @@ from . import (
     sasl_handshake,
     sync_group,
     txn_offset_commit,
+    update_features,
     write_txn_markers,
 )
 
@@ -96,6 +97,7 @@ HANDLER_MODULES: list[ModuleType] = [
     sasl_authenticate,
     describe_user_scram_credentials,
     alter_user_scram_credentials,
+    update_features,
 ]
 
 HANDLERS: dict[int, ModuleType] = {m.API_KEY: m for m in HANDLER_MODULES}
