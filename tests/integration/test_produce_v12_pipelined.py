@@ -1,4 +1,5 @@
-"""Produce v12 (transactions v2) requests pipelined on one connection, on the raw wire.
+"""Produce v12 (transactions v2) requests pipelined on one connection, on the raw wire
+(and Produce v13, topics by id).
 
 A Java producer sends up to five requests to a broker without waiting for the
 answers. Kafka serves a connection's requests one at a time; txbroker runs them at
@@ -11,11 +12,14 @@ CONCURRENT_TRANSACTIONS or OUT_OF_ORDER_SEQUENCE_NUMBER, or lands first.
 
 from __future__ import annotations
 
+import datetime
 import threading
 import time
+import uuid
 
 import pytest
-from txbroker.protocol.messages import decode_response, encode_request
+from txbroker.protocol.errors import ErrorCode
+from txbroker.protocol.messages import build, decode_response, encode_request, request_module
 from txbroker.protocol.records import iter_batches
 
 from tests.helpers import wait_until
@@ -23,10 +27,13 @@ from tests.helpers import wait_until
 from .txn_util import TXN_CONFIG, RawTxn, unique
 from .wire_util import (
     FETCH,
+    METADATA,
     PRODUCE,
+    batch,
     connect,
     fetch_partition,
     fetch_request,
+    metadata_request,
     partition_response,
     produce_request,
 )
@@ -146,3 +153,28 @@ def test_pipelined_produce_overtaking_at_the_previous_commits_completion(txbroke
     # Offset 1 is the first transaction's COMMIT marker.
     _assert_appended_in_order(txn, tp, answers, 2)
     assert txn.end(True, version=END_TXN_V2) == NONE
+
+
+def test_produce_v13_names_topics_by_id(txbroker):
+    """Produce v13 (KIP-516, what the Java 4.3 producer sends when it is offered): the
+    topic by its id from Metadata; the answer names it by id too. An id no topic has
+    is UNKNOWN_TOPIC_ID; the known topic in the same request is written."""
+    topic = unique("v13")
+    txbroker.create_topic(topic, 1)
+    client = connect(txbroker)
+    r = client.request(METADATA, 12, metadata_request([topic]))
+    [t] = r.topics
+    unknown = uuid.uuid4()
+    m = request_module(PRODUCE, 13)
+    request = build(m.ProduceRequest, transactional_id=None, acks=-1,
+                    timeout=datetime.timedelta(seconds=10), topic_data=tuple(
+                        build(m.TopicProduceData, topic_id=tid, partition_data=(
+                            build(m.PartitionProduceData, index=0, records=batch(2)),))
+                        for tid in (t.topic_id, unknown)))
+    response = client.request(PRODUCE, 13, request)
+    got = {x.topic_id: [(p.index, int(p.error_code), p.base_offset)
+                        for p in x.partition_responses] for x in response.responses}
+    assert got == {t.topic_id: [(0, NONE, 0)],
+                   unknown: [(0, ErrorCode.unknown_topic_id.value, -1)]}
+    r = client.request(FETCH, 12, fetch_request({topic: {0: 0}}))
+    assert [h.base_offset for _, h in iter_batches(fetch_partition(r, topic, 0).records)] == [0]
