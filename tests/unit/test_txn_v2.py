@@ -38,6 +38,18 @@ def v2_txn(h: Harness, pid: int, epoch: int, parts=(PA,), commit: bool = True) -
     return h.r(t)
 
 
+def committed_markers_pending() -> tuple[Harness, int, int, int]:
+    """A v2 commit whose PrepareCommit is durable (EndTxn answered) and whose markers
+    are not written yet: (harness, producer id, epoch before the commit, its token)."""
+    h = Harness()
+    pid, e = h.ready()
+    h.add(pid, e, [PA], v=V2_ADD)
+    h.settle()
+    first = h.end(pid, e, True, v=V2_END)
+    h.flush()
+    return h, pid, e, first
+
+
 def test_end_txn_v5_bumps_the_epoch_and_answers_it() -> None:
     h = Harness()
     pid, e = h.ready()
@@ -61,12 +73,7 @@ def test_end_txn_v5_bumps_the_epoch_and_answers_it() -> None:
 
 
 def test_end_txn_v5_retry_gets_the_same_answer() -> None:
-    h = Harness()
-    pid, e = h.ready()
-    h.add(pid, e, [PA], v=V2_ADD)
-    h.settle()
-    first = h.end(pid, e, True, v=V2_END)
-    h.flush()
+    h, pid, e, first = committed_markers_pending()
     # Markers still in flight (PrepareCommit): the retry (old epoch) waits.
     assert h.r(h.end(pid, e, True, v=V2_END)) == EndTxnResult(CONCURRENT)
     h.settle()
@@ -99,16 +106,12 @@ def test_v2_abort_with_nothing_open_bumps_the_epoch() -> None:
 def test_end_txn_v5_while_the_previous_markers_are_written_waits() -> None:
     """KAFKA-18464: the producer already holds the epoch its commit bumped while that
     commit's markers are still being written (PrepareCommit, Complete pending). Its next
-    EndTxn (here an abort of a transaction whose implicit add was refused CONCURRENT)
-    carries that epoch: Kafka 4 answers CONCURRENT_TRANSACTIONS (the pending transition
-    is checked first), and the producer retries; PRODUCER_FENCED here was fatal to a sole
-    Java producer (seen in the TV2 stress runs)."""
-    h = Harness()
-    pid, e = h.ready()
-    h.add(pid, e, [PA], v=V2_ADD)
-    h.settle()
-    first = h.end(pid, e, True, v=V2_END)
-    h.flush()
+    EndTxn carries that epoch: an abort of a transaction whose implicit add was refused
+    CONCURRENT, or a commit the Java 4.3 client sends before its first Produce (a race
+    in its sender, docs/transactions.md). Kafka 4 answers CONCURRENT_TRANSACTIONS (the
+    pending transition is checked first), and the producer retries; PRODUCER_FENCED here
+    was fatal to a sole Java producer (the intermittent failure of the TV2 bench)."""
+    h, pid, e, first = committed_markers_pending()
     assert h.r(first) == EndTxnResult(NONE, pid, e + 1)
     assert (h.state(), h.info()["pending_state"]) == ("PrepareCommit", "CompleteCommit")
     assert h.r(h.add(pid, e + 1, [PB], v=V2_ADD)).error == CONCURRENT
