@@ -9,7 +9,8 @@ them, one per feature name, the last one of a name winning):
   v0 has no upgrade type (its allow_downgrade flag is not read by Kafka 4's
   controller either): every v0 update is an upgrade;
 - the level must be at least 0 and supported (txbroker knows only transaction.version,
-  0-2; an unknown feature "does not support this feature");
+  0-2; an unknown feature "does not support this feature", or at level 0 is "not
+  found");
 - a lower level than the finalized one needs a downgrade type, a higher one the
   upgrade type.
 CLUSTER ALTER is required (CLUSTER_AUTHORIZATION_FAILED). validate_only (v1+,
@@ -57,6 +58,8 @@ def _check(feature: str, level: int, upgrade_type: int, current: int, node_id: i
                 "type to either safe or unsafe downgrade.")
     if level > current and upgrade_type != UPGRADE:
         return "Can't downgrade to a newer version."
+    if feature not in SUPPORTED:  # level 0 of an unknown feature gets this far
+        return f"Feature {feature} not found."
     return None
 
 
@@ -104,7 +107,7 @@ async def handle(ctx, request):
         reason = _check(name, level, upgrade_type, broker.features.level(name), broker.node_id)
         if reason is not None:
             message = f"Invalid update version {level} for feature {name}. {reason}"
-            log.warning("UpdateFeatures from %s refused: %s", ctx.peer, message)
+            log.warning("UpdateFeatures from %s refused: %.300s", ctx.peer, message)
             return _answer(ctx, ErrorCode.invalid_update_version,
                            "The update failed for all features since the following feature "
                            f"had an error: {message}")

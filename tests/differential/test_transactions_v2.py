@@ -220,6 +220,8 @@ def test_kafka_features_upgrade_and_downgrade(broker, jvm_classes, tmp_path):
         ("describe",),
         ("upgrade", "--feature", "transaction.version=2"),
         ("describe",),
+        ("upgrade", "--feature", "nosuch.feature=1"),
+        ("disable", "--feature", "nosuch.feature"),
     ]
     try:
         results = run_tools(jvm_classes, tmp_path, [_features(broker, *c) for c in commands])
@@ -246,6 +248,13 @@ def test_kafka_features_upgrade_and_downgrade(broker, jvm_classes, tmp_path):
         (0, line.format(0)),
         (0, "transaction.version was upgraded to 2."),
         (0, line.format(2)),
+        (1, REFUSED.format(verb="upgrade", level=1, reason="Local controller 1 does not "
+                           "support this feature.").replace("transaction.version",
+                                                            "nosuch.feature")),
+        (1, "Could not disable nosuch.feature. The update failed for all features since the "
+            "following feature had an error: Invalid update version 0 for feature "
+            "nosuch.feature. Feature nosuch.feature not found.\n"
+            "1 out of 1 operation(s) failed."),
     ]
     got = [(r.exit, _tv_line(r) if r.command[3] == "describe" else r.output.strip())
            for r in results]
