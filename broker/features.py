@@ -41,7 +41,13 @@ class FinalizedFeatures:
         stored = self._load()
         if stored is not None:
             for name, level in stored.items():
-                if name in SUPPORTED and level != self.levels.get(name):
+                if name not in SUPPORTED:
+                    continue  # UpdateFeatures stores only features it knows
+                lo, hi = SUPPORTED[name]
+                if not lo <= level <= hi:
+                    raise ValueError(f"finalized feature {name}={level} in {self.path} is "
+                                     f"outside the supported levels {lo}-{hi}")
+                if level != self.levels.get(name):
                     log.info("finalized feature %s=%d from %s (set by UpdateFeatures) overrides "
                              "the configured level %d", name, level, self.path,
                              self.levels.get(name, 0))
