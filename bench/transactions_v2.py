@@ -50,12 +50,13 @@ class Options:
     out: Path = DEFAULT_OUT
 
 
-def compile_java() -> Path:
+def compile_java(source: str = "TxnRate.java") -> Path:
+    """bench/jvm/``source`` compiled against Kafka's jars; the classes directory."""
     from tests.kafka_reference import jars_dir
 
     out = Path(tempfile.mkdtemp(prefix="txnrate-"))
     subprocess.run(["javac", "-nowarn", "-d", str(out), "-cp", f"{jars_dir()}/*",
-                    str(ROOT / "bench" / "jvm" / "TxnRate.java")], check=True, timeout=180)
+                    str(ROOT / "bench" / "jvm" / source)], check=True, timeout=180)
     return out
 
 

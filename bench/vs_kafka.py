@@ -14,6 +14,10 @@ gives it). Every run starts each broker fresh and measures, in this order:
   4-partition topic (bench/clients.py's producer settings), MB/s;
 * **consume**: confluent-kafka reads them back (librdkafka's default
   ``isolation.level=read_committed``), MB/s;
+* **perf-produce** / **perf-consume**: the same with Kafka's own perf tools
+  (kafka-producer-perf-test with ``acks=all``, then kafka-consumer-perf-test with
+  ``isolation.level=read_committed``; N records of 1 KiB, a 4-partition topic), the
+  MB/s each tool reports (the consumer's ``fetch.MB.sec``: without its group join);
 * **rate**: transactions/s of 1 and of 8 transactional producers (one process each)
   committing transactions of 10 records of 1 KiB, with commit latency p50/p99
   (bench/transactions.py's rate phase);
@@ -28,6 +32,8 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
+import subprocess
 import sys
 import time
 import uuid
@@ -52,6 +58,8 @@ COMPARED = (
     ("startup", "seconds", False),
     ("produce", "mb_per_s", True),
     ("consume", "mb_per_s", True),
+    ("perf-produce", "mb_per_s", True),
+    ("perf-consume", "mb_per_s", True),
     ("rate-1p-10r", "txn_per_s", True),
     ("rate-8p-10r", "txn_per_s", True),
     ("rate-1p-10r", "commit_p50_ms", False),
@@ -121,6 +129,13 @@ class Run(TxnRun):
                 self.broker.bootstrap, topic, o.messages, value, o.phase_timeout).as_dict())
             self._phase("consume", lambda: clients.confluent_consume(
                 self.broker.bootstrap, topic, o.messages, o.phase_timeout).as_dict())
+            if jvm_tools_available():
+                perf_topic = self._topic("perf")
+                self._phase("perf-produce", lambda: perf_produce(
+                    self.broker.bootstrap, perf_topic, o.messages, o.value_size,
+                    o.phase_timeout))
+                self._phase("perf-consume", lambda: perf_consume(
+                    self.broker.bootstrap, perf_topic, o.messages, o.phase_timeout))
             rate_topic = self._topic("rate")
             self.first_transaction(rate_topic)
             for producers, records in RATE_PHASES:
@@ -137,6 +152,57 @@ class Run(TxnRun):
                                   "peak_rss_mb": round(self.sampler.peak_rss / 1e6, 1)}
         out["phases"] = self.phases
         return out
+
+
+def jvm_tools_available() -> bool:
+    from tests.kafka_reference import jars_available
+
+    return jars_available()
+
+
+def _perf_tool(main: str, args: list[str], timeout: float) -> str:
+    from tests.kafka_reference import jars_dir
+
+    done = subprocess.run(["java", "-Xmx512m", "-cp", str(jars_dir() / "*"), main, *args],
+                          capture_output=True, text=True, timeout=timeout)
+    if done.returncode != 0:
+        raise RuntimeError(f"{main} exited {done.returncode}: {done.stderr[-500:]}")
+    return done.stdout
+
+
+def perf_produce(bootstrap: str, topic: str, records: int, size: int,
+                 timeout: float) -> dict[str, Any]:
+    """kafka-producer-perf-test; its last line: "N records sent, R records/sec (M MB/sec),
+    ..."."""
+    out = _perf_tool("org.apache.kafka.tools.ProducerPerformance", [
+        "--bootstrap-server", bootstrap, "--topic", topic, "--num-records", str(records),
+        "--record-size", str(size), "--throughput", "-1", "--command-property", "acks=all"],
+        timeout)
+    final = [line for line in out.splitlines() if f"{records} records sent" in line]
+    m = re.search(r"([\d.]+) records/sec \(([\d.]+) MB/sec\)", final[-1] if final else "")
+    if m is None:
+        raise RuntimeError(f"no summary line in kafka-producer-perf-test's output: {out[-300:]}")
+    return {"records": records, "records_per_s": float(m.group(1)),
+            "mb_per_s": float(m.group(2))}
+
+
+def perf_consume(bootstrap: str, topic: str, records: int, timeout: float) -> dict[str, Any]:
+    """kafka-consumer-perf-test with read_committed; its CSV line's fetch.MB.sec (the
+    rate after the group join, which Kafka delays by group.initial.rebalance.delay.ms)."""
+    out = _perf_tool("org.apache.kafka.tools.ConsumerPerformance", [
+        "--bootstrap-server", bootstrap, "--topic", topic, "--num-records", str(records),
+        "--timeout", str(int(timeout * 1000)), "--group", f"perf-{uuid.uuid4().hex[:8]}",
+        "--command-property", "isolation.level=read_committed"], timeout + 30)
+    lines = [line.split(",") for line in out.splitlines() if line.count(",") >= 9]
+    if len(lines) < 2:
+        raise RuntimeError(f"no result line in kafka-consumer-perf-test's output: {out[-300:]}")
+    row = dict(zip([h.strip() for h in lines[0]], [v.strip() for v in lines[-1]], strict=True))
+    consumed = int(row["data.consumed.in.nMsg"])
+    if consumed < records:
+        raise RuntimeError(f"kafka-consumer-perf-test read {consumed} of {records} records")
+    return {"records": consumed, "mb_per_s": float(row["fetch.MB.sec"]),
+            "mb_per_s_with_join": float(row["MB.sec"]),
+            "rebalance_ms": float(row["rebalance.time.ms"])}
 
 
 def _median(values: list[float]) -> float | None:

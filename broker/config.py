@@ -358,11 +358,13 @@ BROKER_KEYS: dict[str, BrokerKey] = {
         BrokerKey("transaction.remove.expired.transaction.cleanup.interval.ms", "3600000", _int,
                   "how often expired transactional ids are removed"),
         BrokerKey("txbroker.transaction.version", "2", _int_in(0, 2),
-                  "the finalized level of Kafka's transaction.version feature (what Kafka "
-                  "chooses with `kafka-storage format --feature transaction.version=N`), "
-                  "advertised in ApiVersions: at 2 Java 4.x producers use transactions v2 "
-                  "(KIP-890: epoch bump per transaction, partitions added by Produce); "
-                  "clients of transactions v1 work at every level"),
+                  "the first finalized level of Kafka's transaction.version feature (what "
+                  "Kafka chooses with `kafka-storage format --feature "
+                  "transaction.version=N`), advertised in ApiVersions: at 2 Java 4.x "
+                  "producers use transactions v2 (KIP-890: epoch bump per transaction, "
+                  "partitions added by Produce); clients of transactions v1 work at every "
+                  "level. Once UpdateFeatures (`kafka-features upgrade/downgrade`) changed "
+                  "the level, the level it stored in the data dir wins over this key"),
         BrokerKey("txbroker.fault.points", "", _fault_points,
                   "fault injection for tests: point[=action],... with points "
                   "before_end_txn, after_prepare_durable, before_markers, after_first_marker, "

@@ -52,6 +52,7 @@ from .acl_store import AclStore, AclStoreError, load_acls
 from .authorizer import Authorizer, parse_super_users
 from .config import BrokerConfig, ConfigError, ListenerSpec, StartupError
 from .context import ANONYMOUS, CloseConnection, DenialLog, RequestContext, Session
+from .features import TRANSACTION_VERSION, FinalizedFeatures
 from .handlers import HANDLERS, accepts, api_versions, supported_versions
 from .metrics import BrokerMetrics
 
@@ -485,13 +486,21 @@ async def _preload_in_background(first: list[tuple[int, int, int]],
 class Broker:
     """One broker: the data directory, the listener and the request handlers."""
 
+    @property
+    def transaction_version(self) -> int:
+        """The finalized transaction.version level (what ApiVersions advertises)."""
+        return self.features.level(TRANSACTION_VERSION)
+
+    @property
+    def features_epoch(self) -> int:
+        """ApiVersions' finalized_features_epoch."""
+        return self.features.epoch
+
     def __init__(self, config: BrokerConfig, *, in_process: bool = False) -> None:
         self.config = config
         self.in_process = in_process  # a crash fault then tears down instead of exiting
         # Produce v12's implicit adds in progress, per (topic, partition, producer id).
         self.pending_partition_adds: dict[tuple[str, int, int], asyncio.Future] = {}
-        # ApiVersions' finalized_features_epoch: later incarnations answer a larger one.
-        self.features_epoch = int(time.time() * 1000)
         self.crashed = False
         self.node_id: int = config.get("node.id")
         self.logs = LogManager(
@@ -530,8 +539,13 @@ class Broker:
                     remove_expired_check_interval_ms=config.get(
                         "transaction.remove.expired.transaction.cleanup.interval.ms"),
                 )), self.faults)
-        # The finalized transaction.version feature level (ApiVersions).
-        self.transaction_version = config.get("txbroker.transaction.version")
+        # The finalized feature levels (ApiVersions, UpdateFeatures): the configured
+        # transaction.version until an UpdateFeatures stored another in the data dir.
+        try:
+            self.features = FinalizedFeatures(self.logs.data_dir,
+                                              config.get("txbroker.transaction.version"))
+        except ValueError as e:
+            raise StartupError(str(e)) from None
         self.shutdown_timeout = config.get("shutdown.timeout.ms") / 1000
         queued_bytes = config.get("queued.max.request.bytes")
         if 0 <= queued_bytes < config.get("socket.request.max.bytes"):

@@ -16,6 +16,7 @@ responses here never carry tagged fields.
 from __future__ import annotations
 
 import struct
+import uuid
 from collections.abc import Iterable
 
 _I16 = struct.Struct(">h")
@@ -30,7 +31,7 @@ _ZERO_THROTTLE = b"\x00\x00\x00\x00"
 # whose answer has the same layout (only tagged fields, left empty, or new error codes)
 # are served too: Produce v10-12, EndTxn v4, AddOffsetsToTxn v4, TxnOffsetCommit v4-5
 # are what Java 4 clients send (transactions v2).
-PRODUCE_VERSIONS = range(3, 13)
+PRODUCE_VERSIONS = range(3, 14)
 ADD_PARTITIONS_VERSIONS = range(0, 4)
 END_TXN_VERSIONS = range(0, 5)
 ADD_OFFSETS_VERSIONS = range(0, 5)
@@ -110,17 +111,19 @@ def txn_offset_commit(version: int,
 ProducePartition = tuple[int, int, int, int, int, "str | None"]
 
 
-def produce(version: int, topics: Iterable[tuple[str, Iterable[ProducePartition]]]) -> bytes:
-    """Produce v3-12: per topic, per partition (index, error_code, base_offset,
-    log_append_time_ms, log_start_offset, error_message), then throttle_time_ms (0).
-    record_errors are always empty here (the broker rejects whole batches)."""
+def produce(version: int,
+            topics: Iterable[tuple[str | uuid.UUID, Iterable[ProducePartition]]]) -> bytes:
+    """Produce v3-13: per topic (its name, from v13 its id), per partition (index,
+    error_code, base_offset, log_append_time_ms, log_start_offset, error_message), then
+    throttle_time_ms (0). record_errors are always empty here (the broker rejects
+    whole batches)."""
     flexible = version >= 9
     tag = b"\x00" if flexible else b""
     topics = list(topics)
     out = [_array_len(len(topics), flexible)]
-    for name, partitions in topics:
+    for topic, partitions in topics:
         partitions = list(partitions)
-        out.append(_string(name, flexible))
+        out.append(topic.bytes if isinstance(topic, uuid.UUID) else _string(topic, flexible))
         out.append(_array_len(len(partitions), flexible))
         for index, error, base, append_time, start, message in partitions:
             if version >= 5:

@@ -1,7 +1,8 @@
 """ApiVersions (key 18): the version ranges this broker implements (KIP-511 fallback),
 and (v3+) the features: ``transaction.version`` supported 0-2 and finalized at
-``txbroker.transaction.version``, which is how Java 4.x producers decide to use
-transactions v2 (KIP-890) and how ``kafka-features describe`` shows it."""
+``txbroker.transaction.version`` or the level UpdateFeatures set (broker/features.py),
+which is how Java 4.x producers decide to use transactions v2 (KIP-890) and how
+``kafka-features describe`` shows it."""
 
 from __future__ import annotations
 
@@ -13,6 +14,8 @@ from kio.schema.api_versions.v0 import response as v0
 from txbroker.protocol.errors import ErrorCode
 from txbroker.protocol.messages import build
 
+from ..features import SUPPORTED
+
 API_KEY = 18
 MIN_VERSION = 0
 MAX_VERSION = 4
@@ -20,8 +23,6 @@ MAX_VERSION = 4
 log = logging.getLogger(__name__)
 _SOFTWARE = re.compile(r"^[a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])?$")
 _ZERO = datetime.timedelta(0)
-TRANSACTION_VERSION = "transaction.version"  # Kafka's feature name
-TRANSACTION_VERSION_MAX = 2
 
 
 def _ranges(api_version_cls) -> tuple:
@@ -55,18 +56,18 @@ async def handle(ctx, request):
     if ctx.version < 3:
         return build(ctx.response_type, error_code=error, api_keys=_ranges(schema.ApiVersion),
                      throttle_time=_ZERO)
-    level = ctx.broker.transaction_version
+    features = ctx.broker.features
     # As Kafka: v3 leaves out supported features whose minimum is 0; a feature
     # finalized at level 0 is not listed (it is off).
-    supported = () if ctx.version < 4 else (build(
-        schema.SupportedFeatureKey, name=TRANSACTION_VERSION, min_version=0,
-        max_version=TRANSACTION_VERSION_MAX),)
-    finalized = () if level == 0 else (build(
-        schema.FinalizedFeatureKey, name=TRANSACTION_VERSION, min_version_level=level,
-        max_version_level=level),)
+    supported = tuple(build(schema.SupportedFeatureKey, name=name, min_version=lo,
+                            max_version=hi)
+                      for name, (lo, hi) in SUPPORTED.items() if ctx.version >= 4 or lo > 0)
+    finalized = tuple(build(schema.FinalizedFeatureKey, name=name, min_version_level=level,
+                            max_version_level=level)
+                      for name, level in features.levels.items() if level > 0)
     return build(ctx.response_type, error_code=error, api_keys=_ranges(schema.ApiVersion),
                  throttle_time=_ZERO, supported_features=supported,
                  # Clients keep the finalized features of the highest epoch they saw:
                  # the broker's start time orders the levels of its incarnations.
-                 finalized_features_epoch=ctx.broker.features_epoch,
+                 finalized_features_epoch=features.epoch,
                  finalized_features=finalized, zk_migration_ready=False)

@@ -8,6 +8,8 @@ Transactional batches are checked with the transaction coordinator when they ope
 a transaction in the partition (KIP-890): up to v11 the partition must already be
 in the producer's transaction (verification); from v12 (transactions v2) the
 partition is added to it here, as Kafka's leader does with AddPartitionsToTxn.
+v13 (KIP-516) names topics by id: an id no topic has is UNKNOWN_TOPIC_ID, after the
+transactional id's authorization and before the topic's, as in Kafka.
 """
 
 from __future__ import annotations
@@ -48,7 +50,8 @@ from ..context import CloseConnection
 API_KEY = 0
 MIN_VERSION = 0  # advertised, as Kafka 4 does; v0-2 are refused
 MIN_PARSED_VERSION = 3
-MAX_VERSION = 12
+MAX_VERSION = 13
+TOPIC_IDS_SINCE = 13
 
 log = logging.getLogger(__name__)
 _ZERO = datetime.timedelta(0)
@@ -78,15 +81,17 @@ async def handle(ctx, request):
     broker = ctx.broker
     schema = ctx.schema
     acks = request.acks
-    results: dict[str, list] = {}
+    # (topic name, topic id for v13+) -> the answers of its partitions
+    results: dict[tuple[str, object], list] = {}
     durable_waits = []
     record_errors: dict[tuple[str, int], list[RecordError]] = {}
     if acks not in (0, 1, -1):
         log.warning("produce from %s with invalid acks=%d", ctx.peer, acks)
-    denied, writable = _authorize(ctx, request)
-    turns = _take_turns(broker, request) if ctx.version >= 12 and denied is None else {}
+    named = _named_topics(ctx, request)
+    denied, writable = _authorize(ctx, request, named)
+    turns = _take_turns(broker, named) if ctx.version >= 12 and denied is None else {}
     try:
-        await _append_all(ctx, request, results, durable_waits, record_errors, turns,
+        await _append_all(ctx, request, named, results, durable_waits, record_errors, turns,
                           denied, writable)
     finally:
         _end_turns(broker, turns)  # a request that failed half-way frees its turns
@@ -105,9 +110,13 @@ async def handle(ctx, request):
         # Encoded by hand: the error codes for /metrics are told, not found in a message.
         ctx.error_codes = [part[1].value for parts in results.values() for part in parts
                            if part[1]] if errors else ()
-        return fast_responses.produce(ctx.version, results.items())
+        return fast_responses.produce(ctx.version, (
+            (topic_id if ctx.version >= TOPIC_IDS_SINCE else name, parts)
+            for (name, topic_id), parts in results.items()))
+    by_id = ctx.version >= TOPIC_IDS_SINCE
     responses = tuple(
-        build(schema.TopicProduceResponse, name=name, partition_responses=tuple(
+        build(schema.TopicProduceResponse, **({"topic_id": topic_id} if by_id else {"name": name}),
+              partition_responses=tuple(
             build(schema.PartitionProduceResponse, index=index, error_code=error,
                   base_offset=base, log_append_time=_to_datetime(append_time),
                   log_start_offset=start,
@@ -117,34 +126,47 @@ async def handle(ctx, request):
                       for e in record_errors.get((name, index), ())),
                   error_message=message)
             for index, error, base, append_time, start, message in parts))
-        for name, parts in results.items()
+        for (name, topic_id), parts in results.items()
     )
     return build(ctx.response_type, responses=responses, throttle_time=_ZERO)
 
 
-async def _append_all(ctx, request, results: dict[str, list], durable_waits: list,
+def _named_topics(ctx, request) -> list[tuple[str, object]]:
+    """(topic name, topic data) per topic of the request; from v13 the name is that of
+    the topic id ("" for an id no topic has: UNKNOWN_TOPIC_ID)."""
+    if ctx.version < TOPIC_IDS_SINCE:
+        return [(topic.name, topic) for topic in request.topic_data]
+    by_id = {info.topic_id: name for name, info in ctx.broker.logs.topics.items()}
+    return [(by_id.get(topic.topic_id, ""), topic) for topic in request.topic_data]
+
+
+async def _append_all(ctx, request, named: list, results: dict, durable_waits: list,
                       record_errors: dict, turns: dict, denied, writable) -> None:
     """Validate and append each partition's batch; its answer goes into ``results``."""
     broker = ctx.broker
     logs = broker.logs
     acks = request.acks
-    for topic in request.topic_data:
-        out = results.setdefault(topic.name, [])
+    by_id = ctx.version >= TOPIC_IDS_SINCE
+    for name, topic in named:
+        out = results.setdefault((name, topic.topic_id if by_id else None), [])
         for part in topic.partition_data:
             base_offset, append_time, start = -1, -1, -1
             message = None
             error = ErrorCode.none
-            plog = logs.get_log(topic.name, part.index)
+            plog = logs.get_log(name, part.index)
             # Kafka checks WRITE on the topic before it looks the partition up, and looks
             # it up before it checks acks: an unknown one is UNKNOWN_TOPIC_OR_PARTITION
             # whatever the acks.
             if denied is not None:
                 error = denied
-            elif writable is not None and topic.name not in writable:
+            elif by_id and not name:
+                error = ErrorCode.unknown_topic_id
+                log.info("produce to unknown topic id %s from %s", topic.topic_id, ctx.peer)
+            elif writable is not None and name not in writable:
                 error = ErrorCode.topic_authorization_failed
             elif plog is None:
                 error = ErrorCode.unknown_topic_or_partition
-                log.info("produce to unknown topic or partition %s-%d from %s", topic.name,
+                log.info("produce to unknown topic or partition %s-%d from %s", name,
                          part.index, ctx.peer)
             elif acks not in (0, 1, -1):
                 error = ErrorCode.invalid_required_acks
@@ -160,13 +182,13 @@ async def _append_all(ctx, request, results: dict[str, list], durable_waits: lis
                         records, header,
                         max_uncompressed=uncompressed_limit(plog.config.max_message_bytes))
                     if header.is_transactional:
-                        turn = turns.get((topic.name, part.index))
-                        await _verify_transactional(broker, request, topic.name, part.index,
+                        turn = turns.get((name, part.index))
+                        await _verify_transactional(broker, request, name, part.index,
                                                     plog, header, ctx.version,
                                                     turn[0] if turn else None)
                     # After the verification, as in Kafka (ReplicaManager verifies, then
                     # the log validates).
-                    _check_records(plog, f"{topic.name}-{part.index}", records, header,
+                    _check_records(plog, f"{name}-{part.index}", records, header,
                                    content)
                     batch = bytearray(records)
                     if plog.config.message_timestamp_type == "CreateTime" and (
@@ -182,7 +204,7 @@ async def _append_all(ctx, request, results: dict[str, list], durable_waits: lis
                     start = result.log_start_offset
                     if result.duplicate:
                         log.info("duplicate batch from producer %d to %s-%d answered with its "
-                                 "original offset %d", header.producer_id, topic.name,
+                                 "original offset %d", header.producer_id, name,
                                  part.index, base_offset)
                     if acks == -1 and (fut := broker.logs.flusher.acked(
                             plog, result.last_offset + 1)) is not None:
@@ -192,9 +214,9 @@ async def _append_all(ctx, request, results: dict[str, list], durable_waits: lis
                     message = str(e)
                     if isinstance(e, RecordValidationError):
                         # Kafka answers these with the log start offset (other failures -1).
-                        record_errors[(topic.name, part.index)] = e.record_errors
+                        record_errors[(name, part.index)] = e.record_errors
                         start = plog.log_start_offset
-                    log.warning("produce to %s-%d from %s rejected: %s: %s", topic.name,
+                    log.warning("produce to %s-%d from %s rejected: %s: %s", name,
                                 part.index, ctx.peer, error.name.upper(), e)
                 except OSError as e:
                     # A full or failing disk (ENOSPC, EIO): nothing was appended (the log
@@ -202,15 +224,15 @@ async def _append_all(ctx, request, results: dict[str, list], durable_waits: lis
                     # Kafka would take the log directory offline; one node keeps serving
                     # and takes the batch once the disk has room again.
                     error = ErrorCode.kafka_storage_error
-                    message = f"cannot write to {topic.name}-{part.index}: {e}"
+                    message = f"cannot write to {name}-{part.index}: {e}"
                     log.error("produce to %s-%d from %s failed: KAFKA_STORAGE_ERROR: %r",
-                              topic.name, part.index, ctx.peer, e)
+                              name, part.index, ctx.peer, e)
             if turns:
-                _end_turns(broker, turns, (topic.name, part.index))
+                _end_turns(broker, turns, (name, part.index))
             out.append((part.index, error, base_offset, append_time, start, message))
 
 
-def _authorize(ctx, request) -> tuple[ErrorCode | None, set[str] | None]:
+def _authorize(ctx, request, named: list) -> tuple[ErrorCode | None, set[str] | None]:
     """Kafka's checks: transactional records need WRITE on the transactional id (else
     every partition is TRANSACTIONAL_ID_AUTHORIZATION_FAILED); each topic needs WRITE.
     (None, None) without an authorizer: nothing to check."""
@@ -222,7 +244,7 @@ def _authorize(ctx, request) -> tuple[ErrorCode | None, set[str] | None]:
             or not ctx.authorize(AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, tid)):
         return ErrorCode.transactional_id_authorization_failed, None
     return None, ctx.authorized(AclOperation.WRITE, ResourceType.TOPIC,
-                                (t.name for t in request.topic_data))
+                                (name for name, _ in named if name))
 
 
 def _has_transactional_records(request) -> bool:
@@ -287,7 +309,7 @@ def _verify_error(error: int, version: int) -> ErrorCode:
     return ErrorCode(error)
 
 
-def _take_turns(broker, request) -> dict[tuple[str, int], tuple]:
+def _take_turns(broker, named: list) -> dict[tuple[str, int], tuple]:
     """Produce v12+: the partitions of this request with a transactional batch, each
     with (the turn of the producer's previous request there to wait for, this one's
     turn, the key). Kafka serves a connection's requests one at a time; here they run
@@ -298,14 +320,14 @@ def _take_turns(broker, request) -> dict[tuple[str, int], tuple]:
     refused (``_end_turns``)."""
     loop = asyncio.get_running_loop()
     turns = {}
-    for topic in request.topic_data:
+    for name, topic in named:
         for part in topic.partition_data:
             records = part.records
             if not records or len(records) < HEADER_SIZE or not records[22] & ATTR_TRANSACTIONAL:
                 continue
-            key = (topic.name, part.index, read_header(records, 0).producer_id)
+            key = (name, part.index, read_header(records, 0).producer_id)
             mine = loop.create_future()
-            turns[(topic.name, part.index)] = (broker.pending_partition_adds.get(key), mine, key)
+            turns[(name, part.index)] = (broker.pending_partition_adds.get(key), mine, key)
             broker.pending_partition_adds[key] = mine
     return turns
 

@@ -578,15 +578,21 @@ class TransactionCoordinator:
                 return False
             await asyncio.sleep(0.01)
 
-    async def _call(self, start) -> object:
+    async def _call(self, start, what: str = "") -> object:
         token = next(self._tokens)
         fut = asyncio.get_running_loop().create_future()
         self._futures[token] = fut
         self._apply(start(token))
         try:
-            return await fut
+            result = await fut
         finally:
             self._futures.pop(token, None)
+        if log.isEnabledFor(logging.DEBUG):
+            # The coordinator's answers with the state they left, to trace a client's
+            # view of its transactions (docs/operations.md, debugging).
+            tid = what.split(" ", 1)[0]
+            log.debug("%s -> %s; now %s", what, result, self.state.inspect(tid) if tid else None)
+        return result
 
     # --- requests -------------------------------------------------------------------
 
@@ -615,7 +621,8 @@ class TransactionCoordinator:
         await self._partition_loaded(transactional_id)
         result = await self._call(lambda t: self.state.init_producer_id(
             t, now_ms(), transactional_id, txn_timeout_ms, producer_id, producer_epoch,
-            api_version=api_version))
+            api_version=api_version), f"{transactional_id} InitProducerId v{api_version} "
+            f"producer {producer_id} epoch {producer_epoch}")
         return result or InitProducerIdResult(_E.coordinator_not_available.value)
 
     def _completing(self, transactional_id: str) -> bool:
@@ -645,16 +652,16 @@ class TransactionCoordinator:
                     del self._completion_waiters[transactional_id]
         return not self._completing(transactional_id)
 
-    async def _add_with_wait(self, transactional_id: str, call, empty):
+    async def _add_with_wait(self, transactional_id: str, call, empty, what: str):
         # The producer's next transaction usually starts (AddPartitionsToTxn) while the
         # previous commit's markers are still being written. Clients back off ~20 ms on
         # CONCURRENT_TRANSACTIONS; waiting here for the completion (milliseconds) and
         # answering then is the same outcome, sooner.
         await self._partition_loaded(transactional_id)
-        result = await self._call(call)
+        result = await self._call(call, what)
         if result is not None and result.error == _E.concurrent_transactions.value and \
                 await self._wait_completion(transactional_id):
-            result = await self._call(call)
+            result = await self._call(call, what + " (after the completion)")
         return result or empty
 
     async def add_partitions(self, transactional_id: str, producer_id: int, producer_epoch: int,
@@ -665,7 +672,9 @@ class TransactionCoordinator:
             lambda t: self.state.add_partitions(t, now_ms(), transactional_id, producer_id,
                                                 producer_epoch, partitions,
                                                 api_version=api_version),
-            AddPartitionsResult(_E.coordinator_not_available.value, tuple(partitions)))
+            AddPartitionsResult(_E.coordinator_not_available.value, tuple(partitions)),
+            f"{transactional_id} AddPartitionsToTxn v{api_version} producer {producer_id} "
+            f"epoch {producer_epoch} {partitions}")
 
     async def add_offsets(self, transactional_id: str, producer_id: int, producer_epoch: int,
                           group_id: str, api_version: int) -> AddOffsetsResult:
@@ -673,7 +682,9 @@ class TransactionCoordinator:
             transactional_id,
             lambda t: self.state.add_offsets(t, now_ms(), transactional_id, producer_id,
                                              producer_epoch, group_id, api_version=api_version),
-            AddOffsetsResult(_E.coordinator_not_available.value))
+            AddOffsetsResult(_E.coordinator_not_available.value),
+            f"{transactional_id} AddOffsetsToTxn v{api_version} producer {producer_id} "
+            f"epoch {producer_epoch} group {group_id!r}")
 
     async def add_offsets_partition(self, transactional_id: str, producer_id: int,
                                     producer_epoch: int, group_id: str) -> int:
@@ -695,5 +706,6 @@ class TransactionCoordinator:
         await self._partition_loaded(transactional_id)
         result = await self._call(lambda t: self.state.end_txn(
             t, now_ms(), transactional_id, producer_id, producer_epoch, commit,
-            api_version=api_version))
+            api_version=api_version), f"{transactional_id} EndTxn v{api_version} producer "
+            f"{producer_id} epoch {producer_epoch} {'commit' if commit else 'abort'}")
         return result or EndTxnResult(_E.coordinator_not_available.value)

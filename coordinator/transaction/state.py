@@ -982,6 +982,10 @@ class TransactionCoordinatorState:
         if not self._ready(tid):
             return _E.coordinator_load_in_progress.value
         txn = self._txns.get(tid)
+        if txn is not None and txn.pending is not None:
+            # Kafka 4 asks this first, before the producer id and epoch: a transition in
+            # progress may be the one that moves them on (KAFKA-18464, see _end_check_v2).
+            return _E.concurrent_transactions.value
         if txn is None or txn.producer_id != producer_id:
             return _E.invalid_producer_id_mapping.value
         if txn.producer_epoch != producer_epoch:
@@ -990,7 +994,7 @@ class TransactionCoordinatorState:
             # InitProducerId never completed for this id: no producer holds an epoch.
             # (Kafka fails the transition with an exception -> UNKNOWN_SERVER_ERROR.)
             return _E.invalid_producer_id_mapping.value
-        if txn.pending is not None or txn.state in _PREPARE:
+        if txn.state in _PREPARE:
             return _E.concurrent_transactions.value
         if txn.state is _S.ONGOING and set(parts) <= txn.partitions:
             return NONE  # already in the transaction: nothing to write
@@ -1068,6 +1072,13 @@ class TransactionCoordinatorState:
             return _E.coordinator_load_in_progress.value
         if txn is None:
             return _E.invalid_producer_id_mapping.value
+        if txn.pending is not None and txn.pending is not _S.PREPARE_EPOCH_FENCE:
+            # Kafka 4 (KAFKA-18464) answers a transition in progress before it checks the
+            # epoch: the previous transaction's markers may still be on their way (its
+            # PrepareCommit holds the epoch it bumped) when the producer, already told
+            # that epoch, ends its next transaction; the epoch checks below would call
+            # that current epoch fenced. The producer retries once Complete* is durable.
+            return _E.concurrent_transactions.value
         st = txn.state
         # A retry carries the epoch before the bump (or, after a producer id
         # rotation, the old id at the last epoch); the same epoch is the next EndTxn.
@@ -1085,8 +1096,6 @@ class TransactionCoordinatorState:
             valid = current
         if not valid:
             return _E.producer_fenced.value
-        if txn.pending is not None:
-            return _E.concurrent_transactions.value
         retry = retry_on_bump or retry_on_overflow
         abort = _S.PREPARE_ABORT, True
         if st is _S.ONGOING:

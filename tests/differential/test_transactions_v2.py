@@ -185,3 +185,90 @@ def test_kafka_features_describe_shows_transaction_version(broker, jvm_classes, 
             fields["FinalizedVersionLevel"]) == ("0", "2", "2"), line
     # The epoch differs: Kafka's is a metadata offset, txbroker's its start time (ms).
     assert int(fields["Epoch"]) > 0
+
+
+def _features(broker, *args: str) -> list[str]:
+    return ["kafka-features", "--bootstrap-server", broker.bootstrap, *args]
+
+
+def _tv_line(result) -> str:
+    """The transaction.version line of `kafka-features describe`, its epoch left out
+    (Kafka's is a metadata offset, txbroker's a time in ms)."""
+    [line] = [x for x in result.lines() if "Feature: transaction.version" in x]
+    return re.sub(r"\s+Epoch: \d+$", "", " ".join(line.split()))
+
+
+REFUSED = ("Could not {verb} transaction.version to {level}. The update failed for all "
+           "features since the following feature had an error: Invalid update version "
+           "{level} for feature transaction.version. {reason}\n1 out of 1 operation(s) failed.")
+
+
+def test_kafka_features_upgrade_and_downgrade(broker, jvm_classes, tmp_path):
+    """`kafka-features` changes transaction.version (UpdateFeatures) with the same
+    output on both brokers: downgrade (with --dry-run first), an upgrade to a lower
+    level refused, levels outside 0-2 refused, disable, and upgrade back to 2."""
+    commands = [
+        ("upgrade", "--feature", "transaction.version=1"),
+        ("downgrade", "--feature", "transaction.version=1", "--dry-run"),
+        ("downgrade", "--feature", "transaction.version=1"),
+        ("describe",),
+        ("upgrade", "--feature", "transaction.version=3"),
+        ("downgrade", "--feature", "transaction.version=3"),
+        ("upgrade", "--feature", "transaction.version=2", "--dry-run"),
+        ("describe",),
+        ("disable", "--feature", "transaction.version"),
+        ("describe",),
+        ("upgrade", "--feature", "transaction.version=2"),
+        ("describe",),
+        ("upgrade", "--feature", "nosuch.feature=1"),
+        ("disable", "--feature", "nosuch.feature"),
+    ]
+    try:
+        results = run_tools(jvm_classes, tmp_path, [_features(broker, *c) for c in commands])
+    finally:
+        # The brokers are shared by the session: transaction.version 2 again, whatever happened.
+        [restore] = run_tools(jvm_classes, tmp_path / "restore", [
+            _features(broker, "upgrade", "--feature", "transaction.version=2")])
+    assert restore.exit == 0, restore.output
+    downgrade_first = "Can't downgrade the version of this feature without setting the " \
+                      "upgrade type to either safe or unsafe downgrade."
+    only_0_2 = "Local controller 1 only supports versions 0-2"
+    line = "Feature: transaction.version SupportedMinVersion: 0 SupportedMaxVersion: 2 " \
+           "FinalizedVersionLevel: {}"
+    expected = [
+        (1, REFUSED.format(verb="upgrade", level=1, reason=downgrade_first)),
+        (0, "transaction.version can be downgraded to 1."),
+        (0, "transaction.version was downgraded to 1."),
+        (0, line.format(1)),
+        (1, REFUSED.format(verb="upgrade", level=3, reason=only_0_2)),
+        (1, REFUSED.format(verb="downgrade", level=3, reason=only_0_2)),
+        (0, "transaction.version can be upgraded to 2."),
+        (0, line.format(1)),  # the dry run changed nothing
+        (0, "transaction.version was disabled."),
+        (0, line.format(0)),
+        (0, "transaction.version was upgraded to 2."),
+        (0, line.format(2)),
+        (1, REFUSED.format(verb="upgrade", level=1, reason="Local controller 1 does not "
+                           "support this feature.").replace("transaction.version",
+                                                            "nosuch.feature")),
+        (1, "Could not disable nosuch.feature. The update failed for all features since the "
+            "following feature had an error: Invalid update version 0 for feature "
+            "nosuch.feature. Feature nosuch.feature not found.\n"
+            "1 out of 1 operation(s) failed."),
+    ]
+    got = [(r.exit, _tv_line(r) if r.command[3] == "describe" else r.output.strip())
+           for r in results]
+    assert got == expected
+
+
+def test_producer_started_after_a_downgrade_uses_transactions_v1(broker, jvm_classes):
+    """transaction.version downgraded to 1 (Admin.updateFeatures) while a Java v2
+    transaction is open: that transaction commits as v2 (its epoch bumped); a producer
+    started afterwards runs v1 (no bump per transaction); both are read committed.
+    The feature is finalized at 2 again at the end."""
+    steps = run_java_steps(jvm_classes, "Tv2Clients", broker.bootstrap, unique("tvdown"),
+                           "downgrade")
+    assert list(steps) == ["open_v2_transaction", "downgrade_to_1", "open_transaction_commits",
+                           "new_producer_uses_v1", "all_committed"], steps
+    failed = {name: detail for name, (ok, detail) in steps.items() if not ok}
+    assert not failed, failed

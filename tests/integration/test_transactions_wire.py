@@ -211,6 +211,32 @@ def test_concurrent_transactions_while_markers_are_delayed(txbroker):
     client.close()
 
 
+@pytest.mark.parametrize("commit", [True, False], ids=["commit", "abort"])
+def test_v2_end_txn_while_the_previous_markers_are_delayed(txbroker, commit):
+    """Transactions v2: EndTxn v5 is answered with the bumped epoch before the markers;
+    the producer's next EndTxn at that epoch (its next transaction's, sent before any
+    of its batches got in: the Java 4.3 client can do this) comes while the markers are
+    held back (before_markers=delay:1500). As Kafka 4 (KAFKA-18464), it is told
+    CONCURRENT_TRANSACTIONS, not PRODUCER_FENCED (which was fatal to the producer),
+    and once the commit completed the retry is answered."""
+    topic = unique("wire-v2-concurrent")
+    txbroker.create_topic(topic, 1)
+    tp = (topic, 0)
+    txn = RawTxn(connect(txbroker), unique("wire-v2-concurrent-tid"))
+    assert txn.init().error_code == NONE
+    assert txn.produce(tp, txn.batch(tp, [b"v"]), version=12) == (NONE, 0)
+    txbroker.faults.arm("before_markers", "delay:1500")
+    epoch = txn.epoch
+    assert txn.end(commit=True, version=5) == NONE
+    assert txn.epoch == epoch + 1
+    assert txn.end(commit=commit, version=5) == _E.concurrent_transactions.value
+    wait_state(txbroker, txn.transactional_id, ["CompleteCommit"])
+    # Nothing was added at the new epoch: a commit is INVALID_TXN_STATE (as on Kafka),
+    # an abort with nothing open is fine in v2 and bumps again.
+    expected = _E.invalid_txn_state.value if commit else NONE
+    assert txn.end(commit=commit, version=5) == expected
+
+
 def test_produce_while_the_coordinator_loads_gets_not_enough_replicas(txbroker):
     """The first transactional batch to a partition is verified with the transaction
     coordinator (KIP-890 part 1). While __transaction_state is loading (after a

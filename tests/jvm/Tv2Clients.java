@@ -2,7 +2,9 @@
 // broker finalizes the transaction.version feature at 2: one "STEP <name> OK|FAIL <detail>"
 // line per step (JavaClients.step), for tests/differential/test_transactions_v2.py.
 // Arguments: bootstrap, a unique prefix for topic, group and transactional-id names, and
-// optionally "interleave <topic> <transactions>" to run only the interleaving producer.
+// optionally "interleave <topic> <transactions>" to run only the interleaving producer,
+// or "downgrade" to run only the transaction.version downgrade steps (which leave the
+// feature finalized at 2 again).
 
 import java.lang.reflect.Field;
 import java.time.Duration;
@@ -75,12 +77,88 @@ public class Tv2Clients {
         return "committed=" + committed;
     }
 
+    static short epoch(KafkaProducer<String, String> p) throws Exception {
+        Field f = KafkaProducer.class.getDeclaredField("transactionManager");
+        f.setAccessible(true);
+        Object tm = f.get(p);
+        Field pf = tm.getClass().getDeclaredField("producerIdAndEpoch");
+        pf.setAccessible(true);
+        Object pe = pf.get(tm);
+        return (Short) pe.getClass().getField("epoch").get(pe);
+    }
+
+    static void setTransactionVersion(Admin admin, short level, FeatureUpdate.UpgradeType type) throws Exception {
+        admin.updateFeatures(Map.of("transaction.version", new FeatureUpdate(level, type)),
+                             new UpdateFeaturesOptions()).all().get(20, TimeUnit.SECONDS);
+    }
+
+    /** transaction.version downgraded to 1 (Admin.updateFeatures, as kafka-features does)
+     *  while a v2 transaction is open: it commits as v2 (a transaction's version is fixed
+     *  when it starts); a producer started afterwards uses v1 (its epoch stays the same
+     *  across transactions: EndTxn below v5 does not bump it). Then back to 2. */
+    static void downgrade(Admin admin, String bootstrap, String prefix) throws Exception {
+        String topic = prefix + "-down";
+        admin.createTopics(List.of(new NewTopic(topic, 1, (short) 1))).all().get(30, TimeUnit.SECONDS);
+        KafkaProducer<String, String> before = JavaClients.producer(bootstrap, prefix + "-before");
+        try {
+            before.initTransactions();
+            JavaClients.step("open_v2_transaction", () -> {
+                JavaClients.check(tv2Enabled(before), "the first producer does not use transactions v2");
+                before.beginTransaction();
+                send(before, topic, 0, "v2-a", "v2-b");
+                return "epoch=" + epoch(before);
+            });
+            JavaClients.step("downgrade_to_1", () -> {
+                setTransactionVersion(admin, (short) 1, FeatureUpdate.UpgradeType.SAFE_DOWNGRADE);
+                FeatureMetadata f = admin.describeFeatures().featureMetadata().get(20, TimeUnit.SECONDS);
+                FinalizedVersionRange level = f.finalizedFeatures().get("transaction.version");
+                JavaClients.check(level != null && level.maxVersionLevel() == 1, "finalized " + level);
+                return "finalized=" + level.maxVersionLevel();
+            });
+            JavaClients.step("open_transaction_commits", () -> {
+                short e = epoch(before);
+                before.commitTransaction();
+                JavaClients.check(epoch(before) == e + 1, "epoch " + e + " -> " + epoch(before));
+                return "epoch " + e + " -> " + epoch(before);
+            });
+            JavaClients.step("new_producer_uses_v1", () -> {
+                try (KafkaProducer<String, String> after = JavaClients.producer(bootstrap, prefix + "-after")) {
+                    after.initTransactions();
+                    JavaClients.check(!tv2Enabled(after), "the new producer uses transactions v2");
+                    short e = epoch(after);
+                    for (int i = 0; i < 2; i++) {
+                        after.beginTransaction();
+                        send(after, topic, 0, "v1-" + i);
+                        after.commitTransaction();
+                    }
+                    JavaClients.check(epoch(after) == e, "epoch " + e + " -> " + epoch(after));
+                    return "v2=false epoch=" + e + " after 2 transactions";
+                }
+            });
+            JavaClients.step("all_committed", () -> {
+                List<String> committed = values(bootstrap, topic, "read_committed", 4);
+                JavaClients.check(committed.equals(List.of("v2-a", "v2-b", "v1-0", "v1-1")), "read_committed " + committed);
+                return "committed=" + committed;
+            });
+        } finally {
+            before.close(Duration.ZERO);
+            setTransactionVersion(admin, (short) 2, FeatureUpdate.UpgradeType.UPGRADE);
+        }
+    }
+
     public static void main(String[] args) throws Exception {
         String bootstrap = args[0];
         String prefix = args[1];
         if (args.length > 2 && args[2].equals("interleave")) {
             JavaClients.step("interleave", () -> interleave(bootstrap, args[3], prefix + "-java",
                                                               Integer.parseInt(args[4])));
+            System.out.println("DONE");
+            return;
+        }
+        if (args.length > 2 && args[2].equals("downgrade")) {
+            try (Admin admin = Admin.create(JavaClients.common(bootstrap))) {
+                downgrade(admin, bootstrap, prefix);
+            }
             System.out.println("DONE");
             return;
         }

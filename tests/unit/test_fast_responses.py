@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime
 import io
+import uuid
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -86,11 +87,15 @@ def _to_datetime(ms: int):
        version=st.sampled_from(list(fast.PRODUCE_VERSIONS)))
 def test_produce(topics, version: int) -> None:
     schema = response_module(0, version)
+    if version >= 13:  # topics named by id (KIP-516)
+        topics = [(uuid.uuid5(uuid.NAMESPACE_DNS, name), parts) for name, parts in topics]
     msg = build(response_class(0, version), throttle_time=ZERO, responses=tuple(
-        build(schema.TopicProduceResponse, name=name, partition_responses=tuple(
+        build(schema.TopicProduceResponse,
+              **({"topic_id": topic} if version >= 13 else {"name": topic}),
+              partition_responses=tuple(
             build(schema.PartitionProduceResponse, index=i, error_code=ErrorCode(e),
                   base_offset=base, log_append_time=_to_datetime(at), log_start_offset=start,
                   record_errors=(), error_message=m)
             for i, e, base, at, start, m in parts))
-        for name, parts in topics))
+        for topic, parts in topics))
     assert fast.produce(version, topics) == kio_body(0, version, msg)

@@ -42,9 +42,10 @@ def test_idle_transaction_with_an_orphan_is_aborted_with_an_epoch_bump() -> None
     assert p.record.partitions == {PB}
     assert (p.record.txn_start_ms, p.record.last_update_ms) == (NOW, NOW)  # the rebuilt Ongoing's
     assert not h.markers  # the markers wait for PrepareAbort to be durable
-    # The old epoch is fenced at once, before anything is durable.
-    assert h.r(h.add(PID, 3, [PA])).error == FENCED
+    # Kafka 4 answers the transition in progress first; the old epoch is fenced after.
+    assert h.r(h.add(PID, 3, [PA])).error == CONCURRENT
     h.settle()
+    assert h.r(h.add(PID, 3, [PA])).error == FENCED
     [m] = h.all_markers
     assert (m.commit, m.partitions, m.producer_id, m.producer_epoch) == (False, (PB,), PID, 4)
     assert h.state() == "CompleteAbort"

@@ -5,6 +5,9 @@ test_txn_state.py mixes v1 and v2 clients on the same ids)."""
 from __future__ import annotations
 
 import pytest
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 from kio.schema.errors import ErrorCode as E
 from txbroker.coordinator.transaction.state import EndTxnResult
 from txbroker.protocol.records import NO_SEQUENCE, BatchHeader
@@ -17,6 +20,7 @@ from .test_txn_state import (
     NONE,
     PA,
     PB,
+    PC,
     Harness,
     entry,
     rec,
@@ -32,6 +36,18 @@ def v2_txn(h: Harness, pid: int, epoch: int, parts=(PA,), commit: bool = True) -
     t = h.end(pid, epoch, commit, v=V2_END)
     h.settle()
     return h.r(t)
+
+
+def committed_markers_pending() -> tuple[Harness, int, int, int]:
+    """A v2 commit whose PrepareCommit is durable (EndTxn answered) and whose markers
+    are not written yet: (harness, producer id, epoch before the commit, its token)."""
+    h = Harness()
+    pid, e = h.ready()
+    h.add(pid, e, [PA], v=V2_ADD)
+    h.settle()
+    first = h.end(pid, e, True, v=V2_END)
+    h.flush()
+    return h, pid, e, first
 
 
 def test_end_txn_v5_bumps_the_epoch_and_answers_it() -> None:
@@ -57,12 +73,7 @@ def test_end_txn_v5_bumps_the_epoch_and_answers_it() -> None:
 
 
 def test_end_txn_v5_retry_gets_the_same_answer() -> None:
-    h = Harness()
-    pid, e = h.ready()
-    h.add(pid, e, [PA], v=V2_ADD)
-    h.settle()
-    first = h.end(pid, e, True, v=V2_END)
-    h.flush()
+    h, pid, e, first = committed_markers_pending()
     # Markers still in flight (PrepareCommit): the retry (old epoch) waits.
     assert h.r(h.end(pid, e, True, v=V2_END)) == EndTxnResult(CONCURRENT)
     h.settle()
@@ -90,6 +101,102 @@ def test_v2_abort_with_nothing_open_bumps_the_epoch() -> None:
     # A commit with nothing open is INVALID_TXN_STATE, as in v1; v1 refuses the abort too.
     assert h.r(h.end(pid, e + 1, True, v=V2_END)).error == BAD_STATE
     assert h.r(h.end(pid, e + 1, False, v=3)).error == NONE  # v1: CompleteAbort + abort is a retry
+
+
+def test_end_txn_v5_while_the_previous_markers_are_written_waits() -> None:
+    """KAFKA-18464: the producer already holds the epoch its commit bumped while that
+    commit's markers are still being written (PrepareCommit, Complete pending). Its next
+    EndTxn carries that epoch: an abort of a transaction whose implicit add was refused
+    CONCURRENT, or a commit the Java 4.3 client sends before its first Produce (a race
+    in its sender, docs/transactions.md). Kafka 4 answers CONCURRENT_TRANSACTIONS (the
+    pending transition is checked first), and the producer retries; PRODUCER_FENCED here
+    was fatal to a sole Java producer (the intermittent failure of the TV2 bench)."""
+    h, pid, e, first = committed_markers_pending()
+    assert h.r(first) == EndTxnResult(NONE, pid, e + 1)
+    assert (h.state(), h.info()["pending_state"]) == ("PrepareCommit", "CompleteCommit")
+    assert h.r(h.add(pid, e + 1, [PB], v=V2_ADD)).error == CONCURRENT
+    assert h.r(h.end(pid, e + 1, False, v=V2_END)) == EndTxnResult(CONCURRENT)
+    assert h.r(h.end(pid, e + 1, True, v=V2_END)) == EndTxnResult(CONCURRENT)
+    h.settle()
+    t = h.end(pid, e + 1, False, v=V2_END)  # the retry, once the commit is complete
+    h.settle()
+    assert h.r(t) == EndTxnResult(NONE, pid, e + 2)
+    # An older epoch is still fenced once nothing is pending.
+    assert h.r(h.end(pid, e, False, v=V2_END)).error == FENCED
+
+
+class SoleV2Producer(RuleBasedStateMachine):
+    """One transactions v2 producer alone on its transactional.id, as the Java client
+    drives it (one EndTxn at a time, after its adds were answered; commit only with a
+    partition added), against every interleaving of the coordinator's log writes and
+    marker writes. Nobody else holds the id and no timeout fires, so it must never be
+    told it is fenced or unknown: every answer is NONE or CONCURRENT_TRANSACTIONS (then
+    it retries), and each EndTxn answer hands it the epoch it continues with."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.h = Harness()
+        self.pid = self.epoch = -1
+        self.adds: list[int] = []  # outstanding tokens
+        self.ending: int | None = None
+        self.open = False  # an add of this transaction was answered NONE
+
+    @initialize()
+    def start(self) -> None:
+        self.pid, self.epoch = self.h.ready()
+
+    def _collect(self) -> None:
+        for t in [t for t in self.adds if t in self.h.responses]:
+            self.adds.remove(t)
+            error = self.h.r(t).error
+            assert error in (NONE, CONCURRENT), (error, self.h.info())
+            self.open |= error == NONE
+        if self.ending is not None and self.ending in self.h.responses:
+            r = self.h.r(self.ending)
+            self.ending = None
+            assert r.error in (NONE, CONCURRENT), (r, self.h.info())
+            if r.error == NONE:
+                assert (r.producer_id, r.producer_epoch) == (self.pid, self.epoch + 1)
+                self.epoch += 1
+                self.open = False
+
+    @precondition(lambda self: self.ending is None)
+    @rule(parts=st.lists(st.sampled_from([PA, PB, PC]), min_size=1, max_size=2))
+    def produce(self, parts: list) -> None:
+        self.adds.append(self.h.add(self.pid, self.epoch, parts, v=V2_ADD))
+        self._collect()
+
+    @precondition(lambda self: self.ending is None and not self.adds)
+    @rule(commit=st.booleans())
+    def end(self, commit: bool) -> None:
+        if commit and not self.open:
+            return  # the Java client commits only after its first batch was added
+        self.ending = self.h.end(self.pid, self.epoch, commit, v=V2_END)
+        self._collect()
+
+    @precondition(lambda self: bool(self.h.writes))
+    @rule()
+    def write_durable(self) -> None:
+        self.h.persist_one()
+        self._collect()
+
+    @precondition(lambda self: bool(self.h.markers))
+    @rule()
+    def markers_durable(self) -> None:
+        self.h.markers_one()
+        self._collect()
+
+    @invariant()
+    def epoch_is_the_coordinators(self) -> None:
+        info = self.h.info()
+        assert info["producer_id"] == self.pid
+        assert info["producer_epoch"] in (self.epoch, self.epoch + 1), (info, self.epoch)
+
+
+SoleV2Producer.TestCase.settings = settings(
+    max_examples=300, stateful_step_count=30, deadline=None,
+    suppress_health_check=[HealthCheck.too_slow])
+test_sole_v2_producer_is_never_fenced = SoleV2Producer.TestCase
 
 
 def test_v1_end_txn_does_not_bump() -> None:
