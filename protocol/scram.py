@@ -189,19 +189,22 @@ _SASLNAME = r"(?:[\x01-\x2b\x2d-\x3c\x3e-\U0010ffff]|=2C|=3D)+"
 _BASE64 = r"[A-Za-z0-9+/]*={0,2}"
 _EXTENSIONS = r"(?:,(?P<extensions>[A-Za-z]+=[^,]*(?:,[A-Za-z]+=[^,]*)*))?"
 
-_CLIENT_FIRST = re.compile(
-    rf"n,(?:a=(?P<authzid>{_SASLNAME}))?,n=(?P<user>{_SASLNAME}),r=(?P<nonce>{_PRINTABLE}){_EXTENSIONS}",
-    re.DOTALL,
+# Patterns, compiled on first use by _fullmatch (re caches them): the saslname range up
+# to U+10FFFF takes ~10 ms to compile, paid at every broker start otherwise.
+_CLIENT_FIRST = (
+    rf"n,(?:a=(?P<authzid>{_SASLNAME}))?,n=(?P<user>{_SASLNAME}),r=(?P<nonce>{_PRINTABLE}){_EXTENSIONS}"
 )
-_SERVER_FIRST = re.compile(
-    rf"r=(?P<nonce>{_PRINTABLE}),s=(?P<salt>{_BASE64}),i=(?P<iterations>[0-9]{{1,9}}){_EXTENSIONS}",
-    re.DOTALL,
+_SERVER_FIRST = (
+    rf"r=(?P<nonce>{_PRINTABLE}),s=(?P<salt>{_BASE64}),i=(?P<iterations>[0-9]{{1,9}}){_EXTENSIONS}"
 )
-_CLIENT_FINAL = re.compile(
-    rf"c=(?P<channel>{_BASE64}),r=(?P<nonce>{_PRINTABLE}){_EXTENSIONS},p=(?P<proof>{_BASE64})",
-    re.DOTALL,
+_CLIENT_FINAL = (
+    rf"c=(?P<channel>{_BASE64}),r=(?P<nonce>{_PRINTABLE}){_EXTENSIONS},p=(?P<proof>{_BASE64})"
 )
-_SERVER_FINAL = re.compile(rf"(?:e=(?P<error>[^,]+)|v=(?P<verifier>{_BASE64})){_EXTENSIONS}", re.DOTALL)
+_SERVER_FINAL = rf"(?:e=(?P<error>[^,]+)|v=(?P<verifier>{_BASE64})){_EXTENSIONS}"
+
+
+def _fullmatch(pattern: str, text: str) -> re.Match | None:
+    return re.fullmatch(pattern, text, re.DOTALL)
 
 
 def _parse_extensions(text: str | None) -> dict[str, str]:
@@ -242,7 +245,7 @@ class ClientFirstMessage:
 
     @classmethod
     def parse(cls, data: bytes) -> ClientFirstMessage:
-        m = _CLIENT_FIRST.fullmatch(_text(data))
+        m = _fullmatch(_CLIENT_FIRST, _text(data))
         if m is None:
             raise ScramError("invalid SCRAM client first message")
         authzid = unescape_saslname(m["authzid"]) if m["authzid"] else ""
@@ -263,7 +266,7 @@ class ServerFirstMessage:
 
     @classmethod
     def parse(cls, data: bytes) -> ServerFirstMessage:
-        m = _SERVER_FIRST.fullmatch(_text(data))
+        m = _fullmatch(_SERVER_FIRST, _text(data))
         if m is None:
             raise ScramError("invalid SCRAM server first message")
         iterations = int(m["iterations"])
@@ -289,7 +292,7 @@ class ClientFinalMessage:
 
     @classmethod
     def parse(cls, data: bytes) -> ClientFinalMessage:
-        m = _CLIENT_FINAL.fullmatch(_text(data))
+        m = _fullmatch(_CLIENT_FINAL, _text(data))
         if m is None:
             raise ScramError("invalid SCRAM client final message")
         return cls(
@@ -314,7 +317,7 @@ class ServerFinalMessage:
 
     @classmethod
     def parse(cls, data: bytes) -> ServerFinalMessage:
-        m = _SERVER_FINAL.fullmatch(_text(data))
+        m = _fullmatch(_SERVER_FINAL, _text(data))
         if m is None:
             raise ScramError("invalid SCRAM server final message")
         if m["error"] is not None:
