@@ -117,7 +117,7 @@ bench: install
 
 # txbroker (both flush policies) against Apache Kafka 4 (issue 16): docs/performance.md.
 bench-kafka: install
-	$(PY) -m bench.vs_kafka --runs 2 --messages 200000
+	$(PY) -m bench.vs_kafka --runs 3 --messages 200000
 
 # Hostile clients (issue 14): broker peak RSS and a normal client's acks=all latency.
 bench-abuse: install
