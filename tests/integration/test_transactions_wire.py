@@ -253,7 +253,14 @@ def test_produce_while_the_coordinator_loads_gets_not_enough_replicas(txbroker):
     batch = txn.batch(tp, [b"v"])
 
     def set_loaded(b, loaded):
-        b.transactions.state._loaded = loaded
+        # The id's __transaction_state partition back to loading (and out again).
+        state = b.transactions.state
+        partition = state._partition_of(txn.transactional_id)
+        if loaded:
+            state._loading.discard(partition)
+        else:
+            state._loading.add(partition)
+        state._loaded = loaded
 
     txbroker.call(set_loaded, False)
     try:
