@@ -73,14 +73,21 @@ class Options:
     sources: list[str] = field(default_factory=lambda: list(SOURCES))
 
 
-def fill(bootstrap: str, topic: str, records: int, value_size: int) -> dict[str, Any]:
-    """Commit ``records`` records in transactions of TXN_RECORDS (keys spread partitions)."""
+def fill(bootstrap: str, topic: str, records: int, value_size: int,
+         random_values: bool = False) -> dict[str, Any]:
+    """Commit ``records`` records in transactions of TXN_RECORDS (keys spread partitions).
+
+    Every value is the same ``value_size`` bytes unless ``random_values`` (distinct,
+    incompressible values: Parquet's dictionaries and statistics then cost differently)."""
+    import os
+
     from confluent_kafka import Producer
 
     producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": f"fill-{topic}",
                          "linger.ms": 20, "batch.size": 1_000_000, "log_level": 3})
     producer.init_transactions(30)
     value = b"v" * value_size
+    blob = os.urandom(records * value_size) if random_values else b""
     started = time.monotonic()
     sent = 0
     while sent < records:
@@ -89,7 +96,8 @@ def fill(bootstrap: str, topic: str, records: int, value_size: int) -> dict[str,
         for i in range(sent, sent + n):
             while True:
                 try:
-                    producer.produce(topic, value, str(i).encode())
+                    producer.produce(topic, blob[i * value_size:(i + 1) * value_size]
+                                     if random_values else value, str(i).encode())
                     break
                 except BufferError:
                     producer.poll(0.01)

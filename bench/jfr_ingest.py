@@ -190,6 +190,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--value-size", type=int, default=100)
     p.add_argument("--partitions", type=int, default=4)
     p.add_argument("--runs", type=int, default=3)
+    p.add_argument("--random-values", action="store_true",
+                   help="distinct random values instead of bench.ingest's b'v' * size")
     p.add_argument("--top", type=int, default=15)
     p.add_argument("--sink", choices=("parquet", "noop"), default="parquet")
     p.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
@@ -213,7 +215,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         topic = "jfr-bench"
         create_topic(broker.bootstrap, topic, a.partitions)
-        fill(broker.bootstrap, topic, a.records, a.value_size)
+        fill(broker.bootstrap, topic, a.records, a.value_size, a.random_values)
         spark = spark_session("txbroker-jfr", kafka_connector=False)
         for item in a.conf:
             k, _, v = item.partition("=")
@@ -252,7 +254,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         broker.stop()
     report(jfr_file, a.top, {"running_rows_per_s": [round(a.records / s) for s in secs],
-                             "conf": a.conf, "sink": a.sink})
+                             "conf": a.conf, "sink": a.sink,
+                             "random_values": a.random_values})
     return 0
 
 
