@@ -112,26 +112,40 @@ def committed_offsets(host: str, port: int, group: str, tps) -> dict:
         client.close()
 
 
-class Commit(threading.Thread):
-    """producer.commit()/abort() in a thread: it blocks while the broker is down."""
+class ClientCalls(threading.Thread):
+    """A producer's calls in a thread (a client that neither continues nor fails blocks
+    there): ``finished`` is set when they end, ``error`` holds what they raised."""
 
-    def __init__(self, producer: TxnProducer, commit: bool) -> None:
+    def __init__(self, producer: TxnProducer) -> None:
         super().__init__(daemon=True)
         self.producer = producer
-        self.commit = commit
         self.error: BaseException | None = None
         self.finished = threading.Event()
 
+    def calls(self) -> None:
+        raise NotImplementedError
+
     def run(self) -> None:
         try:
-            if self.commit:
-                self.producer.commit()
-            else:
-                self.producer.abort()
+            self.calls()
         except BaseException as e:  # reported to the test
             self.error = e
         finally:
             self.finished.set()
+
+
+class Commit(ClientCalls):
+    """producer.commit()/abort() in a thread: it blocks while the broker is down."""
+
+    def __init__(self, producer: TxnProducer, commit: bool) -> None:
+        super().__init__(producer)
+        self.commit = commit
+
+    def calls(self) -> None:
+        if self.commit:
+            self.producer.commit()
+        else:
+            self.producer.abort()
 
 
 CASES = [
@@ -583,26 +597,27 @@ def test_power_loss_loses_completion_and_next_add_partitions(txbroker, monkeypat
         producer.close()
 
 
-class Sends(threading.Thread):
-    """The producer goes on with its transaction after the restart: sends, then commits
-    (in a thread: a client that neither continues nor fails blocks here)."""
+class Sends(ClientCalls):
+    """The producer goes on with its transaction after the restart: sends, then commits."""
 
     def __init__(self, producer: TxnProducer, topic: str, partitions: list[int]) -> None:
-        super().__init__(daemon=True)
-        self.producer, self.topic, self.partitions = producer, topic, partitions
-        self.error: BaseException | None = None
-        self.finished = threading.Event()
+        super().__init__(producer)
+        self.topic, self.partitions = topic, partitions
 
-    def run(self) -> None:
-        try:
-            for i, p in enumerate(self.partitions):
-                self.producer.send(self.topic, b"more-%d" % i, partition=p)
-            self.producer.flush()
-            self.producer.commit()
-        except BaseException as e:  # reported to the test
-            self.error = e
-        finally:
-            self.finished.set()
+    def calls(self) -> None:
+        for i, p in enumerate(self.partitions):
+            self.producer.send(self.topic, b"more-%d" % i, partition=p)
+        self.producer.flush()
+        self.producer.commit()
+
+
+def commit_first_then_begin(txbroker, producer: TxnProducer, topic: str, tid: str) -> None:
+    """A committed transaction ("first" in partition 0), then the next one begun."""
+    producer.begin()
+    producer.send(topic, b"first", partition=0)
+    producer.commit()
+    wait_state(txbroker, tid, ["CompleteCommit"])
+    producer.begin()
 
 
 @pytest.mark.parametrize("second_partition", [1, 0], ids=["new-partition", "same-partition"])
@@ -624,11 +639,7 @@ def test_producer_that_goes_on_after_lost_completion_fails_with_kafkas_error(
     producer = TxnProducer(client, txbroker.bootstrap, tid, **CLIENT_CONFIG.get(client, {}))
     try:
         producer.init()
-        producer.begin()
-        producer.send(topic, b"first", partition=0)
-        producer.commit()
-        wait_state(txbroker, tid, ["CompleteCommit"])
-        producer.begin()
+        commit_first_then_begin(txbroker, producer, topic, tid)
         producer.send(topic, b"second", partition=second_partition)
         producer.flush()
         assert txn_states_on_disk(data_dir, tid)[-2:] == ["CompleteCommit", "Ongoing"]
@@ -695,11 +706,7 @@ def lose_next_transaction(txbroker, producer: TxnProducer, topic: str, tid: str)
     power goes: recovery completes the commit from its PrepareCommit and knows nothing of
     the next transaction. The producer's epoch after recovery."""
     producer.init()
-    producer.begin()
-    producer.send(topic, b"first", partition=0)
-    producer.commit()
-    wait_state(txbroker, tid, ["CompleteCommit"])
-    producer.begin()
+    commit_first_then_begin(txbroker, producer, topic, tid)
     producer.send(topic, b"lost", partition=0)
     producer.flush()  # acknowledged, not fsynced
     txbroker.crash(power_loss=True)
@@ -707,27 +714,22 @@ def lose_next_transaction(txbroker, producer: TxnProducer, topic: str, tid: str)
     return wait_state(txbroker, tid, ["CompleteCommit"], timeout=20)["producer_epoch"]
 
 
-class AbortThenCommit(threading.Thread):
-    def __init__(self, producer: TxnProducer, topic: str) -> None:
-        super().__init__(daemon=True)
-        self.producer, self.topic = producer, topic
-        self.error: BaseException | None = None
-        self.finished = threading.Event()
+class AbortThenCommit(ClientCalls):
+    """What an application does after a failed transaction: abort, then a new one."""
 
-    def run(self) -> None:
+    def __init__(self, producer: TxnProducer, topic: str) -> None:
+        super().__init__(producer)
+        self.topic = topic
+
+    def calls(self) -> None:
         try:
-            try:
-                self.producer.abort()
-            except Exception:  # noqa: BLE001 - the abort may fail; the next transaction counts
-                pass
-            self.producer.begin()
-            self.producer.send(self.topic, b"retry", partition=0)
-            self.producer.flush()
-            self.producer.commit()
-        except BaseException as e:  # reported to the test
-            self.error = e
-        finally:
-            self.finished.set()
+            self.producer.abort()
+        except Exception:  # noqa: BLE001 - the abort may fail; the next transaction counts
+            pass
+        self.producer.begin()
+        self.producer.send(self.topic, b"retry", partition=0)
+        self.producer.flush()
+        self.producer.commit()
 
 
 # After the power loss below, per client: what the producer's calls do when it goes on
