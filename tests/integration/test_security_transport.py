@@ -244,20 +244,35 @@ def test_wrong_password_and_unknown_user_fail_with_kafkas_message(broker, caplog
     _roundtrip(broker.client_config("SASL_SSL", "alice"), f"after-{user}")  # others still served
 
 
-def test_kafka_python_surfaces_sasl_authentication_failed(broker, caplog):
+def test_kafka_python_is_refused_with_wrong_credentials(broker, caplog):
     from kafka import KafkaProducer
     from kafka.errors import KafkaTimeoutError
 
-    # kafka-python retries the bootstrap and gives up with a timeout; the reason it saw
-    # is the broker's SASL_AUTHENTICATION_FAILED (58) with Kafka's message.
+    caplog.set_level(logging.INFO)
+    # kafka-python retries the bootstrap and gives up with a timeout. The broker answers
+    # each attempt SASL_AUTHENTICATION_FAILED (58) with Kafka's message and closes the
+    # connection, as Kafka does (test_plain_over_the_wire_and_the_delayed_failure checks
+    # the bytes). kafka-python 3.0.12 drops data that arrives in the same read as the
+    # close, so an attempt shows either the error or only "socket disconnected"
+    # (docs/compatibility.md); how often each depends on the machine's timing.
     with pytest.raises(KafkaTimeoutError):
         KafkaProducer(bootstrap_servers=broker.bootstrap_for("SASL_PLAINTEXT"),
                       security_protocol="SASL_PLAINTEXT", sasl_mechanism="SCRAM-SHA-256",
                       sasl_plain_username="alice", sasl_plain_password="nope", max_block_ms=3000,
                       bootstrap_timeout_ms=3000)
-    assert any("[Error 58] SaslAuthenticationFailedError" in r.getMessage()
-               and "invalid credentials with SASL mechanism SCRAM-SHA-256" in r.getMessage()
-               for r in caplog.records if r.name.startswith("kafka"))
+    refused = [r for r in caplog.records if r.name.startswith("txbroker")
+               and "failed authentication" in r.getMessage() and "User:alice" in r.getMessage()
+               and "SCRAM-SHA-256" in r.getMessage()]
+    assert refused, "the broker logged no failed authentication"
+    client = [r.getMessage() for r in caplog.records if r.name.startswith("kafka")]
+    surfaced = [m for m in client if "[Error 58] SaslAuthenticationFailedError" in m]
+    disconnected = [m for m in client if "socket disconnected" in m]
+    assert surfaced or disconnected, client
+    for message in surfaced:
+        assert "invalid credentials with SASL mechanism SCRAM-SHA-256" in message
+    # Never authenticated: kafka-python sent nothing past SASL.
+    assert not [r for r in caplog.records if r.name.startswith("txbroker")
+                and "authenticated as User:alice" in r.getMessage()]
 
 
 def _tls_client(broker, listener: str, cert: tuple[str, str] | None):
