@@ -21,7 +21,7 @@ from txbroker.protocol.client_security import (
     SecurityConfigError,
 )
 
-from .wire import EARLIEST, LATEST, TxBrokerSourceError, parse_bootstrap
+from .wire import EARLIEST, LATEST, TxBrokerSourceError, WireClient, parse_bootstrap
 
 TopicPartition = tuple[str, int]
 OffsetMap = dict[TopicPartition, int]
@@ -396,3 +396,9 @@ def split_ranges(ranges: Sequence[Range], min_partitions: int | None) -> list[Ra
         out.extend(Range(r.topic, r.partition, a, b)
                    for a, b in zip(bounds, bounds[1:], strict=False) if b > a)
     return out
+
+
+def open_client(opts: SourceOptions) -> WireClient:
+    """A wire client as the options say (servers, timeout, client id, TLS/SASL)."""
+    return WireClient(opts.bootstrap_servers, timeout=opts.timeout, client_id=opts.client_id,
+                      security=opts.security)

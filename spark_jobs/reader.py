@@ -25,7 +25,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 import pyarrow as pa
 
 from .decoder import committed_batches
-from .options import Range, SourceOptions
+from .options import Range, SourceOptions, open_client
 from .vectorized import to_arrow
 from .wire import FetchResult, TxBrokerSourceError, WireClient
 
@@ -43,12 +43,6 @@ def data_loss(opts: SourceOptions, message: str) -> None:
             message + ". Set failOnDataLoss=false to skip the missing offsets instead.",
             "OFFSET_OUT_OF_RANGE")
     log.warning("%s; skipping them (failOnDataLoss=false)", message)
-
-
-def open_client(opts: SourceOptions) -> WireClient:
-    """A wire client as the options say (servers, timeout, client id, TLS/SASL)."""
-    return WireClient(opts.bootstrap_servers, timeout=opts.timeout, client_id=opts.client_id,
-                      security=opts.security)
 
 
 def read_range(rng: Range, opts: SourceOptions, client: WireClient | None = None

@@ -47,8 +47,21 @@ from pyspark.sql.types import (
     StructType,
     TimestampType,
 )
+from txbroker.protocol.kio_import import import_kio_without_hypothesis
 
-from .options import (
+
+def _in_spark_python_worker() -> bool:
+    """Run by ``python -m pyspark.daemon`` (the readers) or ``python -m
+    pyspark.sql.streaming.python_streaming_source_runner`` (a streaming query's planner,
+    a fresh process per query), not in the driver."""
+    spec = getattr(sys.modules.get("__main__"), "__spec__", None)
+    return getattr(spec, "name", "").startswith("pyspark.")
+
+
+if _in_spark_python_worker():
+    import_kio_without_hypothesis()
+
+from .options import (  # noqa: E402
     OffsetMap,
     Range,
     SourceOptions,
@@ -56,14 +69,14 @@ from .options import (
     include_headers,
     offsets_from_json,
     offsets_json,
+    open_client,
     parse_options,
     rate_limit,
     resolve_offsets,
     select_partitions,
     split_ranges,
 )
-from .reader import open_client, read_range
-from .wire import TxBrokerSourceError, WireClient
+from .wire import TxBrokerSourceError, WireClient  # noqa: E402
 
 __all__ = ["TxBrokerDataSource", "TxBrokerSourceError", "spark_schema", "user_message"]
 
@@ -129,6 +142,10 @@ def _ranges(start: OffsetMap, end: OffsetMap, opts: SourceOptions) -> list[Offse
 def _read(partition: InputPartition, opts: SourceOptions) -> Iterator:
     if not isinstance(partition, OffsetRangePartition):
         return iter(())  # Spark plans one empty partition when there is nothing to read
+    # Only the readers decode records: the planner process (a fresh one per streaming
+    # query) does not import numpy and the decoders.
+    from .reader import read_range
+
     return read_range(partition.range, opts)
 
 

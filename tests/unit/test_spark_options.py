@@ -367,3 +367,31 @@ def test_tls_options_and_pickling(tmp_path):
     # Spark ships options to its workers: they pickle, each worker builds its SSLContext.
     copy = pickle.loads(pickle.dumps(opts))
     assert copy.security.cafile == str(ca) and copy.security.ssl_context() is not None
+
+
+_WORKER_IMPORTS = """
+import sys, types
+sys.modules["__main__"].__spec__ = types.SimpleNamespace(name=sys.argv[1])
+import txbroker.spark_jobs.source
+import kio.static._phantom as phantom
+print("kio_hypothesis", phantom.hypothesis is not None)
+print("readers", "txbroker.spark_jobs.vectorized" in sys.modules)
+import hypothesis
+print("hypothesis_importable", hypothesis is not None)
+"""
+
+
+@pytest.mark.parametrize("main, in_worker", [
+    ("pyspark.sql.streaming.python_streaming_source_runner", True),
+    ("pyspark.daemon", True), ("my_job", False)])
+def test_spark_python_workers_import_only_what_they_need(main, in_worker):
+    # The streaming planner is a fresh Python process per query, so its imports are part
+    # of every query's start: not kio's hypothesis hooks (a development environment),
+    # not the decoders. Code that imports hypothesis later still gets it.
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", _WORKER_IMPORTS, main], capture_output=True,
+                         text=True, check=True).stdout.split()
+    assert out == ["kio_hypothesis", str(not in_worker), "readers", "False",
+                   "hypothesis_importable", "True"]
