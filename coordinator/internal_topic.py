@@ -88,7 +88,7 @@ def iter_partition_batches(plog: PartitionLog, start: int
         result = plog.read(offset, 1 << 20, max_offset=plog.log_end_offset, min_one=True)
         if not result.data:
             break
-        data = result.data
+        data = bytes(result.data)  # records' keys and values as bytes, not views
         pos = 0
         while pos < len(data):
             header = read_header(data, pos)

@@ -196,6 +196,7 @@ def response_header_is_flexible(api_key: int, version: int) -> bool:
     return bool(response_class(api_key, version).__flexible__)
 
 
+_I32 = struct.Struct(">i")
 _RESPONSE_HEADER = struct.Struct(">ii")
 
 
@@ -212,9 +213,12 @@ def encode_response(api_key: int, version: int, correlation_id: int, message: An
     if response_header_is_flexible(api_key, version):
         buf.write(b"\x00")
     _writer(type(message))(buf, message)
-    data = buf.getbuffer()
-    struct.pack_into(">i", data, 0, len(data) - 4)
-    return bytes(data)
+    # Size prefix written in place, then getvalue(): it hands over BytesIO's own buffer
+    # where bytes(getbuffer()) copied it (megabytes per Fetch response).
+    size = buf.tell() - 4
+    buf.seek(0)
+    buf.write(_I32.pack(size))
+    return buf.getvalue()
 
 
 def decode_response(api_key: int, version: int, frame: bytes) -> tuple[int, Any]:

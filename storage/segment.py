@@ -95,7 +95,7 @@ ROLLED_SEGMENT_FILES = RolledSegmentFiles()
 
 @dataclass(slots=True)
 class ReadResult:
-    data: bytes
+    data: bytes | memoryview  # whole batches; a view of a longer read
     first_offset: int  # base offset of the first batch returned (-1 if none)
     next_offset: int  # offset after the last batch returned
 
@@ -458,7 +458,9 @@ class LogSegment:
             next_offset = header.last_offset + 1
         if end == 0:
             return ReadResult(b"", -1, offset)
-        return ReadResult(data if end == len(data) else data[:end], first.base_offset, next_offset)
+        # A view, not a copy, when the read ends mid-batch: megabytes per Fetch.
+        return ReadResult(data if end == len(data) else memoryview(data)[:end],
+                          first.base_offset, next_offset)
 
     def batches(self, start_position: int = 0):
         """All (position, header) of this segment, for look-ups that scan."""
