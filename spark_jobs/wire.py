@@ -129,7 +129,9 @@ class _Connection:
             raise ConnectionError(f"correlation id {got} in reply to request {cid}")
         return response
 
-    def _recv_exact(self, n: int) -> bytes:
+    def _recv_exact(self, n: int) -> memoryview:
+        # Read-only view of the buffer received into, not a bytes copy of it (megabytes
+        # per Fetch); kio copies the fields it returns, so no view outlives the call.
         buf = bytearray(n)
         view = memoryview(buf)
         got = 0
@@ -138,7 +140,7 @@ class _Connection:
             if k == 0:
                 raise ConnectionError("connection closed by the broker")
             got += k
-        return bytes(buf)
+        return memoryview(buf).toreadonly()
 
     def close(self) -> None:
         try:
