@@ -35,6 +35,7 @@ from txbroker.coordinator.transaction.state import TxnConfig
 from txbroker.protocol.errors import ErrorCode
 from txbroker.protocol.messages import (
     API_VERSIONS_KEY,
+    ResponseParts,
     api_name,
     decode_request,
     encode_response,
@@ -83,7 +84,7 @@ class CloseAfter:
 
     __slots__ = ("data",)
 
-    def __init__(self, data: bytes) -> None:
+    def __init__(self, data: bytes | ResponseParts) -> None:
         self.data = data
 
 
@@ -379,7 +380,7 @@ class Connection:
             return
         if task.exception() is None:  # (retrieved: no "exception was never retrieved")
             response = task.result()
-            if type(response) is bytes:
+            if type(response) is bytes or type(response) is ResponseParts:
                 self._unsent += len(response)
 
     async def _write_loop(self) -> None:
@@ -415,7 +416,7 @@ class Connection:
                 return
             if type(response) is CloseAfter:
                 if not self.writer.transport.is_closing():
-                    self.writer.write(response.data)
+                    self.writer.write(bytes(response.data))
                 self._abort_reading()
                 self._cancel_pending()
                 return
@@ -423,7 +424,10 @@ class Connection:
                 if self.writer.transport.is_closing():
                     self._cancel_pending()
                     return
-                self.writer.write(response)
+                if type(response) is ResponseParts:
+                    self.writer.writelines(response.parts)
+                else:
+                    self.writer.write(response)
                 self._unsent -= len(response)
                 if self.writer.transport.get_write_buffer_size() > 1 << 20:
                     await self.writer.drain()

@@ -200,25 +200,80 @@ _I32 = struct.Struct(">i")
 _RESPONSE_HEADER = struct.Struct(">ii")
 
 
-def encode_response(api_key: int, version: int, correlation_id: int, message: Any) -> bytes:
+def encode_response(api_key: int, version: int, correlation_id: int,
+                    message: Any) -> bytes | ResponseParts:
     """Size-prefixed response frame: header v0/v1 + kio-encoded body. A ``bytes``
-    message is a body encoded already (protocol/fast_responses.py)."""
+    message is a body encoded already (protocol/fast_responses.py). A frame holding a
+    large bytes field comes back as ResponseParts (the field not copied)."""
     if type(message) is bytes:
         if response_header_is_flexible(api_key, version):
             return _RESPONSE_HEADER.pack(len(message) + 5, correlation_id) + b"\x00" + message
         return _RESPONSE_HEADER.pack(len(message) + 4, correlation_id) + message
-    buf = io.BytesIO()
-    buf.write(b"\x00\x00\x00\x00")
-    buf.write(struct.pack(">i", correlation_id))
+    out = _FrameWriter()
+    out.write(_RESPONSE_HEADER.pack(0, correlation_id))
     if response_header_is_flexible(api_key, version):
-        buf.write(b"\x00")
-    _writer(type(message))(buf, message)
-    # Size prefix written in place, then getvalue(): it hands over BytesIO's own buffer
-    # where bytes(getbuffer()) copied it (megabytes per Fetch response).
-    size = buf.tell() - 4
-    buf.seek(0)
-    buf.write(_I32.pack(size))
-    return buf.getvalue()
+        out.write(b"\x00")
+    _writer(type(message))(out, message)
+    return out.frame()
+
+
+# A bytes field at least this long (a Fetch response's records) is kept as its own part
+# of the frame instead of being copied into the frame's buffer.
+LARGE_PART_BYTES = 64 << 10
+
+
+class ResponseParts:
+    """A response frame as a sequence of buffers (``len()`` is its size in bytes), for
+    ``transport.writelines``: the records of a Fetch response go to the socket straight
+    from the log read, not through one more copy."""
+
+    __slots__ = ("parts", "size")
+
+    def __init__(self, parts: list, size: int) -> None:
+        self.parts = parts
+        self.size = size
+
+    def __len__(self) -> int:
+        return self.size
+
+    def __bytes__(self) -> bytes:
+        return b"".join(self.parts)
+
+
+class _FrameWriter:
+    """What kio's writers write into (they only call ``write``): small pieces gather in
+    a BytesIO, large ones are kept by reference. The size prefix is filled in last."""
+
+    __slots__ = ("_buf", "_parts", "_size")
+
+    def __init__(self) -> None:
+        self._buf = io.BytesIO()
+        self._parts: list = []
+        self._size = 0
+
+    def write(self, data) -> int:
+        n = len(data)
+        self._size += n
+        if n < LARGE_PART_BYTES:
+            return self._buf.write(data)
+        if self._buf.tell():
+            self._parts.append(self._buf.getvalue())
+            self._buf = io.BytesIO()
+        self._parts.append(data)
+        return n
+
+    def frame(self) -> bytes | ResponseParts:
+        size = _I32.pack(self._size - 4)
+        if not self._parts:
+            # getvalue() hands over BytesIO's own buffer (no copy of the frame).
+            self._buf.seek(0)
+            self._buf.write(size)
+            return self._buf.getvalue()
+        if self._buf.tell():
+            self._parts.append(self._buf.getvalue())
+        first = self._parts[0]
+        self._parts[0] = size + bytes(first[4:])  # the header part: a few bytes
+        return ResponseParts(self._parts, self._size)
 
 
 def decode_response(api_key: int, version: int, frame: bytes) -> tuple[int, Any]:

@@ -13,6 +13,8 @@ from hypothesis import strategies as st
 from kio.schema.errors import ErrorCode
 from kio.serial import entity_writer
 from txbroker.protocol.messages import (
+    LARGE_PART_BYTES,
+    ResponseParts,
     build,
     decode_request,
     decode_response,
@@ -220,6 +222,35 @@ def test_response_bytes_are_kio_bytes_plus_header(api_key, version):
     assert data == struct.pack(">i", len(header) + len(body.getvalue())) + header + body.getvalue()
     cid, decoded = decode_response(api_key, version, data[4:])
     assert cid == 777 and decoded == message
+
+
+@pytest.mark.parametrize("version", [4, 11, 12, 16])
+@pytest.mark.parametrize("records", [memoryview(b"r" * (LARGE_PART_BYTES + 5))[3:],
+                                     b"q" * LARGE_PART_BYTES])
+def test_large_records_are_a_part_of_their_own_with_the_same_bytes(version, records):
+    # A Fetch response with megabytes of records: the frame comes as buffers for
+    # writelines, the records one of them (not copied), and the bytes are kio's.
+    m = response_module(1, version)
+    parts = []
+    for i, data in enumerate((records, b"small", records)):
+        parts.append(build(m.PartitionData, partition_index=i, error_code=ErrorCode.none,
+                           high_watermark=5, last_stable_offset=5, log_start_offset=0,
+                           aborted_transactions=(), preferred_read_replica=-1, records=data))
+    message = build(m.FetchResponse, throttle_time=ZERO, error_code=ErrorCode.none,
+                    session_id=0, responses=(build(m.FetchableTopicResponse, topic="t",
+                                                   topic_id=uuid.UUID(int=7),
+                                                   partitions=tuple(parts)),))
+    frame = encode_response(1, version, 42, message)
+    assert type(frame) is ResponseParts
+    assert sum(p is records for p in frame.parts) == 2
+    body = io.BytesIO()
+    entity_writer(type(message))(body, message)
+    header = struct.pack(">i", 42) + (b"\x00" if version >= 12 else b"")
+    expected = struct.pack(">i", len(header) + len(body.getvalue())) + header + body.getvalue()
+    assert bytes(frame) == expected and len(frame) == len(expected)
+    cid, decoded = decode_response(1, version, bytes(frame)[4:])
+    assert cid == 42 and [bytes(p.records) for p in decoded.responses[0].partitions] == [
+        bytes(records), b"small", bytes(records)]
 
 
 def test_api_versions_v3_response_readable_by_a_v0_header_parser():
