@@ -111,15 +111,6 @@ class _VersionAction(argparse.Action):
         parser.exit()
 
 
-def _skip_test_only_imports() -> None:
-    """kio registers hypothesis strategies for its types whenever hypothesis can be
-    imported (~0.15 s of start-up in a development or test environment); a broker
-    process never generates test data, so it starts as an installation without the
-    test extra does."""
-    if "hypothesis" not in sys.modules:
-        sys.modules["hypothesis"] = None  # type: ignore[assignment]
-
-
 class _CommandListFormatter(argparse.HelpFormatter):
     """argparse sizes the help column without the commands' extra indent, which puts
     "transactions" and its description on two lines; start the column past it."""
@@ -209,7 +200,11 @@ def main(argv: list[str] | None = None) -> int:
 def _serve(args) -> int:
     """Configuration and start-up errors: one line, exit 2. A failure after the broker
     is up (it crashed): exit 1."""
-    _skip_test_only_imports()
+    # A broker never generates test data: start as an installation without the test
+    # extra does (kio's hypothesis hooks cost ~0.15 s).
+    from txbroker.protocol.kio_import import import_kio_without_hypothesis
+
+    import_kio_without_hypothesis()
     from txbroker.storage.log_config import ConfigError
 
     from .config import StartupError, load_config

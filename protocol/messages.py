@@ -272,7 +272,7 @@ class _FrameWriter:
         if self._buf.tell():
             self._parts.append(self._buf.getvalue())
         first = self._parts[0]
-        self._parts[0] = size + bytes(first[4:])  # the header part: a few bytes
+        self._parts[0] = size + first[4:]  # the header part: a few bytes
         return ResponseParts(self._parts, self._size)
 
 
