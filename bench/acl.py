@@ -35,15 +35,15 @@ from pathlib import Path
 from typing import Any
 
 from txbroker.broker.acl_store import write_acls
-from txbroker.broker.authorizer import (
-    STANDARD_AUTHORIZER,
+from txbroker.broker.authorizer import STANDARD_AUTHORIZER
+from txbroker.broker.process import BrokerProcess
+from txbroker.protocol.acls import (
     AclBinding,
     AclOperation,
     AclPermissionType,
     PatternType,
     ResourceType,
 )
-from txbroker.broker.process import BrokerProcess
 
 from . import clients, report
 from .transactions import DEFAULT_OUT

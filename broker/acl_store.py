@@ -14,16 +14,16 @@ import logging
 import os
 from collections.abc import Callable, Iterable
 
-from txbroker.storage.durable_file import write_durably
-
-from .authorizer import (
+from txbroker.protocol.acls import (
     AclBinding,
     AclOperation,
     AclPermissionType,
-    Authorizer,
     PatternType,
     ResourceType,
 )
+from txbroker.storage.durable_file import write_durably
+
+from .authorizer import Authorizer
 
 log = logging.getLogger(__name__)
 

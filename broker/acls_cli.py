@@ -21,8 +21,7 @@ from kio.schema.create_acls.v3 import request as ca
 from kio.schema.delete_acls.v3 import request as da
 from kio.schema.describe_acls.v3 import request as dsa
 from kio.schema.errors import ErrorCode
-
-from .authorizer import (
+from txbroker.protocol.acls import (
     CLUSTER_NAME,
     AclBinding,
     AclOperation,
@@ -30,6 +29,7 @@ from .authorizer import (
     PatternType,
     ResourceType,
 )
+
 from .cluster_client import ToolError, add_client_options, error_name, run_tool
 
 CREATE_ACLS, DESCRIBE_ACLS, DELETE_ACLS = 30, 29, 31

@@ -21,6 +21,7 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
+from txbroker.protocol.properties import parse_properties_lines
 from txbroker.storage.log_config import TOPIC_CONFIGS, ConfigError
 
 from .authorizer import ACCEPTED_AUTHORIZERS
@@ -643,29 +644,6 @@ class BrokerConfig:
     @property
     def data_dir(self) -> str:
         return self.raw("log.dirs").split(",")[0].strip()
-
-
-def parse_properties_lines(text: str) -> list[tuple[str, str, int]]:
-    """Java-style properties as (key, value, line number): key=value or key: value,
-    # and ! comments."""
-    out: list[tuple[str, str, int]] = []
-    for lineno, raw_line in enumerate(text.splitlines(), 1):
-        line = raw_line.strip()
-        if not line or line[0] in "#!":
-            continue
-        for sep in ("=", ":"):
-            if sep in line:
-                key, value = line.split(sep, 1)
-                out.append((key.strip(), value.strip(), lineno))
-                break
-        else:
-            out.append((line, "", lineno))
-    return out
-
-
-def parse_properties(text: str) -> dict[str, str]:
-    """Java-style properties: key=value or key: value, # and ! comments."""
-    return {key: value for key, value, _ in parse_properties_lines(text)}
 
 
 ENV_PREFIX = "TXBROKER_"

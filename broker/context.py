@@ -8,9 +8,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from txbroker.protocol.acls import CLUSTER_NAME, AclOperation, ResourceType
 from txbroker.protocol.messages import RequestHeader, api_name, response_class, response_module
 
-from .authorizer import CLUSTER_NAME, SUPPORTED_OPERATIONS, AclOperation, ResourceType
+from .authorizer import SUPPORTED_OPERATIONS
 
 if TYPE_CHECKING:
     from .server import Broker

@@ -35,9 +35,9 @@ from txbroker.protocol.primitives import (
     read_unsigned_varint,
     skip_tagged_fields,
 )
+from txbroker.protocol.properties import parse_properties
 
 from .admin_client import AdminConnection
-from .config import parse_properties
 
 OUT = sys.stdout
 

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import logging
 
-from txbroker.protocol.errors import ErrorCode
-
-from ..authorizer import (
+from txbroker.protocol.acls import (
     AclBindingFilter,
     AclOperation,
     AclPermissionType,
@@ -14,6 +12,8 @@ from ..authorizer import (
     ResourceType,
     from_code,
 )
+from txbroker.protocol.errors import ErrorCode
+
 from ..context import CloseConnection
 
 log = logging.getLogger(__name__)

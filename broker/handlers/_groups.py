@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import datetime
 
+from txbroker.protocol.acls import AclOperation, ResourceType
 from txbroker.protocol.errors import ErrorCode
-
-from ..authorizer import AclOperation, ResourceType
 
 ZERO = datetime.timedelta(0)
 READ, DESCRIBE, GROUP, TOPIC = (AclOperation.READ, AclOperation.DESCRIBE, ResourceType.GROUP,

@@ -7,10 +7,10 @@ the leaders are in-process; the wire form serves Kafka tooling and tests."""
 from __future__ import annotations
 
 from txbroker.protocol import fast_responses
+from txbroker.protocol.acls import AclOperation, ResourceType
 from txbroker.protocol.errors import ErrorCode
 from txbroker.protocol.messages import build
 
-from ..authorizer import AclOperation, ResourceType
 from ._groups import ZERO, code
 
 WRITE, TOPIC, TRANSACTIONAL_ID = (AclOperation.WRITE, ResourceType.TOPIC,

@@ -7,11 +7,11 @@ from __future__ import annotations
 import datetime
 import logging
 
+from txbroker.protocol.acls import AclOperation
 from txbroker.protocol.errors import ErrorCode, KafkaError
 from txbroker.protocol.messages import build
 from txbroker.storage.log_config import TOPIC_CONFIGS
 
-from ..authorizer import AclOperation
 from .describe_configs import TOPIC, config_access_error, refuse_alter
 
 API_KEY = 33

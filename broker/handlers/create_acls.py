@@ -12,10 +12,7 @@ from __future__ import annotations
 import datetime
 import logging
 
-from txbroker.protocol.errors import ErrorCode
-from txbroker.protocol.messages import build
-
-from ..authorizer import (
+from txbroker.protocol.acls import (
     AclBinding,
     AclOperation,
     AclPermissionType,
@@ -23,6 +20,9 @@ from ..authorizer import (
     ResourceType,
     from_code,
 )
+from txbroker.protocol.errors import ErrorCode
+from txbroker.protocol.messages import build
+
 from . import _acls
 
 API_KEY = 30

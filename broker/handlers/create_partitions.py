@@ -5,10 +5,9 @@ from __future__ import annotations
 import datetime
 import logging
 
+from txbroker.protocol.acls import AclOperation, ResourceType
 from txbroker.protocol.errors import ErrorCode, KafkaError
 from txbroker.protocol.messages import build
-
-from ..authorizer import AclOperation, ResourceType
 
 API_KEY = 37
 MIN_VERSION = 0

@@ -6,10 +6,10 @@ import datetime
 import logging
 import uuid
 
+from txbroker.protocol.acls import AclOperation, ResourceType
 from txbroker.protocol.errors import ErrorCode, KafkaError
 from txbroker.protocol.messages import build
 
-from ..authorizer import AclOperation, ResourceType
 from .describe_configs import CONFIG_SOURCE, topic_config_entries
 
 API_KEY = 19

@@ -14,10 +14,10 @@ from __future__ import annotations
 import datetime
 import logging
 
+from txbroker.protocol.acls import AclOperation
 from txbroker.protocol.errors import ErrorCode
 from txbroker.protocol.messages import build
 
-from ..authorizer import AclOperation
 from . import _acls
 
 API_KEY = 31

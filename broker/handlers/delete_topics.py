@@ -6,10 +6,9 @@ import datetime
 import logging
 import uuid
 
+from txbroker.protocol.acls import AclOperation, ResourceType
 from txbroker.protocol.errors import ErrorCode, KafkaError
 from txbroker.protocol.messages import build
-
-from ..authorizer import AclOperation, ResourceType
 
 API_KEY = 20
 MIN_VERSION = 1

@@ -8,10 +8,10 @@ from __future__ import annotations
 import datetime
 import itertools
 
+from txbroker.protocol.acls import AclOperation
 from txbroker.protocol.errors import ErrorCode
 from txbroker.protocol.messages import build
 
-from ..authorizer import AclOperation
 from . import _acls
 
 API_KEY = 29

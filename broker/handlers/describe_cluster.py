@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import datetime
 
+from txbroker.protocol.acls import CLUSTER_NAME, AclOperation, ResourceType
 from txbroker.protocol.errors import ErrorCode
 from txbroker.protocol.messages import build
-
-from ..authorizer import CLUSTER_NAME, AclOperation, ResourceType
 
 API_KEY = 60
 MIN_VERSION = 0

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import datetime
 
+from txbroker.protocol.acls import CLUSTER_NAME, AclOperation, ResourceType
 from txbroker.protocol.errors import ErrorCode, KafkaError
 from txbroker.protocol.messages import build
 from txbroker.storage.log_config import TOPIC_CONFIGS
 
-from ..authorizer import CLUSTER_NAME, AclOperation, ResourceType
 from ..config import BROKER_KEYS, TOPIC_DEFAULT_KEYS
 
 API_KEY = 32

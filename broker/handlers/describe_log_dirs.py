@@ -8,10 +8,9 @@ from __future__ import annotations
 import datetime
 import os
 
+from txbroker.protocol.acls import AclOperation
 from txbroker.protocol.errors import ErrorCode
 from txbroker.protocol.messages import build
-
-from ..authorizer import AclOperation
 
 API_KEY = 35
 MIN_VERSION = 1

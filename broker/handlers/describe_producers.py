@@ -3,10 +3,10 @@ partition knows, with their open transaction's first offset (find hanging ones).
 
 from __future__ import annotations
 
+from txbroker.protocol.acls import AclOperation, ResourceType
 from txbroker.protocol.errors import ErrorCode
 from txbroker.protocol.messages import build
 
-from ..authorizer import AclOperation, ResourceType
 from ._groups import ZERO
 
 API_KEY = 61

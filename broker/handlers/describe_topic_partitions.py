@@ -10,10 +10,9 @@ from __future__ import annotations
 import datetime
 import uuid
 
+from txbroker.protocol.acls import AclOperation, ResourceType
 from txbroker.protocol.errors import ErrorCode
 from txbroker.protocol.messages import build
-
-from ..authorizer import AclOperation, ResourceType
 
 API_KEY = 75
 MIN_VERSION = 0

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import datetime
 
+from txbroker.protocol.acls import AclOperation, ResourceType
 from txbroker.protocol.errors import ErrorCode
 from txbroker.protocol.messages import build
 
-from ..authorizer import AclOperation, ResourceType
 from ._groups import ZERO, code
 
 _EPOCH = datetime.datetime.fromtimestamp(0, tz=datetime.UTC)

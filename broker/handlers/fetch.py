@@ -12,10 +12,9 @@ import datetime
 import logging
 import time
 
+from txbroker.protocol.acls import AclOperation, ResourceType
 from txbroker.protocol.errors import ErrorCode
 from txbroker.protocol.messages import build
-
-from ..authorizer import AclOperation, ResourceType
 
 API_KEY = 1
 MIN_VERSION = 4

@@ -8,10 +8,10 @@ accepts the KIP-360 form carrying the current producer id and epoch.
 
 from __future__ import annotations
 
+from txbroker.protocol.acls import CLUSTER_NAME, AclOperation, ResourceType
 from txbroker.protocol.errors import ErrorCode
 from txbroker.protocol.messages import build
 
-from ..authorizer import CLUSTER_NAME, AclOperation, ResourceType
 from ._groups import ZERO, code, ms
 
 API_KEY = 22

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+from txbroker.protocol.acls import AclOperation, ResourceType
 from txbroker.protocol.messages import build
 from txbroker.storage.log import now_ms
 
-from ..authorizer import AclOperation, ResourceType
 from ._groups import ZERO, code
 
 API_KEY = 66

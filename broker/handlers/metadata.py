@@ -6,10 +6,10 @@ import datetime
 import logging
 import uuid
 
+from txbroker.protocol.acls import CLUSTER_NAME, AclOperation, ResourceType
 from txbroker.protocol.errors import ErrorCode, KafkaError
 from txbroker.protocol.messages import build
 
-from ..authorizer import CLUSTER_NAME, AclOperation, ResourceType
 from ..context import CloseConnection
 
 API_KEY = 3

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+from txbroker.protocol.acls import AclOperation, ResourceType
 from txbroker.protocol.errors import ErrorCode
 from txbroker.protocol.messages import build
 
-from ..authorizer import AclOperation, ResourceType
 from ._groups import ZERO, code
 
 API_KEY = 47

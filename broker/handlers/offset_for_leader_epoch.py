@@ -10,10 +10,9 @@ from __future__ import annotations
 
 import datetime
 
+from txbroker.protocol.acls import AclOperation, ResourceType
 from txbroker.protocol.errors import ErrorCode
 from txbroker.protocol.messages import build
-
-from ..authorizer import AclOperation, ResourceType
 
 API_KEY = 23
 MIN_VERSION = 2

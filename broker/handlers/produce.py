@@ -20,6 +20,7 @@ import logging
 
 from txbroker.coordinator.transaction.coordinator import ADD_PARTITIONS_FROM_LEADER
 from txbroker.protocol import fast_responses
+from txbroker.protocol.acls import AclOperation, ResourceType
 from txbroker.protocol.errors import (
     ErrorCode,
     InvalidRecordError,
@@ -44,7 +45,6 @@ from txbroker.protocol.records import (
 )
 from txbroker.storage.log import now_ms
 
-from ..authorizer import AclOperation, ResourceType
 from ..context import CloseConnection
 
 API_KEY = 0

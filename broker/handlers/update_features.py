@@ -27,10 +27,10 @@ from __future__ import annotations
 import datetime
 import logging
 
+from txbroker.protocol.acls import AclOperation
 from txbroker.protocol.errors import ErrorCode
 from txbroker.protocol.messages import build
 
-from ..authorizer import AclOperation
 from ..features import SUPPORTED
 
 API_KEY = 57

@@ -8,10 +8,9 @@ is not above the producer's there while a transaction is open."""
 from __future__ import annotations
 
 from txbroker.coordinator.transaction.markers import write_markers
+from txbroker.protocol.acls import AclOperation
 from txbroker.protocol.errors import ErrorCode
 from txbroker.protocol.messages import build
-
-from ..authorizer import AclOperation
 
 API_KEY = 27
 MIN_VERSION = 1

@@ -7,13 +7,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 from txbroker.broker.acl_store import load_acls, write_acls
-from txbroker.broker.authorizer import (
+from txbroker.broker.authorizer import Authorizer
+from txbroker.protocol.acls import (
     CLUSTER_NAME,
     AclBinding,
     AclBindingFilter,
     AclOperation,
     AclPermissionType,
-    Authorizer,
     PatternType,
     ResourceType,
 )
