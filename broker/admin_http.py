@@ -21,20 +21,30 @@ import ipaddress
 import logging
 import os
 import ssl
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from aiohttp import web
 
 from .config import StartupError
-from .metrics import render
+from .metrics import MetricsSource, render
 
 if TYPE_CHECKING:
-    from .server import Broker
+    import asyncio
+
+    from .config import BrokerConfig
 
 log = logging.getLogger(__name__)
 
 
-def render_metrics(broker: Broker) -> str:
+class AdminSource(MetricsSource, Protocol):
+    """What the endpoint reads of the running broker (broker/server.py's Broker), which
+    imports this module: a Protocol, not an import of Broker."""
+
+    config: BrokerConfig
+    stopping: asyncio.Event
+
+
+def render_metrics(broker: MetricsSource) -> str:
     """The /metrics page (broker/metrics.py)."""
     return render(broker)
 
@@ -108,7 +118,7 @@ def _is_loopback(host: str) -> bool:
         return host == "localhost"
 
 
-def build_app(broker: Broker, token: BearerToken | None = None) -> web.Application:
+def build_app(broker: AdminSource, token: BearerToken | None = None) -> web.Application:
     async def health(_request: web.Request) -> web.Response:
         if broker.stopping.is_set():
             return web.Response(status=503, text="stopping\n")
@@ -152,7 +162,7 @@ def build_app(broker: Broker, token: BearerToken | None = None) -> web.Applicati
 
 
 class AdminHttpServer:
-    def __init__(self, broker: Broker, host: str, port: int) -> None:
+    def __init__(self, broker: AdminSource, host: str, port: int) -> None:
         self.broker = broker
         self.host = host
         self.port = port

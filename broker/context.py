@@ -6,19 +6,51 @@ import logging
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from txbroker.protocol.acls import CLUSTER_NAME, AclOperation, ResourceType
-from txbroker.protocol.messages import RequestHeader, api_name, response_class, response_module
+from txbroker.protocol.messages import (
+    RequestHeader,
+    ResponseParts,
+    api_name,
+    response_class,
+    response_module,
+)
 
 from .authorizer import SUPPORTED_OPERATIONS
 
 if TYPE_CHECKING:
-    from .server import Broker
+    import asyncio
+
+    from txbroker.coordinator.group.coordinator import GroupCoordinator
+    from txbroker.coordinator.producer_ids import ProducerIdManager
+    from txbroker.coordinator.transaction.coordinator import TransactionCoordinator
+    from txbroker.coordinator.transaction.faults import FaultInjector
+    from txbroker.protocol.errors import ErrorCode
+    from txbroker.storage.manager import LogManager
+
+    from .acl_store import AclStore
+    from .authorizer import Authorizer
+    from .config import BrokerConfig
+    from .features import FinalizedFeatures
+    from .listeners import Listener
+    from .scram_credentials import ScramCredentialStore
 
 
 class CloseConnection(Exception):
     """Raised where Kafka would close the connection instead of answering."""
+
+
+CLOSE = object()  # a request's answer: close the connection (after earlier answers)
+
+
+class CloseAfter:
+    """An answer after which the connection is closed (a failed authentication)."""
+
+    __slots__ = ("data",)
+
+    def __init__(self, data: bytes | ResponseParts) -> None:
+        self.data = data
 
 
 ANONYMOUS = "User:ANONYMOUS"
@@ -76,9 +108,42 @@ class DenialLog:
                       api_name(ctx.header.api_key), s.peer, self.interval)
 
 
+class RunningBroker(Protocol):
+    """The running broker as handlers see it (``ctx.broker``): what they may use of
+    broker/server.py's Broker, which has all of it. A Protocol rather than an import of
+    Broker: the server imports this module, and the layers have no import circles."""
+
+    config: BrokerConfig
+    node_id: int
+    logs: LogManager
+    groups: GroupCoordinator
+    transactions: TransactionCoordinator
+    producer_ids: ProducerIdManager
+    features: FinalizedFeatures
+    faults: FaultInjector
+    authorizer: Authorizer | None
+    acl_store: AclStore | None
+    scram_credentials: ScramCredentialStore | None
+    denials: DenialLog
+    stopping: asyncio.Event
+    # Produce v12's implicit adds in progress, per (topic, partition, producer id).
+    pending_partition_adds: dict[tuple[str, int, int], asyncio.Future]
+    fetch_max_bytes: int
+    listeners_by_name: dict[str, Listener]
+
+    @property
+    def cluster_id(self) -> str: ...
+
+    def advertised_for(self, listener_name: str) -> tuple[str, int]: ...
+
+    def coordinator_status(self, key_type: int) -> ErrorCode: ...
+
+    def check_txn_offset_commit(self, request) -> int: ...
+
+
 @dataclass(slots=True)
 class RequestContext:
-    broker: Broker
+    broker: RunningBroker
     header: RequestHeader
     session: Session
     # Error codes of the response, set by a handler that encodes its own bytes (or knows

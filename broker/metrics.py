@@ -18,13 +18,15 @@ from collections.abc import Iterable, Iterator
 from dataclasses import fields, is_dataclass
 from enum import Enum
 from functools import cache
-from typing import TYPE_CHECKING, Any, get_args
+from typing import TYPE_CHECKING, Any, Protocol, get_args
 
 from txbroker.protocol.errors import ErrorCode
 from txbroker.protocol.messages import api_name
 
 if TYPE_CHECKING:
-    from .server import Broker
+    from txbroker.coordinator.group.coordinator import GroupCoordinator
+    from txbroker.coordinator.transaction.coordinator import TransactionCoordinator
+    from txbroker.storage.manager import LogManager
 
 # Seconds. Requests: from a sub-millisecond Metadata to a Fetch long poll (fetch.max.wait.ms).
 REQUEST_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
@@ -214,7 +216,20 @@ class _Text:
             self.lines.append(f"{name} {_float(value)}")
 
 
-def render(broker: Broker) -> str:
+class MetricsSource(Protocol):
+    """What the /metrics page reads of the running broker (broker/server.py's Broker).
+    A Protocol rather than an import of Broker: the server imports this module."""
+
+    metrics: BrokerMetrics
+    logs: LogManager
+    transactions: TransactionCoordinator
+    groups: GroupCoordinator
+
+    @property
+    def connection_count(self) -> int: ...
+
+
+def render(broker: MetricsSource) -> str:
     """The whole /metrics page."""
     out = _Text()
     _requests(out, broker.metrics)
@@ -263,7 +278,7 @@ def _requests(out: _Text, metrics: BrokerMetrics) -> None:
         out.sample("txbroker_network_outgoing_bytes_total", {"api": api}, bytes_out)
 
 
-def _connections_and_flush(out: _Text, broker: Broker) -> None:
+def _connections_and_flush(out: _Text, broker: MetricsSource) -> None:
     flusher = broker.logs.flusher
     out.family("txbroker_connections", "gauge", "Open client connections.")
     out.sample("txbroker_connections", None, broker.connection_count)
@@ -278,7 +293,7 @@ def _connections_and_flush(out: _Text, broker: Broker) -> None:
     out.lines.extend(broker.metrics.flush_time.samples(name, ""))
 
 
-def _transactions(out: _Text, broker: Broker) -> None:
+def _transactions(out: _Text, broker: MetricsSource) -> None:
     coordinator = broker.transactions
     out.family("txbroker_transactions_total", "counter",
                "Transactions completed (markers written), by outcome: committed, aborted "
@@ -322,7 +337,7 @@ _PARTITION_GAUGES = (
 )
 
 
-def _partitions(out: _Text, broker: Broker) -> None:
+def _partitions(out: _Text, broker: MetricsSource) -> None:
     logs = sorted(broker.logs.logs.values(), key=lambda p: (p.topic, p.partition))
     for name, help_text, getter in _PARTITION_GAUGES:
         metric = f"txbroker_partition_{name}"
@@ -331,7 +346,7 @@ def _partitions(out: _Text, broker: Broker) -> None:
             out.sample(metric, {"topic": p.topic, "partition": p.partition}, getter(p))
 
 
-def _groups(out: _Text, broker: Broker) -> None:
+def _groups(out: _Text, broker: MetricsSource) -> None:
     groups = broker.groups
     out.family("txbroker_group_rebalances_total", "counter",
                "Join phases completed (a new generation), all groups.")

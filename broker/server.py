@@ -20,8 +20,6 @@ import ssl
 import struct
 import time
 from collections import deque
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from txbroker.coordinator.group.coordinator import GroupCoordinator, GroupCoordinatorConfig
 from txbroker.coordinator.group.state import GroupConfig
@@ -46,21 +44,26 @@ from txbroker.protocol.messages import (
 from txbroker.protocol.primitives import DecodeError
 from txbroker.storage.manager import LogManager
 
-if TYPE_CHECKING:
-    from . import sasl as sasl_config
-    from . import tls
 from .acl_store import AclStore, AclStoreError, load_acls
 from .authorizer import Authorizer, parse_super_users
-from .config import BrokerConfig, ConfigError, ListenerSpec, StartupError
-from .context import ANONYMOUS, CloseConnection, DenialLog, RequestContext, Session
+from .config import BrokerConfig, ConfigError, StartupError
+from .context import (
+    ANONYMOUS,
+    CLOSE,
+    CloseAfter,
+    CloseConnection,
+    DenialLog,
+    RequestContext,
+    Session,
+)
 from .features import TRANSACTION_VERSION, FinalizedFeatures
 from .handlers import HANDLERS, accepts, api_versions, supported_versions
+from .listeners import Listener, build_listeners
 from .metrics import BrokerMetrics
 
 log = logging.getLogger("txbroker")
 
 _SIZE = struct.Struct(">i")
-CLOSE = object()  # a request's answer: close the connection (after earlier answers)
 # At shutdown, how long computed answers may take to reach clients that read them.
 SHUTDOWN_FLUSH_S = 1.0
 
@@ -77,40 +80,6 @@ SASL_HANDSHAKE_KEY = 17
 SASL_AUTHENTICATE_KEY = 36
 # A TLS handshake not done in this time is dropped: half-open handshakes cannot pile up.
 TLS_HANDSHAKE_TIMEOUT_S = 10.0
-
-
-class CloseAfter:
-    """An answer after which the connection is closed (a failed authentication)."""
-
-    __slots__ = ("data",)
-
-    def __init__(self, data: bytes | ResponseParts) -> None:
-        self.data = data
-
-
-@dataclass
-class Listener:
-    """One served listener: its config, TLS context, SASL setup and bound address."""
-
-    spec: ListenerSpec
-    ssl_context: ssl.SSLContext | None = None
-    sasl: sasl_config.ListenerSasl | None = None
-    principal_mapper: tls.PrincipalMapper | None = None
-    server: asyncio.AbstractServer | None = None
-    host: str = ""
-    port: int = 0
-
-    @property
-    def name(self) -> str:
-        return self.spec.name
-
-    def advertised(self) -> tuple[str, int]:
-        if self.spec.advertised is not None:
-            return self.spec.advertised
-        host = self.host
-        if host in ("0.0.0.0", "::", ""):
-            host = socket.gethostname()
-        return host, self.port
 
 
 class _TlsServer:
@@ -154,27 +123,6 @@ class _TlsServer:
 
 def _family(host: str) -> socket.AddressFamily:
     return socket.AF_INET6 if ":" in host else socket.AF_INET
-
-
-def build_listeners(config: BrokerConfig) -> list[Listener]:
-    """Every served listener with its TLS context and SASL setup; ConfigError (one line)
-    for a listener that cannot be set up from its keys."""
-    listeners = []
-    for spec in config.listener_specs():
-        lst = Listener(spec)
-        # Imported only for listeners that use them (~25 ms of start-up otherwise).
-        if spec.uses_tls:
-            from . import tls
-
-            lst.ssl_context = tls.server_context(config, spec.name)
-            lst.principal_mapper = tls.PrincipalMapper(
-                config.for_listener(spec.name, "ssl.principal.mapping.rules"))
-        if spec.uses_sasl:
-            from . import sasl as sasl_config
-
-            lst.sasl = sasl_config.listener_sasl(config, spec.name)
-        listeners.append(lst)
-    return listeners
 
 
 def return_large_buffers_to_the_os() -> None:

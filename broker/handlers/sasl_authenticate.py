@@ -13,6 +13,7 @@ import struct
 from txbroker.protocol.errors import ErrorCode
 from txbroker.protocol.messages import build
 
+from ..context import CLOSE
 from ..sasl import AuthenticationFailed
 
 API_KEY = 36
@@ -81,8 +82,6 @@ async def handle(ctx, request):
 async def raw_token(broker, session, frame: bytes):
     """A bare token after SaslHandshake v0: answered bare (size-prefixed); a failure
     closes the connection after the delay, with no answer, as Kafka does."""
-    from ..server import CLOSE
-
     try:
         answer = _evaluate(session, frame)
     except AuthenticationFailed as e:

@@ -14,9 +14,9 @@ from hypothesis import strategies as st
 from txbroker.broker import sasl, tls
 from txbroker.broker.cli import main
 from txbroker.broker.config import BrokerConfig, ConfigError
+from txbroker.broker.listeners import build_listeners
 from txbroker.broker.scram_credentials import ScramCredentialStore, add_users
 from txbroker.broker.security_testing import plain_jaas_config
-from txbroker.broker.server import build_listeners
 from txbroker.protocol import scram
 
 # -- JAAS -----------------------------------------------------------------------------
