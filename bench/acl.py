@@ -34,9 +34,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from txbroker.broker.acl_store import write_acls
-from txbroker.broker.authorizer import STANDARD_AUTHORIZER
 from txbroker.broker.process import BrokerProcess
+from txbroker.broker.security.acl_store import write_acls
+from txbroker.broker.security.authorizer import STANDARD_AUTHORIZER
 from txbroker.protocol.acls import (
     AclBinding,
     AclOperation,

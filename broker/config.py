@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from txbroker.protocol.properties import parse_properties_lines
 from txbroker.storage.log_config import TOPIC_CONFIGS, ConfigError
 
-from .authorizer import ACCEPTED_AUTHORIZERS
+from .security.authorizer import ACCEPTED_AUTHORIZERS
 
 log = logging.getLogger("txbroker.config")
 
@@ -167,7 +167,7 @@ def _mechanisms(text: str) -> list[str]:
 
 
 def _principal_rules(text: str) -> str:
-    from .tls import parse_principal_mapping_rules
+    from .security.tls import parse_principal_mapping_rules
 
     try:
         parse_principal_mapping_rules(text)

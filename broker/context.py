@@ -17,7 +17,7 @@ from txbroker.protocol.messages import (
     response_module,
 )
 
-from .authorizer import SUPPORTED_OPERATIONS
+from .security.authorizer import SUPPORTED_OPERATIONS
 
 if TYPE_CHECKING:
     import asyncio
@@ -29,12 +29,12 @@ if TYPE_CHECKING:
     from txbroker.protocol.errors import ErrorCode
     from txbroker.storage.manager import LogManager
 
-    from .acl_store import AclStore
-    from .authorizer import Authorizer
     from .config import BrokerConfig
     from .features import FinalizedFeatures
     from .listeners import Listener
-    from .scram_credentials import ScramCredentialStore
+    from .security.acl_store import AclStore
+    from .security.authorizer import Authorizer
+    from .security.scram_credentials import ScramCredentialStore
 
 
 class CloseConnection(Exception):
@@ -74,7 +74,7 @@ class Session:
     # "raw" (SaslHandshake v0: bare tokens follow), "complete".
     sasl_state: str = "complete"
     sasl_mechanism: str | None = None
-    sasl_server: Any = None  # the mechanism's state machine (broker/sasl.py)
+    sasl_server: Any = None  # the mechanism's state machine (broker/security/sasl.py)
     # Set by a handler whose answer must be the connection's last (a failed authentication).
     close_after_response: bool = False
 

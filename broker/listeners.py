@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING
 from .config import BrokerConfig, ListenerSpec
 
 if TYPE_CHECKING:
-    from . import sasl as sasl_config
-    from . import tls
+    from .security import sasl as sasl_config
+    from .security import tls
 
 
 @dataclass
@@ -50,13 +50,13 @@ def build_listeners(config: BrokerConfig) -> list[Listener]:
         lst = Listener(spec)
         # Imported only for listeners that use them (~25 ms of start-up otherwise).
         if spec.uses_tls:
-            from . import tls
+            from .security import tls
 
             lst.ssl_context = tls.server_context(config, spec.name)
             lst.principal_mapper = tls.PrincipalMapper(
                 config.for_listener(spec.name, "ssl.principal.mapping.rules"))
         if spec.uses_sasl:
-            from . import sasl as sasl_config
+            from .security import sasl as sasl_config
 
             lst.sasl = sasl_config.listener_sasl(config, spec.name)
         listeners.append(lst)

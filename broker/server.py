@@ -44,8 +44,6 @@ from txbroker.protocol.messages import (
 from txbroker.protocol.primitives import DecodeError
 from txbroker.storage.manager import LogManager
 
-from .acl_store import AclStore, AclStoreError, load_acls
-from .authorizer import Authorizer, parse_super_users
 from .config import BrokerConfig, ConfigError, StartupError
 from .context import (
     ANONYMOUS,
@@ -60,6 +58,8 @@ from .features import TRANSACTION_VERSION, FinalizedFeatures
 from .handlers import HANDLERS, accepts, api_versions, supported_versions
 from .listeners import Listener, build_listeners
 from .metrics import BrokerMetrics
+from .security.acl_store import AclStore, AclStoreError, load_acls
+from .security.authorizer import Authorizer, parse_super_users
 
 log = logging.getLogger("txbroker")
 
@@ -524,7 +524,7 @@ class Broker:
         self.logs.flusher.on_round = self.metrics.observe_flush
         self.admin_http = None
         self._teardown: asyncio.Future | None = None  # after a crash fault (in-process)
-        # ACLs (broker/authorizer.py): None without authorizer.class.name, and then every
+        # ACLs (broker/security/authorizer.py): None without authorizer.class.name, and then every
         # check in the handlers is one attribute test.
         self.authorizer: Authorizer | None = None
         self.acl_store: AclStore | None = None
@@ -637,7 +637,7 @@ class Broker:
         await self.logs.start()
         await self.groups.start()
         await self.transactions.start()
-        from .scram_credentials import ScramCredentialStore
+        from .security.scram_credentials import ScramCredentialStore
 
         self.scram_credentials = await loop.run_in_executor(
             None, ScramCredentialStore, self.logs.data_dir)
@@ -810,7 +810,7 @@ class Broker:
         ssl_object = writer.get_extra_info("ssl_object")
         cert = ssl_object.getpeercert() if ssl_object is not None else None
         if cert and listener.principal_mapper is not None:
-            from . import tls
+            from .security import tls
 
             dn = tls.rfc2253_name(cert.get("subject", ()))
             try:

@@ -1,6 +1,6 @@
 """AlterUserScramCredentials (key 51, KIP-554): upsert or delete SCRAM credentials. The
 client sends the salted password (it paid the PBKDF2); the broker keeps the stored and
-server keys derived from it, durably (broker/scram_credentials.py), before answering.
+server keys derived from it, durably (broker/security/scram_credentials.py), before answering.
 Per-user errors as Kafka's ScramControlManager: DUPLICATE_RESOURCE for a user altered
 twice in one request, UNACCEPTABLE_CREDENTIAL for an empty name or iterations outside
 4096..16384, UNSUPPORTED_SASL_MECHANISM for an unknown mechanism, RESOURCE_NOT_FOUND
@@ -15,7 +15,7 @@ from txbroker.protocol import scram
 from txbroker.protocol.errors import ErrorCode
 from txbroker.protocol.messages import build
 
-from ..scram_credentials import MECHANISM_TYPES
+from ..security.scram_credentials import MECHANISM_TYPES
 from ._acls import scram_credentials_error
 from ._groups import ZERO
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 from txbroker.protocol.errors import ErrorCode
 from txbroker.protocol.messages import build
 
-from ..scram_credentials import MECHANISM_NUMBERS
+from ..security.scram_credentials import MECHANISM_NUMBERS
 from ._acls import scram_credentials_error
 from ._groups import ZERO
 

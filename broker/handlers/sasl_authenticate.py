@@ -14,7 +14,7 @@ from txbroker.protocol.errors import ErrorCode
 from txbroker.protocol.messages import build
 
 from ..context import CLOSE
-from ..sasl import AuthenticationFailed
+from ..security.sasl import AuthenticationFailed
 
 API_KEY = 36
 MIN_VERSION = 0

@@ -19,8 +19,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from txbroker.broker import cluster_client, scram_credentials
+from txbroker.broker import cluster_client
 from txbroker.broker.cli import main as cli_main
+from txbroker.broker.security import scram_credentials
 from txbroker.broker.testing import BrokerThread
 from txbroker.protocol.client_security import OAUTHBEARER_MODULE, PLAIN_MODULE, SCRAM_MODULE
 

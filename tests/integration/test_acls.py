@@ -25,8 +25,8 @@ from confluent_kafka.admin import (
     ResourcePatternType,
     ResourceType,
 )
-from txbroker.broker.acl_store import ACL_FILE
 from txbroker.broker.process import BrokerProcess
+from txbroker.broker.security.acl_store import ACL_FILE
 from txbroker.broker.testing import BrokerThread
 from txbroker.protocol.errors import ErrorCode
 from txbroker.protocol.messages import build, request_module

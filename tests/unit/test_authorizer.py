@@ -1,4 +1,4 @@
-"""The authorizer's rules (broker/authorizer.py): example tests of each Kafka rule, and
+"""The authorizer's rules (broker/security/authorizer.py): example tests of each Kafka rule, and
 a stateful test of add/remove/authorize against a naive reading of the rules."""
 
 from __future__ import annotations
@@ -6,8 +6,8 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
-from txbroker.broker.acl_store import load_acls, write_acls
-from txbroker.broker.authorizer import Authorizer
+from txbroker.broker.security.acl_store import load_acls, write_acls
+from txbroker.broker.security.authorizer import Authorizer
 from txbroker.protocol.acls import (
     CLUSTER_NAME,
     AclBinding,

@@ -1,9 +1,9 @@
 """ACLs and the authorization decision, as Kafka's StandardAuthorizer makes it.
 
-Plain code over plain data: no sockets, no files (broker/acl_store.py keeps the ACLs
-durable, broker/context.py asks the questions for the handlers; the ACL types
-themselves are the wire's, protocol/acls.py). The rules, read from
-Kafka's StandardAuthorizerData and the Authorizer interface:
+Plain code over plain data: no sockets, no files (acl_store.py keeps the ACLs durable,
+broker/context.py asks the questions for the handlers; the ACL types themselves are
+the wire's, protocol/acls.py). The rules, read from Kafka's StandardAuthorizerData and
+the Authorizer interface:
 
 * a principal named in ``super.users`` is allowed everything;
 * the ACLs that apply to a resource are LITERAL ones with its exact name, LITERAL ones
