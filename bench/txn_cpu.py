@@ -38,7 +38,7 @@ from .transactions import Options, WorkerPool, _cpu_of, _percentile
 
 _PROFILE_MAIN = (
     "import cProfile, sys, time\n"
-    "from broker.cli import main\n"
+    "from txbroker.cli import main\n"
     "prof = cProfile.Profile(time.thread_time)  # CPU time: a loaded machine preempts\n"
     "prof.enable()\n"
     "try:\n"

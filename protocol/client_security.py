@@ -1,5 +1,5 @@
 """Client side of Kafka's security: TLS and SASL for the blocking clients of this
-repository (the admin tools in broker/, the Spark source in spark_jobs/).
+repository (the admin tools in tools/, the Spark source in spark_jobs/).
 
 Settings come from Kafka client properties with Kafka's names (``security.protocol``,
 ``sasl.mechanism``, ``sasl.jaas.config``, ``ssl.truststore.*``, ``ssl.keystore.*``,

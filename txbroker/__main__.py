@@ -2,6 +2,6 @@
 
 import sys
 
-from txbroker.broker.cli import main
+from txbroker.cli import main
 
 sys.exit(main())

@@ -19,15 +19,15 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from txbroker.broker import cluster_client
-from txbroker.broker.cli import main as cli_main
 from txbroker.broker.security import scram_credentials
 from txbroker.broker.testing import BrokerThread
 from txbroker.protocol.client_security import OAUTHBEARER_MODULE, PLAIN_MODULE, SCRAM_MODULE
+from txbroker.tools import cluster_client
 
 from tests.differential.conftest import _kafka_leg_unavailable
 from tests.kafka_reference import KafkaProcess
 from tests.pki import make_ca, make_cert
+from txbroker.cli import main as cli_main
 
 ADMIN, ADMIN_PASSWORD = "admin", "admin-secret"
 PLAIN_USER, PLAIN_PASSWORD = "bob", "bob-secret"

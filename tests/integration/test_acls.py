@@ -347,7 +347,7 @@ def test_unknown_authorizer_class_is_a_configuration_error(tmp_path):
 
 def test_acls_tool_add_list_remove(secured, capsys, tmp_path):
     """``txbroker acls`` with kafka-acls.sh's options, as User:admin (--command-config)."""
-    from txbroker.broker.cli import main
+    from txbroker.cli import main
 
     props = tmp_path / "admin.properties"
     props.write_text("".join(f"{k}={v}\n" for k, v in conf(secured, "admin").items()))

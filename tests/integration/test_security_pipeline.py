@@ -370,8 +370,9 @@ def test_mallory_describe_transactions_is_refused(broker, tmp_path, capsys, monk
     transactions tool with mallory's --command-config: TRANSACTIONAL_ID_AUTHORIZATION_FAILED."""
     import io
 
-    from txbroker.broker import transactions_cli
-    from txbroker.broker.cli import main
+    from txbroker.tools import transactions as transactions_cli
+
+    from txbroker.cli import main
 
     def describe(user: str) -> tuple[int, str, str]:
         props = tmp_path / f"{user}.properties"

@@ -15,11 +15,11 @@ import pytest
 from confluent_kafka import Producer
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.structs import OffsetAndMetadata
-from txbroker.broker import cluster_client
-from txbroker.broker.cli import main as cli_main
-from txbroker.broker.groups_cli import decode_consumer_assignment
+from txbroker.tools import cluster_client
+from txbroker.tools.groups import decode_consumer_assignment
 
 from tests.helpers import wait_until
+from txbroker.cli import main as cli_main
 
 from .clients import unique_topic
 

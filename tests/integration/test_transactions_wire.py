@@ -18,11 +18,12 @@ import time
 from pathlib import Path
 
 import pytest
-from txbroker.broker import transactions_cli
-from txbroker.broker.cli import main as cli_main
 from txbroker.coordinator.internal_topic import TXN_TOPIC, partition_log_for
 from txbroker.protocol.errors import ErrorCode
 from txbroker.protocol.records import decode_records, iter_batches
+from txbroker.tools import transactions as transactions_cli
+
+from txbroker.cli import main as cli_main
 
 from .txn_util import (
     TXN_CONFIG,

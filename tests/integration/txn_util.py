@@ -661,8 +661,8 @@ def describe_transactions(client: RawClient, *tids: str):
 def describe_transaction(host: str, port: int, tid: str):
     """One DescribeTransactions answer decoded by the command line's own reader (kio
     cannot read the start time -1 of an id without an ongoing transaction)."""
-    from txbroker.broker.admin_client import AdminConnection
-    from txbroker.broker.transactions_cli import _describe_transactions
+    from txbroker.tools.admin_client import AdminConnection
+    from txbroker.tools.transactions import _describe_transactions
 
     conn = AdminConnection(f"{host}:{port}", timeout=5)
     try:

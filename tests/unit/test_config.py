@@ -11,11 +11,12 @@ import sys
 from pathlib import Path
 
 import pytest
-from txbroker.broker.cli import build_parser, main
 from txbroker.broker.config import BROKER_KEYS, BrokerConfig, env_overrides, load_config
 from txbroker.broker.server import Broker
 from txbroker.protocol.properties import parse_properties, parse_properties_lines
 from txbroker.storage.log_config import ConfigError
+
+from txbroker.cli import build_parser, main
 
 
 def test_parse_properties():

@@ -11,13 +11,14 @@ import time
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from txbroker.broker.cli import main
 from txbroker.broker.config import BrokerConfig, ConfigError
 from txbroker.broker.listeners import build_listeners
 from txbroker.broker.security import sasl, tls
 from txbroker.broker.security.scram_credentials import ScramCredentialStore, add_users
 from txbroker.broker.security_testing import plain_jaas_config
 from txbroker.protocol import scram
+
+from txbroker.cli import main
 
 # -- JAAS -----------------------------------------------------------------------------
 

@@ -16,8 +16,7 @@ from kio.schema.list_offsets.v7 import request as lo
 from kio.schema.metadata.v12 import request as md
 from txbroker.protocol.client_security import SecurityError
 
-from .admin_client import AdminConnection
-from .transactions_cli import COMMAND_CONFIG_HELP, bootstrap_connection
+from .admin_client import COMMAND_CONFIG_HELP, AdminConnection, bootstrap_connection
 
 OUT = sys.stdout  # tests swap it for a buffer
 
