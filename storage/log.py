@@ -34,7 +34,7 @@ from txbroker.protocol.records import (
     set_log_append_time,
 )
 
-from .cleaner import recover_interrupted_cleaning
+from .cleaner_recovery import recover_interrupted_cleaning
 from .durable_file import drop_unsynced_entries, fsync_directory, unsynced_entries
 from .log_config import LogConfig
 from .producer_state import ProducerStateManager, load_latest_snapshot, write_snapshot
