@@ -34,7 +34,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from txbroker.broker.process import BrokerProcess
 from txbroker.broker.security.acl_store import write_acls
 from txbroker.broker.security.authorizer import STANDARD_AUTHORIZER
 from txbroker.protocol.acls import (
@@ -44,6 +43,7 @@ from txbroker.protocol.acls import (
     PatternType,
     ResourceType,
 )
+from txbroker.testing import BrokerProcess
 
 from . import clients, report
 from .transactions import DEFAULT_OUT

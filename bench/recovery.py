@@ -47,8 +47,8 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from txbroker.broker.process import BrokerProcess
 from txbroker.protocol.messages import build, decode_response, encode_request, request_module
+from txbroker.testing import BrokerProcess
 
 from . import report
 from .clients import create_topic

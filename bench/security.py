@@ -4,7 +4,7 @@ PLAINTEXT, and SCRAM authentications per second.
     .venv/bin/python -m bench.security [--runs 3] [--messages 20000] [--out DIR] [--quick]
 
 One broker process (``python -m txbroker serve``) with PLAINTEXT, SSL and SASL_SSL
-listeners (throwaway certificates, SCRAM users; broker/security_testing.py). Per run
+listeners (throwaway certificates, SCRAM users; testing/security.py). Per run
 and listener: confluent-kafka produces ``--messages`` 1 KiB values with acks=all
 (linger.ms=5) and we count messages/s until the last delivery report; then a
 read_committed consumer (a fresh group) reads them all from the beginning after they
@@ -31,9 +31,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from txbroker.broker.process import BrokerProcess
 from txbroker.protocol import scram
 from txbroker.protocol.messages import build, decode_response, encode_request, request_module
+from txbroker.testing import BrokerProcess
 
 from . import report
 

@@ -39,7 +39,6 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from txbroker.broker.process import BrokerProcess
 from txbroker.spark_jobs.demo_security import LISTENER, SecureDemo
 from txbroker.spark_jobs.demo_security import say as _say
 from txbroker.spark_jobs.payments.pipeline import (
@@ -49,6 +48,7 @@ from txbroker.spark_jobs.payments.pipeline import (
     run_pipeline,
 )
 from txbroker.spark_jobs.payments.verify import Check, VerifyResult, verify
+from txbroker.testing import BrokerProcess
 
 # The ingest job's two sources; kept here so that --help works without importing pyspark.
 FORMATS = ("txbroker", "kafka")

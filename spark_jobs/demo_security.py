@@ -12,9 +12,9 @@ from __future__ import annotations
 import secrets
 from pathlib import Path
 
-from txbroker.broker.process import BrokerProcess
 from txbroker.spark_jobs.payments.pipeline import PipelineConfig
 from txbroker.spark_jobs.payments.verify import Check
+from txbroker.testing import BrokerProcess
 
 LISTENER = "SASL_SSL"
 STANDARD_AUTHORIZER = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"

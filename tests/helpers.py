@@ -1,4 +1,4 @@
-"""Shared test helpers: raw-socket requests, polling; BrokerProcess lives in broker.process."""
+"""Shared test helpers: raw-socket requests, polling; BrokerProcess lives in txbroker.testing."""
 
 from __future__ import annotations
 
@@ -7,9 +7,10 @@ import struct
 import time
 from collections.abc import Mapping
 
-from txbroker.broker.process import READY, BrokerProcess
 from txbroker.protocol.client_security import ClientSecurity
 from txbroker.protocol.messages import decode_response, encode_request
+from txbroker.testing import BrokerProcess
+from txbroker.testing.broker_process import READY
 
 __all__ = ["READY", "BrokerProcess", "RawClient", "wait_until"]
 

@@ -154,7 +154,7 @@ def broker(request, tmp_path_factory) -> Iterator[Broker]:
     """txbroker or Apache Kafka: the same test runs against each. pytest runs all the
     tests of one parameter together, so each broker starts once and stops after its leg."""
     if request.param == "txbroker":
-        from txbroker.broker.testing import BrokerThread
+        from txbroker.testing import BrokerThread
 
         thread = BrokerThread(str(tmp_path_factory.mktemp("txbroker-diff")), COMMON_CONFIG)
         thread.start()

@@ -16,10 +16,10 @@ import uuid
 from collections.abc import Iterator
 
 import pytest
-from txbroker.broker.testing import BrokerThread
 from txbroker.protocol.client_security import SCRAM_MODULE
 from txbroker.protocol.errors import ErrorCode
 from txbroker.protocol.messages import build, request_module
+from txbroker.testing import BrokerThread
 
 from tests.differential.conftest import _kafka_leg_unavailable
 from tests.helpers import RawClient, wait_until

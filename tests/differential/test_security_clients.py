@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 from txbroker.broker.security import scram_credentials
-from txbroker.broker.testing import BrokerThread
 from txbroker.protocol.client_security import OAUTHBEARER_MODULE, PLAIN_MODULE, SCRAM_MODULE
+from txbroker.testing import BrokerThread
 from txbroker.tools import cluster_client
 
 from tests.differential.conftest import _kafka_leg_unavailable

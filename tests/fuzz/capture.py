@@ -25,8 +25,8 @@ from hypothesis import strategies as st
 from kio.static.primitive import Records
 from txbroker.broker.handlers import supported_versions
 from txbroker.broker.server import Broker
-from txbroker.broker.testing import BrokerThread
 from txbroker.protocol.messages import encode_request, request_class
+from txbroker.testing import BrokerThread
 
 from .corpus import CLIENTS, GENERATED, api_of, write_frames
 

@@ -34,7 +34,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from txbroker.broker.process import BrokerProcess
+from txbroker.testing import BrokerProcess
 
 from .corpus import load
 from .mutate import mutated

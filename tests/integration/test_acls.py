@@ -1,7 +1,7 @@
 """ACLs with real clients against a broker with Kafka's StandardAuthorizer switched on.
 
 The clients authenticate with SCRAM-SHA-256 over SASL_PLAINTEXT (the secured test
-broker of broker/security_testing.py): the super user User:admin creates the ACLs, and
+broker of testing/security.py): the super user User:admin creates the ACLs, and
 the ACLs under test are for User:alice (or User:*). Raw requests authenticate too
 (``RawClient.as_user``).
 """
@@ -25,11 +25,10 @@ from confluent_kafka.admin import (
     ResourcePatternType,
     ResourceType,
 )
-from txbroker.broker.process import BrokerProcess
 from txbroker.broker.security.acl_store import ACL_FILE
-from txbroker.broker.testing import BrokerThread
 from txbroker.protocol.errors import ErrorCode
 from txbroker.protocol.messages import build, request_module
+from txbroker.testing import BrokerProcess, BrokerThread
 
 from tests.helpers import RawClient, wait_until
 from tests.integration.txn_util import write_txn_marker

@@ -9,7 +9,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from txbroker.broker.testing import BrokerThread
+from txbroker.testing import BrokerThread
 
 from tests.pki import make_ca, make_cert
 

@@ -13,10 +13,10 @@ import threading
 import time
 
 import pytest
-from txbroker.broker.testing import BrokerThread
 from txbroker.coordinator.group.coordinator import OFFSETS_TOPIC
 from txbroker.coordinator.group.records import GroupMetadataKey, OffsetKey, decode_key
 from txbroker.coordinator.internal_topic import partition_for
+from txbroker.testing import BrokerThread
 
 from tests.helpers import wait_until
 

@@ -9,7 +9,7 @@ import time
 
 import pytest
 from confluent_kafka import Consumer, Producer
-from txbroker.broker.process import BrokerProcess
+from txbroker.testing import BrokerProcess
 
 RECORDS = 300
 VALUE_BYTES = 20_000  # 6 MB in all: Fetch responses of several MB each

@@ -27,8 +27,8 @@ from confluent_kafka.admin import (
     ResourcePatternType,
     ResourceType,
 )
-from txbroker.broker.testing import BrokerThread
 from txbroker.protocol.errors import ErrorCode
+from txbroker.testing import BrokerThread
 
 from tests.helpers import RawClient, wait_until
 from tests.integration.txn_util import (

@@ -23,9 +23,8 @@ from confluent_kafka.admin import (
     UserScramCredentialDeletion,
     UserScramCredentialUpsertion,
 )
-from txbroker.broker.process import BrokerProcess
-from txbroker.broker.testing import BrokerThread
 from txbroker.protocol.messages import build, request_module
+from txbroker.testing import BrokerProcess, BrokerThread
 
 from tests.helpers import RawClient, wait_until
 

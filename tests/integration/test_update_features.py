@@ -12,9 +12,9 @@ import json
 import pytest
 from confluent_kafka.admin import AclOperation, ResourceType
 from txbroker.broker.features import FEATURES_FILE
-from txbroker.broker.testing import BrokerThread
 from txbroker.protocol.errors import ErrorCode
 from txbroker.protocol.messages import build, request_module
+from txbroker.testing import BrokerThread
 
 from tests.helpers import RawClient
 

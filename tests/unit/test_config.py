@@ -340,7 +340,7 @@ def test_serve_help_shows_defaults(capsys):
 
 
 def test_cli_data_dir_in_use_by_another_broker(tmp_path, capsys):
-    from txbroker.broker.testing import BrokerThread
+    from txbroker.testing import BrokerThread
 
     with BrokerThread(str(tmp_path / "d")):
         code, err = _cli(["serve", "--port", "0", "--data-dir", str(tmp_path / "d")], capsys)

@@ -15,8 +15,8 @@ from txbroker.broker.config import BrokerConfig, ConfigError
 from txbroker.broker.listeners import build_listeners
 from txbroker.broker.security import sasl, tls
 from txbroker.broker.security.scram_credentials import ScramCredentialStore, add_users
-from txbroker.broker.security_testing import plain_jaas_config
 from txbroker.protocol import scram
+from txbroker.testing.security import plain_jaas_config
 
 from txbroker.cli import main
 
@@ -255,7 +255,7 @@ def test_keystores_pem_file_inline_pem_and_pkcs12(tmp_path) -> None:
     from cryptography import x509
     from cryptography.hazmat.primitives import serialization
     from cryptography.hazmat.primitives.serialization import pkcs12
-    from txbroker.broker.security_testing import TestCertificates
+    from txbroker.testing.security import TestCertificates
 
     certs = TestCertificates(str(tmp_path / "tls"))
     pem = open(certs.server_keystore).read()

@@ -1,6 +1,6 @@
 """The broker as a real OS process (``python -m txbroker serve``) on an ephemeral port.
 
-Used by ``make demo`` (``spark_jobs/demo.py``, ``broker/demo.py``) and by the tests
+Used by ``make demo`` (``spark_jobs/demo.py``, ``testing/demo.py``) and by the tests
 that need a broker they can SIGTERM or SIGKILL::
 
     with BrokerProcess("/tmp/data") as broker:
@@ -20,7 +20,7 @@ import sys
 import threading
 from collections.abc import Mapping, Sequence
 
-from .security_testing import SecuredBrokerAccess, SecuritySetup
+from .security import SecuredBrokerAccess, SecuritySetup
 
 READY = re.compile(r"ready: listening on (\S+):(\d+)")
 LISTENER = re.compile(r"listener (\S+) \((\S+)\) on (\S+):(\d+)")

@@ -1,5 +1,5 @@
-"""``python -m txbroker.broker.demo``: start a broker, produce and consume with real clients, say
-what it proved. (``make demo`` runs the transactional pipeline + Spark demo,
+"""``python -m txbroker.testing.demo``: start a broker, produce and consume with real clients,
+say what it proved. (``make demo`` runs the transactional pipeline + Spark demo,
 ``spark_jobs/demo.py``; this one is the quick broker-only check.)
 
 Runs the broker as a real process on a free port with a temporary data
@@ -19,7 +19,7 @@ import sys
 import tempfile
 import time
 
-from txbroker.broker.process import BrokerProcess
+from .broker_process import BrokerProcess
 
 TOPIC = "demo-orders"
 PARTITIONS = 3

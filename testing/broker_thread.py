@@ -9,7 +9,7 @@ clients and asyncio clients (on their own loop) can both talk to it.
 A secured broker: ``BrokerThread(data_dir, listeners=["PLAINTEXT", "SASL_SSL"],
 users={"alice": "alice-secret"})``; then ``bootstrap_for("SASL_SSL")``,
 ``client_config("SASL_SSL", "alice")`` and ``certs`` (CA and client certificate files)
-give a client what it needs (broker/security_testing.py).
+give a client what it needs (testing/security.py).
 """
 
 from __future__ import annotations
@@ -20,9 +20,10 @@ import threading
 import time
 from collections.abc import Mapping, Sequence
 
-from .config import load_config
-from .security_testing import SecuredBrokerAccess, SecuritySetup
-from .server import Broker
+from txbroker.broker.config import load_config
+from txbroker.broker.server import Broker
+
+from .security import SecuredBrokerAccess, SecuritySetup
 
 
 class BrokerThread(SecuredBrokerAccess):

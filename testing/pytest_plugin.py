@@ -41,7 +41,7 @@ def txbroker(tmp_path, txbroker_config, txbroker_security):
     """A running in-process broker: ``.bootstrap`` is "host:port"."""
     # Imported here, not at plugin load: the broker pulls in kio, whose types register
     # hypothesis strategies, and plugins must not do that before hypothesis is set up.
-    from .testing import BrokerThread
+    from .broker_thread import BrokerThread
 
     broker = BrokerThread(str(tmp_path / "txbroker-data"),
                           {**FIXTURE_DEFAULTS, **(txbroker_config or {})},

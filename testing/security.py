@@ -14,7 +14,7 @@ import datetime
 import os
 from collections.abc import Mapping, Sequence
 
-from .security import scram_credentials
+from txbroker.broker.security import scram_credentials
 
 DEFAULT_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER")
 # Principals of client certificates in tests: the certificate's CN (User:<CN>).
