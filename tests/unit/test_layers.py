@@ -117,7 +117,7 @@ def imports_of(root: Path, modules: dict[str, Path]) -> tuple[list[Import], list
                 continue
             for target in targets:
                 top = target.split(".")[0]
-                if top in ALLOWED and top != NAMESPACE:
+                if top in ALLOWED:
                     bare.append(f"{rel}:{node.lineno}: import {target} (use {NAMESPACE}.{target})")
                     continue
                 if top != NAMESPACE:
@@ -128,7 +128,8 @@ def imports_of(root: Path, modules: dict[str, Path]) -> tuple[list[Import], list
     return sorted(set(found), key=lambda i: (i.path, i.line, i.target)), bare
 
 
-def is_program(root: Path, path: str) -> bool:
+def is_entry_point(path: str) -> bool:
+    """The txbroker/ package, a ``__main__.py`` or a listed program: run, never imported."""
     return path in PROGRAMS or path.endswith("/__main__.py") or path.startswith(ENTRY + "/")
 
 
@@ -138,14 +139,14 @@ def against_the_layers(root: Path, imports: list[Import], modules: dict[str, Pat
     for imp in imports:
         src, dst = layer_of(imp.source), layer_of(imp.target)
         target_path = path_of[imp.target]
-        if is_program(root, target_path) and not is_program(root, imp.path):
-            bad.append(f"{imp} (a program: run it, do not import it)")
+        if is_entry_point(target_path) and not is_entry_point(imp.path):
+            bad.append(f"{imp} (an entry point: run it, do not import it)")
         elif target_path in ALIASES and imp.path not in ALIASES:
             bad.append(f"{imp} (an alias kept for users: import {ALIASES[target_path]})")
         elif imp.path in ALIASES:
             if imp.target != ALIASES[imp.path]:
                 bad.append(f"{imp} (an alias re-exports {ALIASES[imp.path]} only)")
-        elif is_program(root, imp.path):
+        elif is_entry_point(imp.path):
             continue
         elif dst not in ALLOWED[src]:
             bad.append(f"{imp} ({src} -> {dst}: {src} may import "
@@ -154,8 +155,8 @@ def against_the_layers(root: Path, imports: list[Import], modules: dict[str, Pat
 
 
 def cycles(imports: list[Import]) -> list[list[Import]]:
-    """The import cycles: each strongly connected component of the module graph with
-    more than one module (or a module importing itself), as the imports inside it."""
+    """The import cycles: one per strongly connected component of the module graph with
+    more than one module (or a module importing itself)."""
     graph: dict[str, set[str]] = {}
     for imp in imports:
         graph.setdefault(imp.source, set()).add(imp.target)
@@ -190,7 +191,34 @@ def cycles(imports: list[Import]) -> list[list[Import]]:
     for v in sorted(graph):
         if v not in index:
             visit(v)
-    return [[i for i in imports if i.source in c and i.target in c] for c in components]
+    return [_shortest_cycle(min(c), c, imports) for c in components]
+
+
+def _shortest_cycle(start: str, component: set[str], imports: list[Import]) -> list[Import]:
+    """One shortest cycle through ``start`` inside its component, as its imports (the
+    first import statement of each arrow): enough to see where to cut."""
+    first: dict[tuple[str, str], Import] = {}
+    for imp in imports:
+        if imp.source in component and imp.target in component:
+            first.setdefault((imp.source, imp.target), imp)
+    via: dict[str, Import] = {}
+    frontier = [start]
+    while frontier:
+        nxt = []
+        for v in frontier:
+            for (src, dst), imp in sorted(first.items()):
+                if src != v:
+                    continue
+                if dst == start:
+                    path = [imp]
+                    while path[0].source != start:
+                        path.insert(0, via[path[0].source])
+                    return path
+                if dst not in via:
+                    via[dst] = imp
+                    nxt.append(dst)
+        frontier = nxt
+    raise AssertionError(f"no cycle through {start}")  # a component always has one
 
 
 def alias_problems(root: Path) -> list[str]:
