@@ -8,6 +8,8 @@ COPY protocol ./protocol
 COPY storage ./storage
 COPY coordinator ./coordinator
 COPY broker ./broker
+COPY tools ./tools
+COPY testing ./testing
 COPY spark_jobs ./spark_jobs
 COPY txbroker ./txbroker
 
