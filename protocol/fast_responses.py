@@ -5,7 +5,7 @@ broker's CPU per request went into building kio response objects and encoding
 them for Produce, AddPartitionsToTxn, EndTxn, AddOffsetsToTxn and TxnOffsetCommit.
 These functions write the same bytes straight from plain values (response body
 only, no header). DESIGN.md allows this for hot paths, provided the bytes are
-differentially tested against kio: tests/unit/test_fast_responses.py compares
+differentially tested against kio: tests/unit/protocol/test_fast_responses.py compares
 them for every version the handlers serve.
 
 Flexible versions (KIP-482) use compact strings/arrays (unsigned varint length + 1)

@@ -6,7 +6,7 @@ A module is imported when its API is first used (or by the broker's background
 preload after "ready"), not at start-up: importing all of them and what they
 import costs ~60 ms, and after a crash the start-up time is the outage.
 HANDLER_TABLE repeats each module's versions so that ApiVersions can answer
-without importing it; tests/unit/test_handlers_table.py checks it against the
+without importing it; tests/unit/broker/test_handlers_table.py checks it against the
 modules.
 """
 

@@ -28,7 +28,7 @@ from tests.integration.wire_util import (
     metadata_request,
     produce_request,
 )
-from tests.unit.test_bounds import ABORTING_FRAMES
+from tests.unit.protocol.test_bounds import ABORTING_FRAMES
 
 
 def _sized(body: bytes) -> bytes:

@@ -18,7 +18,7 @@ from txbroker.testing import BrokerThread
 
 from tests.helpers import RawClient
 
-from .test_acls import LISTENER, allow, create_acls, secured  # noqa: F401 (fixture)
+from .security.test_acls import LISTENER, allow, create_acls, secured  # noqa: F401 (fixture)
 from .wire_util import api_versions_request, connect
 
 UPDATE_FEATURES, API_VERSIONS = 57, 18

@@ -21,7 +21,7 @@ from txbroker.tools.groups import decode_consumer_assignment
 from tests.helpers import wait_until
 from txbroker.cli import main as cli_main
 
-from .clients import unique_topic
+from ..clients import unique_topic
 
 
 @pytest.fixture
@@ -256,7 +256,7 @@ def test_decode_consumer_assignment():
 
 
 def test_top_level_help_lists_every_command_on_one_line():
-    checkout = Path(__file__).resolve().parents[2]
+    checkout = Path(__file__).resolve().parents[3]
     out = subprocess.run([sys.executable, "-m", "txbroker", "--help"], cwd=checkout,
                          capture_output=True, text=True, env={"COLUMNS": "80", "PATH": ""},
                          timeout=60).stdout

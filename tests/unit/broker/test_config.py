@@ -172,7 +172,7 @@ def test_cli_parses_overrides():
 
 # --- Kafka's server.properties, and errors that say what and where (issue 19) -------------
 
-KAFKA4_PROPERTIES = Path(__file__).resolve().parents[1] / "fixtures" / "kafka4-server.properties"
+KAFKA4_PROPERTIES = Path(__file__).resolve().parents[2] / "fixtures" / "kafka4-server.properties"
 
 # The keys of the stock file that mean nothing on a single broker.
 KAFKA4_IGNORED = {
@@ -320,7 +320,7 @@ def test_cli_port_clash_names_the_listener(tmp_path, capsys, which):
 
 
 def test_cli_config_error_in_a_real_process_is_one_line(tmp_path):
-    checkout = Path(__file__).resolve().parents[2]
+    checkout = Path(__file__).resolve().parents[3]
     env = {k: v for k, v in os.environ.items() if not k.startswith("TXBROKER_")}
     proc = subprocess.run(
         [sys.executable, "-m", "txbroker", "serve", "--data-dir", str(tmp_path),

@@ -54,7 +54,7 @@ def test_request_done_counts_reported_codes_and_bytes():
     assert stats.time.count == 2
 
 
-DOCS = Path(__file__).resolve().parents[2] / "docs"
+DOCS = Path(__file__).resolve().parents[3] / "docs"
 
 
 def _emitted_families() -> set[str]:

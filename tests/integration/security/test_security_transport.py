@@ -28,7 +28,7 @@ from txbroker.testing import BrokerProcess, BrokerThread
 
 from tests.helpers import RawClient, wait_until
 
-from .wire_util import (
+from ..wire_util import (
     API_VERSIONS,
     METADATA,
     api_versions_request,
