@@ -1,6 +1,7 @@
 """The installed package owns one namespace, ``txbroker.*``: an application with its
-own ``storage``, ``protocol``, ``broker``, ``coordinator`` and ``spark_jobs`` packages
-uses the ``txbroker`` pytest fixture and the CLI beside them, from its own directory."""
+own ``storage``, ``protocol``, ``broker``, ``coordinator``, ``tools``, ``testing`` and
+``spark_jobs`` packages uses the ``txbroker`` pytest fixture and the CLI beside them,
+from its own directory."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import textwrap
 from pathlib import Path
 
 # The application's own packages, named like ours; each says whose it is.
-APP_PACKAGES = ("storage", "protocol", "broker", "coordinator", "spark_jobs")
+APP_PACKAGES = ("storage", "protocol", "broker", "coordinator", "tools", "testing", "spark_jobs")
 
 APP_TEST = '''
 from confluent_kafka import Consumer, Producer
@@ -21,12 +22,14 @@ import storage
 import protocol
 import coordinator
 import spark_jobs
+import testing
+import tools
 from storage.log_config import WHOSE
 
 
 def test_app_packages_and_the_fixture(txbroker):
     assert WHOSE == "the application's"
-    for module in (broker, storage, protocol, coordinator, spark_jobs):
+    for module in (broker, storage, protocol, coordinator, tools, testing, spark_jobs):
         assert module.WHOSE == "the application's", module
     txbroker.create_topic("app", partitions=1)
     p = Producer({"bootstrap.servers": txbroker.bootstrap})
