@@ -1,9 +1,11 @@
 """txbroker: a pure-Python asyncio broker speaking the Kafka wire protocol.
 
 The repository keeps its layers as top-level folders (``protocol/``, ``storage/``,
-``coordinator/``, ``broker/``, ``spark_jobs/``); installed, they live under this one
-namespace (``txbroker.protocol``, ``txbroker.storage``, ...) so that they never collide
-with an application's own ``storage`` or ``broker`` package.
+``coordinator/``, ``broker/``, ``tools/``, ``testing/``, ``spark_jobs/``); installed,
+they live under this one namespace (``txbroker.protocol``, ``txbroker.storage``, ...)
+so that they never collide with an application's own ``storage`` or ``broker``
+package. This package itself is the ``txbroker`` command (cli.py); docs/internals.md
+describes the layout.
 """
 
 import os as _os
