@@ -189,8 +189,8 @@ def return_large_buffers_to_the_os() -> None:
     except OSError:
         return  # not glibc: nothing to tune
     m_trim_threshold, m_mmap_threshold = -1, -3
-    libc.mallopt(m_mmap_threshold, 256 * 1024)
-    libc.mallopt(m_trim_threshold, 1 << 20)
+    libc.mallopt(m_mmap_threshold, 32 << 20)
+    libc.mallopt(m_trim_threshold, 64 << 20)
 
 
 class RequestMemory:
