@@ -334,9 +334,11 @@ class Connection:
                 # During SASL authentication one request at a time, as Kafka: the next
                 # frame is judged by the state this one leaves.
                 await asyncio.wait([task])
-            # Frames already buffered are read without suspending: yield once per
-            # request, so a client pipelining thousands cannot hold the loop from others.
-            await asyncio.sleep(0)
+            # Frames already buffered are read without suspending: yield before the next
+            # one, so a client pipelining thousands cannot hold the loop from others.
+            # With nothing buffered the next read suspends anyway: no extra loop turn.
+            if self.reader._buffer:
+                await asyncio.sleep(0)
 
     async def _read_large(self, size: int) -> memoryview:
         """A large frame read in chunks into one buffer: StreamReader.readexactly would
