@@ -1036,7 +1036,13 @@ class TransactionCoordinatorState:
         if error is None:
             txn = self._txns[transactional_id]
             target = _S.PREPARE_COMMIT if commit else _S.PREPARE_ABORT
-            transit = self._prepare(txn, target, last_update_ms=now_ms)
+            # The EndTxn's version is the transaction's from here on, as in Kafka's
+            # endTransactionWithTV1 (prepareAbortOrCommit with transaction version 0),
+            # even if a v2 producer's implicit add wrote the Ongoing record (another
+            # instance holding the same epoch, after a KIP-360 retry): no bump, so the
+            # markers go with v1 rules (a v2 marker of the data's own epoch is refused,
+            # and the decision would never complete), and the answer has no id/epoch.
+            transit = self._prepare(txn, target, last_update_ms=now_ms, tv=0)
             txn.outcome = "committed" if commit else "aborted"
             self._write(fx, _Write("prepare", txn, transit, token, api, api_version))
         else:
