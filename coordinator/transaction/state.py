@@ -316,7 +316,9 @@ class PersistRequest:
     # once it is appended, before it is fsynced: the transaction's PrepareCommit comes
     # after it in the same log, so it cannot commit without it. If the record is lost
     # while data of the transaction reached the partitions, recovery must be told
-    # (recover()'s open_transactions) and aborts the transaction.
+    # (recover()'s open_transactions) and aborts the transaction. (False for the adds of an
+    # id whose tombstone write failed, until a record of it is durable: the tombstone may
+    # be the id's last durable record, and recovery would not know the producer id.)
     adds_data_partitions: bool = False
 
 
@@ -468,6 +470,13 @@ class _Txn:
     marker_partitions: frozenset[TopicPartition] = frozenset()  # ... and their partitions
     # expire_now() found a write in flight: abort once it is done, if still Ongoing then.
     expire_requested: bool = False
+    # A tombstone write (expiration) failed: it may be in the log all the same (an
+    # ambiguous failure), after every record of the id, and recovery would then not know
+    # the id's producer id. Until a record of the id is durable after it, the shell may
+    # not act on an Ongoing record before it is durable (PersistRequest
+    # adds_data_partitions): data written on the strength of one a power failure then
+    # takes could not be aborted (an orphan of an unknown producer id).
+    tombstone_maybe_written: bool = False
     # Partitions holding this producer's data of a later transaction whose records were
     # lost with the unsynced completion of this one; aborted once this one completes.
     orphans: frozenset = frozenset()
@@ -497,6 +506,7 @@ class _Write:
     api_version: int = 0
     partitions: tuple[TopicPartition, ...] = ()  # AddPartitionsToTxn: as requested
     fence: bool = False  # a PrepareAbort that fences the producer (InitProducerId on Ongoing, timeout)
+    acted_on_append: bool = False  # persisted() may come before the record is durable
 
 
 class _Fx:
@@ -1266,6 +1276,7 @@ class TransactionCoordinatorState:
                 del self._txns[txn.transactional_id]
             else:
                 txn.pending = None
+                txn.tombstone_maybe_written = True
                 self._arm(txn)  # expired still: retried at the next expiration check
         elif error != NONE:
             txn.pending = None
@@ -1275,6 +1286,8 @@ class TransactionCoordinatorState:
                 fx.respond(w.token, self._result(w.api, w.api_version, error, w.partitions))
             self._arm(txn)
         else:
+            if not w.acted_on_append:
+                txn.tombstone_maybe_written = False  # durable after any tombstone
             self._complete_transition(txn, w.transit)
             if w.kind == "prepare":
                 # PrepareCommit/PrepareAbort is durable: the outcome is decided. Answer,
@@ -1643,6 +1656,7 @@ class TransactionCoordinatorState:
             "failed_epoch_fence": txn.failed_epoch_fence,
             "markers_in_flight": txn.marker_id is not None,
             "expire_requested": txn.expire_requested,
+            "tombstone_maybe_written": txn.tombstone_maybe_written,
             "orphans": sorted(txn.orphans),
             "client_transaction_version": txn.tv,
         }
@@ -1750,8 +1764,10 @@ class TransactionCoordinatorState:
             fx.persist.append(PersistRequest(write_id, tid, encode_key(tid), None, None))
             return
         record = w.transit.record()
+        w.acted_on_append = w.kind == "complete" or (
+            w.api == "add_partitions" and not w.txn.tombstone_maybe_written)
         fx.persist.append(PersistRequest(write_id, tid, encode_key(tid), encode_value(record), record,
-                                         adds_data_partitions=w.api == "add_partitions"))
+                                         adds_data_partitions=w.acted_on_append and w.kind == "add"))
 
     def _note_fenced(self, fx: _Fx, error: int, tid: str, producer_id: int,
                      producer_epoch: int) -> None:

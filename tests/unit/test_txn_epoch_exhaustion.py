@@ -376,6 +376,27 @@ MODEL_CASES: dict[str, list[tuple[str, dict]]] = {
         ('producer_step', dict(action='add', c=3, parts=[('a', 0)], then_pump=False)),
         ('producer_step', dict(action='commit', c=1, parts=[('a', 0)], then_pump=True)),
     ],
+    # Neither at the boundary: t0's tombstone (transactional.id.expiration.ms) failed
+    # ambiguously (in the log, the id alive in memory); its producer's next add was acted
+    # on at append, a power failure took that Ongoing record, and recovery found the
+    # producer's data open under a producer id the log no longer knew (an unresolved
+    # orphan). Fails before an add after a failed tombstone waits for its fsync.
+    "seed26824_add_after_ambiguous_tombstone": [
+        ('choose_shell', dict(eager=True, tv2=[False, False, False, False])),
+        ('clock', dict(ms=0, tick=False)),
+        ('clock', dict(ms=0, tick=False)),
+        ('clock', dict(ms=0, tick=False)),
+        ('clock', dict(ms=0, tick=False)),
+        ('clock', dict(ms=0, tick=False)),
+        ('clock', dict(ms=0, tick=False)),
+        ('producer_step', dict(action='add', c=2, parts=[('a', 0)], then_pump=True)),
+        ('clock', dict(ms=25000, tick=False)),
+        ('clock', dict(ms=0, tick=False)),
+        ('clock', dict(ms=0, tick=False)),
+        ('shell', dict(i=0, kind='all', marker_ok=[], outcome='ok', outcomes=['ok', 'ambiguous'])),
+        ('producer_step', dict(action='add', c=2, parts=[('a', 0)], then_pump=False)),
+        ('crash', dict(admin=False, data=data(("data of t0 open in [('a', 0)]", [True])), landed=[], lost=[1, 0])),
+    ],
 }
 
 
