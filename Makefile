@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 SUDO := $(shell [ "$$(id -u)" = "0" ] || echo sudo)
 
-.PHONY: install system-deps kafka-jars spark-kafka-jars kafkajs test test-kafka test-fast lint demo bench bench-kafka bench-abuse fuzz serve clean docs-config
+.PHONY: install system-deps kafka-jars spark-kafka-jars kafkajs test test-kafka test-fast model-check lint demo bench bench-kafka bench-abuse bench-compare fuzz serve clean docs-config
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -m venv $(VENV) 2>/dev/null || { \
@@ -105,6 +105,13 @@ test-kafka: install
 test-fast: install
 	$(PY) -m pytest -q -x -p no:cacheprovider tests/unit
 
+# The stateful models under fresh random seeds, with 10x the examples of `make test`
+# (tests/model_check.py): run it for any change under coordinator/ or storage/.
+MODEL_CHECK_RUNS ?= 5
+MODEL_CHECK_SCALE ?= 10
+model-check: install
+	$(PY) -m tests.model_check --runs $(MODEL_CHECK_RUNS) --scale $(MODEL_CHECK_SCALE)
+
 # `make demo SOURCE=kafka` ingests with Spark's Kafka connector instead of the txbroker source;
 # `make demo SECURE=1` runs it on SASL_SSL with SCRAM users and ACLs (docs/security.md).
 SOURCE ?= txbroker
@@ -122,6 +129,13 @@ bench-kafka: install
 # Hostile clients (issue 14): broker peak RSS and a normal client's acks=all latency.
 bench-abuse: install
 	$(PY) -m bench.abuse
+
+# This checkout's broker against BASE's, side by side (bench/compare.py, docs/testing.md):
+# `make bench-compare BASE=<the commit before your change>`. BASE is required; it is
+# checked before `install` so a missing one fails at once.
+bench-compare: $(if $(filter bench-compare,$(MAKECMDGOALS)),$(if $(strip $(BASE)),,$(error \
+  make bench-compare needs BASE, the commit to compare with: make bench-compare BASE=<commit>))) install
+	$(PY) -m bench.compare --base $(BASE)
 
 # The frame fuzzer, long-running: findings saved under tests/fuzz/regressions/.
 FUZZ_FRAMES ?= 1000000

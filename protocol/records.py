@@ -20,6 +20,7 @@ import struct
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from enum import IntEnum
+from typing import NamedTuple
 
 import crc32c
 
@@ -219,7 +220,9 @@ def validate_produced_batch(buf, offset: int = 0, end: int | None = None) -> Bat
 # slices, which run in C. Any record that does not fit the shape is decoded
 # alone; the fast path only ever accepts what the full decoder would accept.
 
+_FEW_RECORDS = 8  # batches of up to this many records are checked record by record
 _RUN_START = 8  # records checked by the first column comparison of a shape
+_MIN_RUN = 4  # fewer records left in a run (the last records, a width's end): one by one
 _MAX_SKIP = 64  # records decoded one by one after repeated shape mismatches
 _OFFSET_WIDTH_END = (0, 64, 8192, 1 << 20)  # inner offset deltas per zigzag varint width
 _FAST_OFFSET_WIDTH = 3
@@ -229,9 +232,11 @@ _ZIGZAG1_RANK = bytes(((z >> 1) ^ -(z & 1)) + 64 for z in range(128)) + bytes(12
 _FLIP_HIGH = bytes(b ^ 0x80 for b in range(256))
 
 
-@dataclass(frozen=True, slots=True)
-class RecordsSummary:
-    """What the produce path needs from a validated batch's records."""
+class RecordsSummary(NamedTuple):
+    """What the produce path needs from a validated batch's records. A named tuple,
+    not a frozen dataclass: one is built per produced batch, and a frozen
+    dataclass's __init__ (object.__setattr__ per field) cost a third of checking a
+    one-record batch."""
 
     records_count: int
     max_timestamp: int  # Kafka's max over record timestamps, starting from -1
@@ -270,30 +275,56 @@ def _varint_at(raw, pos: int, max_bytes: int) -> tuple[int, int]:
     return (read_varint if max_bytes == 5 else read_varlong)(raw, pos)
 
 
-def _decode_record(raw, pos: int, n: int, offset_delta: int) -> tuple[_Shape, int]:
-    """Decode the record at ``pos`` (its expected inner offset ``offset_delta``);
-    return its shape and timestamp delta. Raises InvalidRecordError. Any read past
-    the record's end makes ``pos`` pass ``end``, which the checks below catch."""
+def _check_record(raw, pos: int, n: int, offset_delta: int,
+                  spans: list[int] | None = None) -> tuple[int, int, bool]:
+    """Check the record at ``pos`` (its expected inner offset ``offset_delta``):
+    (position after it, its timestamp delta, whether its key is null). Raises
+    InvalidRecordError. Any read past the record's end makes ``pos`` pass ``end``,
+    which the checks below catch. ``spans``, when given, receives the start and end
+    of each of the record's varints, in order (what _decode_record needs for a shape;
+    the record-by-record path of small batches passes none).
+
+    The common widths of the varints are decoded inline, as _varint_at would (a call
+    costs more than the decoding): one byte for each, two for the lengths of the
+    record and its value (64 bytes to 8 KiB); _varint_at reads any other."""
     start = pos
     try:
-        length, pos = _varint_at(raw, pos, 5)
-        spans = [start, pos]
+        if (b := raw[pos]) < 0x80:
+            length, pos = (b >> 1) ^ -(b & 1), pos + 1
+        elif (c := raw[pos + 1]) < 0x80:
+            z = (b & 0x7F) | (c << 7)
+            length, pos = (z >> 1) ^ -(z & 1), pos + 2
+        else:
+            length, pos = _varint_at(raw, pos, 5)
         end = pos + length
         if length < 1 or end > n:
             raise InvalidRecordError(
                 f"record {offset_delta} claims {length} bytes, {n - pos} remain in the batch")
-        pos += 1  # attributes: unused in magic 2, not checked (as Kafka)
-        ts_at = pos
-        ts_delta, pos = _varint_at(raw, pos, 10)
-        offset_at = pos
-        delta, pos = _varint_at(raw, pos, 5)
-        if delta != offset_delta:
-            raise InvalidRecordError(
-                f"record {offset_delta} has offset delta {delta}: inner offsets must be "
-                "consecutive from 0")
-        offset_end = pos
-        klen, pos = _varint_at(raw, pos, 5)
-        spans += (offset_end, pos)
+        at = pos + 1  # attributes: unused in magic 2, not checked (as Kafka)
+        if (b := raw[at]) < 0x80:
+            ts_delta, pos = (b >> 1) ^ -(b & 1), at + 1
+        else:
+            ts_delta, pos = _varint_at(raw, at, 10)
+        if spans is not None:
+            spans += (start, at - 1, at, pos)
+        at = pos
+        if offset_delta < 64 and raw[pos] == offset_delta << 1:  # its one-byte zigzag form
+            pos += 1
+        else:
+            delta, pos = _varint_at(raw, pos, 5)
+            if delta != offset_delta:
+                raise InvalidRecordError(
+                    f"record {offset_delta} has offset delta {delta}: inner offsets must be "
+                    "consecutive from 0")
+        if spans is not None:
+            spans += (at, pos)
+        at = pos
+        if (b := raw[pos]) < 0x80:
+            klen, pos = (b >> 1) ^ -(b & 1), pos + 1
+        else:
+            klen, pos = _varint_at(raw, pos, 5)
+        if spans is not None:
+            spans += (at, pos)
         if klen < -1:
             raise InvalidRecordError(f"record {offset_delta} has key length {klen}")
         if klen > 0:
@@ -301,8 +332,15 @@ def _decode_record(raw, pos: int, n: int, offset_delta: int) -> tuple[_Shape, in
             if pos > end:
                 raise InvalidRecordError(f"key of record {offset_delta} runs past the record")
         at = pos
-        vlen, pos = _varint_at(raw, pos, 5)
-        spans += (at, pos)
+        if (b := raw[pos]) < 0x80:
+            vlen, pos = (b >> 1) ^ -(b & 1), pos + 1
+        elif (c := raw[pos + 1]) < 0x80:
+            z = (b & 0x7F) | (c << 7)
+            vlen, pos = (z >> 1) ^ -(z & 1), pos + 2
+        else:
+            vlen, pos = _varint_at(raw, pos, 5)
+        if spans is not None:
+            spans += (at, pos)
         if vlen < -1:
             raise InvalidRecordError(f"record {offset_delta} has value length {vlen}")
         if vlen > 0:
@@ -310,39 +348,60 @@ def _decode_record(raw, pos: int, n: int, offset_delta: int) -> tuple[_Shape, in
             if pos > end:
                 raise InvalidRecordError(f"value of record {offset_delta} runs past the record")
         at = pos
-        count, pos = _varint_at(raw, pos, 5)
-        spans += (at, pos)
+        if raw[pos] == 0:  # no headers, the common case
+            count, pos = 0, pos + 1
+        else:
+            count, pos = _varint_at(raw, pos, 5)
+        if spans is not None:
+            spans += (at, pos)
         if pos > end:
             raise InvalidRecordError(f"fields of record {offset_delta} run past the record")
-        if count < 0 or count > end - pos:
-            raise InvalidRecordError(f"record {offset_delta} claims {count} headers")
-        for _ in range(count):
-            at = pos
-            hklen, pos = _varint_at(raw, pos, 5)
-            spans += (at, pos)
-            if hklen < 0:
-                raise InvalidRecordError(f"record {offset_delta} has a header key length {hklen}")
-            pos += hklen
-            if pos >= end:
-                raise InvalidRecordError(f"header of record {offset_delta} runs past the record")
-            at = pos
-            hvlen, pos = _varint_at(raw, pos, 5)
-            spans += (at, pos)
-            if hvlen < -1:
-                raise InvalidRecordError(
-                    f"record {offset_delta} has a header value length {hvlen}")
-            if hvlen > 0:
-                pos += hvlen
-            if pos > end:
-                raise InvalidRecordError(f"header of record {offset_delta} runs past the record")
+        if count:  # (no loop to set up for none)
+            if count < 0 or count > end - pos:
+                raise InvalidRecordError(f"record {offset_delta} claims {count} headers")
+            for _ in range(count):
+                at = pos
+                hklen, pos = _varint_at(raw, pos, 5)
+                if spans is not None:
+                    spans += (at, pos)
+                if hklen < 0:
+                    raise InvalidRecordError(
+                        f"record {offset_delta} has a header key length {hklen}")
+                pos += hklen
+                if pos >= end:
+                    raise InvalidRecordError(
+                        f"header of record {offset_delta} runs past the record")
+                at = pos
+                hvlen, pos = _varint_at(raw, pos, 5)
+                if spans is not None:
+                    spans += (at, pos)
+                if hvlen < -1:
+                    raise InvalidRecordError(
+                        f"record {offset_delta} has a header value length {hvlen}")
+                if hvlen > 0:
+                    pos += hvlen
+                if pos > end:
+                    raise InvalidRecordError(
+                        f"header of record {offset_delta} runs past the record")
         if pos != end:
             raise InvalidRecordError(
                 f"record {offset_delta} is {length} bytes long but its fields end "
                 f"{pos - end:+d} bytes from there")
     except (DecodeError, IndexError) as e:
         raise InvalidRecordError(f"record {offset_delta} is malformed: {e}") from None
-    shape = _Shape(end - start, spans, ts_at - start, offset_at - ts_at, offset_at - start,
-                   offset_end - offset_at, klen < 0, start)
+    return end, ts_delta, klen < 0
+
+
+def _decode_record(raw, pos: int, n: int, offset_delta: int) -> tuple[_Shape, int]:
+    """_check_record, and the shape of the record for the column checks of the
+    records after it: (shape, timestamp delta)."""
+    spans: list[int] = []
+    end, ts_delta, null_key = _check_record(raw, pos, n, offset_delta, spans)
+    # spans: length, timestamp, offset delta, then the lengths (the shape's constants)
+    ts_at, offset_at, offset_end = spans[2], spans[4], spans[5]
+    del spans[2:6]
+    shape = _Shape(end - pos, spans, ts_at - pos, offset_at - ts_at, offset_at - pos,
+                   offset_end - offset_at, null_key, pos)
     return shape, ts_delta
 
 
@@ -406,9 +465,47 @@ def validate_records(raw: bytes | bytearray, header: BatchHeader, start: int = 0
     (INVALID_TIMESTAMP). ``raw`` is bytes or bytearray: their strided slices are
     about ten times faster than a memoryview's."""
     count = header.records_count
-    base = header.base_timestamp
     n = len(raw) if end is None else end
-    pos, delta = start, 0
+    walk = _check_each if count <= _FEW_RECORDS else _check_in_runs
+    pos, lo_ts, hi_ts, null_key = walk(raw, count, header.base_timestamp, start, n)
+    if pos != n:
+        raise InvalidRecordError(
+            f"record batch declares {count} records but {n - pos} bytes follow the last")
+    if hi_ts > _I64_MAX or (lo_ts is not None and lo_ts < _I64_MIN):
+        raise InvalidTimestampError("record timestamp outside the 64-bit range")
+    return RecordsSummary(count, hi_ts, lo_ts, null_key, n - start)
+
+
+# The walks of validate_records: (position after the last record, lowest timestamp
+# other than -1 or None, highest timestamp or -1, whether a key is null).
+_Walked = tuple[int, int | None, int, bool]
+
+
+def _check_each(raw, count: int, base: int, pos: int, n: int) -> _Walked:
+    """Record by record: a batch of a few records (a transaction's, a linger-less
+    producer's) is checked faster this way than with the set-up of the column checks."""
+    lo_ts, hi_ts = None, NO_TIMESTAMP
+    null_key = False
+    for delta in range(count):
+        if pos >= n:
+            raise InvalidRecordError(
+                f"record batch declares {count} records but holds {delta}")
+        pos, ts_delta, key_null = _check_record(raw, pos, n, delta)
+        ts = base + ts_delta
+        if ts != NO_TIMESTAMP:
+            if lo_ts is None or ts < lo_ts:
+                lo_ts = ts
+            if ts > hi_ts:
+                hi_ts = ts
+        if key_null:
+            null_key = True
+    return pos, lo_ts, hi_ts, null_key
+
+
+def _check_in_runs(raw, count: int, base: int, pos: int, n: int) -> _Walked:
+    """One record decoded, then the records of its shape after it column by column,
+    in runs that double while they match."""
+    delta = 0
     lo_ts, hi_ts = None, NO_TIMESTAMP
     null_key = False
     run = _RUN_START
@@ -435,7 +532,7 @@ def validate_records(raw: bytes | bytearray, header: BatchHeader, start: int = 0
         while True:
             k = min(run, count - delta, (n - pos) // shape.size,
                     _OFFSET_WIDTH_END[shape.offset_width] - delta)
-            if k <= 0:
+            if k < _MIN_RUN:  # (a column comparison costs about as much as 3 records)
                 break
             found = _run_matches(raw, pos, k, shape, delta, base)
             if found is None:
@@ -450,12 +547,7 @@ def validate_records(raw: bytes | bytearray, header: BatchHeader, start: int = 0
             delta += k
             run *= 2
             skip = 0
-    if pos != n:
-        raise InvalidRecordError(
-            f"record batch declares {count} records but {n - pos} bytes follow the last")
-    if hi_ts > _I64_MAX or (lo_ts is not None and lo_ts < _I64_MIN):
-        raise InvalidTimestampError("record timestamp outside the 64-bit range")
-    return RecordsSummary(count, hi_ts, lo_ts, null_key, n - start)
+    return pos, lo_ts, hi_ts, null_key
 
 
 def uncompressed_limit(max_message_bytes: int) -> int:
@@ -476,7 +568,7 @@ def validate_produced_records(buf, header: BatchHeader, offset: int = 0, *,
     validate_produced_batch), decompressing into at most ``max_uncompressed`` bytes.
     The batch itself is left untouched: it is stored as it came."""
     start, end = offset + HEADER_SIZE, offset + header.size
-    if header.compression != Compression.NONE:
+    if header.attributes & ATTR_COMPRESSION_MASK:  # (not header.compression: an enum call)
         raw = decompress_bounded(header.compression, bytes(buf[start:end]), max_uncompressed)
         return validate_records(raw, header)
     if not isinstance(buf, bytes | bytearray):

@@ -39,8 +39,13 @@ def txbroker_security() -> dict | None:
 @pytest.fixture
 def txbroker(tmp_path, txbroker_config, txbroker_security):
     """A running in-process broker: ``.bootstrap`` is "host:port"."""
-    # Imported here, not at plugin load: the broker pulls in kio, whose types register
-    # hypothesis strategies, and plugins must not do that before hypothesis is set up.
+    # Imported here, not at plugin load: the broker pulls in kio. kio registers
+    # hypothesis strategies for its types when it can import hypothesis (~0.4 s of the
+    # first fixture's set-up); a broker never generates test data, so kio is imported
+    # with hypothesis hidden unless the session has already imported hypothesis.
+    from txbroker.protocol.kio_import import import_kio_without_hypothesis
+
+    import_kio_without_hypothesis()
     from .broker_thread import BrokerThread
 
     broker = BrokerThread(str(tmp_path / "txbroker-data"),

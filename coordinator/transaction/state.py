@@ -84,7 +84,12 @@ completes. A v2 abort is also accepted with no transaction open (Empty,
 CompleteCommit, CompleteAbort: an implicit add may have failed), and an EndTxn
 retry carries the epoch before the bump. Aborts the coordinator starts itself
 (timeout, fencing InitProducerId, recovery of lost records) bump the epoch once,
-whatever the version, as Kafka 4.3.1 does (tests/differential/test_transactions_v2.py).
+whatever the version, as Kafka 4.3.1 does (tests/differential/test_transactions_v2.py);
+when that bump takes Short.MaxValue they too allocate the next producer id, which the
+id continues with at epoch 0 (Kafka 4.3.1 ends them through its v2 path when the
+broker finalizes transaction.version 2), so that no producer is ever handed
+Short.MaxValue: a late EndTxn v5 abort of the producer (the epoch before the bump) is
+answered with the next id at 0 (docs/transactions.md, "Epoch exhaustion").
 
 What belongs where (the coordinator does not see these)
 --------------------------------------------------------
@@ -311,7 +316,9 @@ class PersistRequest:
     # once it is appended, before it is fsynced: the transaction's PrepareCommit comes
     # after it in the same log, so it cannot commit without it. If the record is lost
     # while data of the transaction reached the partitions, recovery must be told
-    # (recover()'s open_transactions) and aborts the transaction.
+    # (recover()'s open_transactions) and aborts the transaction. (False for the adds of an
+    # id whose tombstone write failed, until a record of it is durable: the tombstone may
+    # be the id's last durable record, and recovery would not know the producer id.)
     adds_data_partitions: bool = False
 
 
@@ -463,6 +470,13 @@ class _Txn:
     marker_partitions: frozenset[TopicPartition] = frozenset()  # ... and their partitions
     # expire_now() found a write in flight: abort once it is done, if still Ongoing then.
     expire_requested: bool = False
+    # A tombstone write (expiration) failed: it may be in the log all the same (an
+    # ambiguous failure), after every record of the id, and recovery would then not know
+    # the id's producer id. Until a record of the id is durable after it, the shell may
+    # not act on an Ongoing record before it is durable (PersistRequest
+    # adds_data_partitions): data written on the strength of one a power failure then
+    # takes could not be aborted (an orphan of an unknown producer id).
+    tombstone_maybe_written: bool = False
     # Partitions holding this producer's data of a later transaction whose records were
     # lost with the unsynced completion of this one; aborted once this one completes.
     orphans: frozenset = frozenset()
@@ -492,6 +506,7 @@ class _Write:
     api_version: int = 0
     partitions: tuple[TopicPartition, ...] = ()  # AddPartitionsToTxn: as requested
     fence: bool = False  # a PrepareAbort that fences the producer (InitProducerId on Ongoing, timeout)
+    acted_on_append: bool = False  # persisted() may come before the record is durable
 
 
 class _Fx:
@@ -786,8 +801,12 @@ class TransactionCoordinatorState:
                                 start_ms=now if txn.state in _IDLE else txn.start_ms,
                                 last_update_ms=now)
         self._complete_transition(txn, transit)
-        self._fence_and_abort(fx, txn, now, None, 0, "aborted")
-        fx.expired.append(txn.transactional_id)
+        if self._fence_and_abort(fx, txn, now, None, 0, "aborted"):
+            fx.expired.append(txn.transactional_id)
+        else:
+            # No producer id for the abort at the last epoch: Ongoing (in memory) until
+            # its timeout aborts it.
+            self._arm(txn)
 
     @property
     def loaded(self) -> bool:
@@ -859,10 +878,10 @@ class TransactionCoordinatorState:
             # answer CONCURRENT_TRANSACTIONS once PrepareAbort is durable; the retry then
             # finds CompleteAbort and bumps the epoch a second time.
             old_epoch = txn.producer_epoch
-            self._fence_and_abort(fx, txn, now_ms, token, api_version, "fenced")
-            fx.events.append(TxnEvent("fenced", transactional_id, txn.producer_id, old_epoch,
-                                      age_ms=now_ms - txn.start_ms,
-                                      new_epoch=txn.producer_epoch))
+            if self._fence_and_abort(fx, txn, now_ms, token, api_version, "fenced"):
+                fx.events.append(TxnEvent("fenced", transactional_id, txn.producer_id, old_epoch,
+                                          age_ms=now_ms - txn.start_ms,
+                                          new_epoch=txn.producer_epoch))
             return self._finish(fx)
         if txn.state not in _IDLE:
             raise IllegalTransitionError(f"{transactional_id}: InitProducerId in state {txn.state.value}")
@@ -1027,7 +1046,13 @@ class TransactionCoordinatorState:
         if error is None:
             txn = self._txns[transactional_id]
             target = _S.PREPARE_COMMIT if commit else _S.PREPARE_ABORT
-            transit = self._prepare(txn, target, last_update_ms=now_ms)
+            # The EndTxn's version is the transaction's from here on, as in Kafka's
+            # endTransactionWithTV1 (prepareAbortOrCommit with transaction version 0),
+            # even if a v2 producer's implicit add wrote the Ongoing record (another
+            # instance holding the same epoch, after a KIP-360 retry): no bump, so the
+            # markers go with v1 rules (a v2 marker of the data's own epoch is refused,
+            # and the decision would never complete), and the answer has no id/epoch.
+            transit = self._prepare(txn, target, last_update_ms=now_ms, tv=0)
             txn.outcome = "committed" if commit else "aborted"
             self._write(fx, _Write("prepare", txn, transit, token, api, api_version))
         else:
@@ -1156,23 +1181,58 @@ class TransactionCoordinatorState:
         raise IllegalTransitionError(f"{tid}: EndTxn in state {st.value}")
 
     def _fence_and_abort(self, fx: _Fx, txn: _Txn, now: int, token: Token | None,
-                         api_version: int, outcome: str) -> None:
-        """Kafka's prepareFenceProducerEpoch + endTransaction(ABORT, isFromClient=false)."""
-        txn.outcome = outcome
+                         api_version: int, outcome: str) -> bool:
+        """Kafka's prepareFenceProducerEpoch + endTransaction(ABORT, isFromClient=false).
+
+        False if nothing could be done: the abort takes the producer id's last epoch and
+        no next producer id could be allocated (the transaction stays Ongoing, unchanged;
+        a timeout's abort is tried again at the next check, ``token`` is answered
+        COORDINATOR_LOAD_IN_PROGRESS)."""
         epoch = txn.producer_epoch
         # No second bump after a failed fence (that epoch was never handed out), and
         # never past Short.MaxValue.
         bumped = epoch if txn.failed_epoch_fence or epoch >= _MAX_EPOCH else epoch + 1
+        next_pid = NO_PRODUCER_ID
+        if bumped >= _MAX_EPOCH:
+            # The abort takes Short.MaxValue, the epoch the coordinator keeps for fencing:
+            # the id is used up. Kafka 4.3.1 ends the aborts it starts itself (timeout,
+            # InitProducerId fencing) through its transactions v2 path whenever the
+            # broker finalizes transaction.version 2 (the broker's level, not the
+            # client's: TransactionCoordinator passes transactionVersionLevel()), and
+            # that path allocates the next producer id when the epoch before the bump is
+            # exhausted, fence or not (generateTxnTransitMetadataForTxnCompletion ->
+            # prepareAbortOrCommit(nextProducerId)); prepareComplete then continues
+            # under it at epoch 0. Without it the id would stay at Short.MaxValue after
+            # the abort, an epoch no producer may hold: a v2 EndTxn retry would be handed
+            # it, its next transaction could not be aborted with a bump (the partition
+            # refuses a v2 marker of the epoch of its open transaction) nor committed.
+            allocated = self._allocate()
+            if allocated is None:
+                if token is not None:
+                    fx.respond(token, InitProducerIdResult(_client_error(
+                        "init_producer_id", api_version, _E.coordinator_load_in_progress.value)))
+                return False
+            next_pid = allocated
+        txn.outcome = outcome
         self._prepare(txn, _S.PREPARE_EPOCH_FENCE, producer_epoch=bumped)
         # endTransaction clears the PrepareEpochFence pending state and installs the bumped
         # epoch in memory right away: from now on the old producer is fenced.
         txn.pending = None
         txn.producer_epoch = bumped
         txn.last_producer_epoch = NO_PRODUCER_EPOCH
-        # One bump whatever the transaction's version (Kafka 4.3.1: a fenced transaction
-        # of either version ends one epoch up; the next InitProducerId bumps again).
-        transit = self._prepare(txn, _S.PREPARE_ABORT, last_update_ms=now)
+        if next_pid == NO_PRODUCER_ID:
+            # One bump whatever the transaction's version (Kafka 4.3.1: a fenced transaction
+            # of either version ends one epoch up; the next InitProducerId bumps again).
+            transit = self._prepare(txn, _S.PREPARE_ABORT, last_update_ms=now)
+        else:
+            # As a v2 EndTxn that exhausts the epoch (Kafka's record: transaction version
+            # 2, the next producer id, and the last epoch the producer held, Short.MaxValue
+            # - 1, which a late EndTxn or KIP-360 InitProducerId of that producer names).
+            transit = self._prepare(txn, _S.PREPARE_ABORT, last_update_ms=now,
+                                    next_producer_id=next_pid, last_producer_epoch=_MAX_EPOCH - 1,
+                                    tv=2)
         self._write(fx, _Write("prepare", txn, transit, token, "init_producer_id", api_version, fence=True))
+        return True
 
     # ==============================================================================
     # Completions reported by the shell
@@ -1216,6 +1276,7 @@ class TransactionCoordinatorState:
                 del self._txns[txn.transactional_id]
             else:
                 txn.pending = None
+                txn.tombstone_maybe_written = True
                 self._arm(txn)  # expired still: retried at the next expiration check
         elif error != NONE:
             txn.pending = None
@@ -1225,6 +1286,8 @@ class TransactionCoordinatorState:
                 fx.respond(w.token, self._result(w.api, w.api_version, error, w.partitions))
             self._arm(txn)
         else:
+            if not w.acted_on_append:
+                txn.tombstone_maybe_written = False  # durable after any tombstone
             self._complete_transition(txn, w.transit)
             if w.kind == "prepare":
                 # PrepareCommit/PrepareAbort is durable: the outcome is decided. Answer,
@@ -1304,15 +1367,26 @@ class TransactionCoordinatorState:
         txn.marker_id = marker_id
         txn.marker_partitions = txn.partitions if partitions is None else partitions
         self._markers[marker_id] = txn
+        commit = txn.state is _S.PREPARE_COMMIT
+        tv = txn.tv
+        if not commit and txn.producer_epoch >= _MAX_EPOCH:
+            # An ABORT at Short.MaxValue goes with the rules of transactions v1 (an epoch
+            # at or above the producer's): the producer id is used up, so no later
+            # transaction of it can be open at that epoch for a late marker to end, and
+            # the partition must take it even where data of that epoch is open, which
+            # only a txbroker before issue 25 wrote (it handed Short.MaxValue to v2
+            # producers; their aborts, recovered from such a log, would hang with a v2
+            # marker the partition refuses). Kafka never gets there.
+            tv = 0
         fx.markers.append(MarkerRequest(
             marker_id=marker_id,
             transactional_id=txn.transactional_id,
             producer_id=txn.producer_id,
             producer_epoch=txn.producer_epoch,
-            commit=txn.state is _S.PREPARE_COMMIT,
+            commit=commit,
             partitions=tuple(sorted(txn.marker_partitions)),
             coordinator_epoch=self.coordinator_epoch,
-            transaction_version=txn.tv,
+            transaction_version=tv,
         ))
 
     # ==============================================================================
@@ -1326,7 +1400,11 @@ class TransactionCoordinatorState:
         for txn in self._due("timeout", now_ms, self.config.abort_timed_out_check_interval_ms):
             # Kafka's abortTimedOutTransactions: nobody waits for the outcome.
             old_epoch = txn.producer_epoch
-            self._fence_and_abort(fx, txn, now_ms, None, 0, "timed_out")
+            if not self._fence_and_abort(fx, txn, now_ms, None, 0, "timed_out"):
+                # No producer id for an abort at the last epoch (Kafka logs the error
+                # and tries again at its next check): still due at the next check.
+                self._arm(txn)
+                continue
             fx.events.append(TxnEvent("timed_out", txn.transactional_id, txn.producer_id,
                                       old_epoch, age_ms=now_ms - txn.start_ms,
                                       new_epoch=txn.producer_epoch))
@@ -1356,11 +1434,11 @@ class TransactionCoordinatorState:
         for txn in targets:
             if _S.ONGOING not in (txn.state, txn.pending):
                 continue
-            fx.expired.append(txn.transactional_id)
-            if txn.pending is None:
-                self._fence_and_abort(fx, txn, now_ms, None, 0, "timed_out")
-            else:
+            if txn.pending is not None:
                 txn.expire_requested = True
+            elif not self._fence_and_abort(fx, txn, now_ms, None, 0, "timed_out"):
+                continue  # no producer id for an abort at the last epoch: left alone
+            fx.expired.append(txn.transactional_id)
         return self._finish(fx)
 
     def next_wake_ms(self) -> int | None:
@@ -1578,6 +1656,7 @@ class TransactionCoordinatorState:
             "failed_epoch_fence": txn.failed_epoch_fence,
             "markers_in_flight": txn.marker_id is not None,
             "expire_requested": txn.expire_requested,
+            "tombstone_maybe_written": txn.tombstone_maybe_written,
             "orphans": sorted(txn.orphans),
             "client_transaction_version": txn.tv,
         }
@@ -1685,8 +1764,10 @@ class TransactionCoordinatorState:
             fx.persist.append(PersistRequest(write_id, tid, encode_key(tid), None, None))
             return
         record = w.transit.record()
+        w.acted_on_append = w.kind == "complete" or (
+            w.api == "add_partitions" and not w.txn.tombstone_maybe_written)
         fx.persist.append(PersistRequest(write_id, tid, encode_key(tid), encode_value(record), record,
-                                         adds_data_partitions=w.api == "add_partitions"))
+                                         adds_data_partitions=w.acted_on_append and w.kind == "add"))
 
     def _note_fenced(self, fx: _Fx, error: int, tid: str, producer_id: int,
                      producer_epoch: int) -> None:

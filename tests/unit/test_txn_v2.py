@@ -211,6 +211,33 @@ def test_v1_end_txn_does_not_bump() -> None:
     assert h.all_markers[-1].transaction_version == 0
 
 
+
+def test_v1_end_txn_of_a_transaction_a_v2_add_opened() -> None:
+    """EndTxn below v5 ends the transaction as v1 even when the Ongoing record came from
+    a v2 producer's implicit add (a producer instance holding the same epoch, e.g. after a
+    KIP-360 retry answered without a bump): Kafka's endTransactionWithTV1 records
+    transaction version 0 (prepareAbortOrCommit(TV_0)). So no bump, an answer without
+    id/epoch, and markers with v1 rules: a v2 marker of the data's own epoch would be
+    refused by every partition, and the commit would never complete (found by the model,
+    issue 25)."""
+    h = Harness()
+    pid, e = h.ready()
+    h.add(pid, e, [PA], v=V2_ADD)
+    h.settle()
+    assert h.info()["client_transaction_version"] == 2
+    t = h.end(pid, e, True, v=3)
+    [p] = h.writes
+    assert (p.record.state, p.record.producer_epoch, p.record.client_transaction_version) == (
+        "PrepareCommit", e, 0)
+    h.flush()
+    assert h.r(t) == EndTxnResult(NONE)
+    [m] = h.markers
+    assert (m.producer_epoch, m.commit, m.transaction_version) == (e, True, 0)
+    h.settle()
+    assert (h.state(), h.info()["producer_epoch"]) == ("CompleteCommit", e)
+    # The same producer goes on with v2: its next EndTxn v5 bumps.
+    assert v2_txn(h, pid, e) == EndTxnResult(NONE, pid, e + 1)
+
 def test_exhausted_epoch_rotates_to_the_next_producer_id() -> None:
     h = Harness([entry("t", rec(producer_id=500, producer_epoch=32765))], first_pid=900)
     assert v2_txn(h, 500, 32765) == EndTxnResult(NONE, 500, 32766)

@@ -1,9 +1,15 @@
 """protocol/bounds.py: the schema walk that checks every declared length and count
-against the bytes sent, before kio's native reader sees a request body."""
+against the bytes sent, before kio's native reader sees a request body.
+
+The walk is generated code; tests/unit/protocol/bounds_reference.py keeps the walk of
+closures it replaced, and the differential tests here require the same end offset or
+the same error from both on kio-encoded bodies, their prefixes, mutations of
+them and the fuzz corpus."""
 
 from __future__ import annotations
 
 import io
+import random
 import struct
 
 import pytest
@@ -12,9 +18,12 @@ from hypothesis import strategies as st
 from kio.schema.index import api_key_map
 from kio.serial import entity_writer
 from kio.static.primitive import Records
-from txbroker.protocol.bounds import check_body
+from txbroker.protocol.bounds import check_body, entity_walker
 from txbroker.protocol.messages import decode_request, parse_request_header, request_class
 from txbroker.protocol.primitives import DecodeError
+
+from tests.fuzz.corpus import CLIENTS, GENERATED, read_frames
+from tests.unit.protocol import bounds_reference
 
 # kio registers strategies for its types but not for the opaque records field.
 st.register_type_strategy(Records, st.binary(max_size=64).map(Records))
@@ -113,3 +122,114 @@ def test_string_longer_than_the_request():
     frame = _header(3, 1, False) + struct.pack(">ih", 1, 30000) + b"abc"
     with pytest.raises(DecodeError, match="declares 30000 bytes but 3 are left"):
         decode_request(parse_request_header(frame), frame)
+
+
+# --- the generated walk against the reference walk ---------------------------
+
+def _outcome(walk, buf, offset: int, end: int) -> int | str:
+    """The end offset of a walk, or its error as text."""
+    try:
+        return walk(buf, offset, end)
+    except DecodeError as e:
+        return f"DecodeError: {e}"
+    except IndexError:  # check_body's last resort: must not be reached by either walk
+        return "IndexError"
+
+
+def assert_same_walk(cls, buf: bytes, offset: int = 0, ends: int = 48) -> None:
+    """Both walks agree on ``buf`` from ``offset`` to the whole buffer and to shorter
+    ends (bytes past ``end`` exist but must not be read): every end of a short body,
+    ``ends`` of them spread over a long one; as bytes and as a memoryview."""
+    new, reference = entity_walker(cls), bounds_reference.entity_walker(cls)
+    view = memoryview(buf)
+    span = len(buf) - offset
+    step = max(1, span // ends)
+    for end in {*range(offset, len(buf) + 1, step), len(buf)}:
+        expected = _outcome(reference, view, offset, end)
+        assert expected != "IndexError"
+        assert _outcome(new, buf, offset, end) == expected, (cls.__name__, buf, end)
+        assert _outcome(new, view, offset, end) == expected, (cls.__name__, buf, end)
+    assert _outcome(lambda b, o, _e: check_body(cls, b, o), buf, offset, len(buf)) == \
+        _outcome(lambda b, o, _e: bounds_reference.check_body(cls, b, o), buf, offset, len(buf))
+
+
+# Bytes that make lengths and counts interesting: zero, one, null (-1 and compact 0),
+# the largest one-byte varint, a continuation, negatives and huge values.
+_SPECIAL_BYTES = (0x00, 0x01, 0x02, 0x7F, 0x80, 0xFF, 0x0F, 0x10)
+_SPECIAL_RUNS = (b"\xff\xff\xff\xff", b"\xff\xff\xff\xff\x0f", b"\xff\xff\xff\xff\x1f",
+                 b"\x80\x80\x80\x80\x80\x01", b"\x00\x00", b"\x7f\xff", b"\x80\x00")
+
+
+def mutations(body: bytes, rng: random.Random, count: int) -> list[bytes]:
+    """``count`` mutated copies of ``body``: a byte set to a special or random value,
+    a special run written over or inserted, a byte deleted or duplicated."""
+    out = []
+    for _ in range(count):
+        b = bytearray(body)
+        at = rng.randrange(len(b) + 1)
+        kind = rng.randrange(6)
+        if kind == 0 and b:
+            b[min(at, len(b) - 1)] = rng.choice(_SPECIAL_BYTES)
+        elif kind == 1 and b:
+            b[min(at, len(b) - 1)] = rng.randrange(256)
+        elif kind == 2:
+            run = rng.choice(_SPECIAL_RUNS)
+            b[at:at + len(run)] = run
+        elif kind == 3:
+            b[at:at] = rng.choice(_SPECIAL_RUNS)
+        elif kind == 4 and b:
+            del b[min(at, len(b) - 1)]
+        else:
+            b[at:at] = b[at:at + rng.randrange(1, 8)]
+        out.append(bytes(b))
+    return out
+
+
+@pytest.mark.parametrize("cls", REQUEST_CLASSES,
+                         ids=lambda c: f"{c.__name__}-v{c.__version__}")
+@settings(max_examples=4, deadline=None, suppress_health_check=list(HealthCheck))
+@given(data=st.data())
+def test_generated_walk_agrees_with_the_reference(cls, data):
+    body = _encode(data.draw(st.from_type(cls)))
+    assert_same_walk(cls, body)
+    assert_same_walk(cls, b"\x07" + body + b"\x00\xff", 1)  # an offset, trailing bytes
+    rng = random.Random(data.draw(st.integers(0, 2**32)))
+    for mutated in mutations(body, rng, 12):
+        assert_same_walk(cls, mutated, ends=8)
+
+
+def _corpus_bodies() -> list[tuple[type, bytes, int]]:
+    bodies = []
+    for frame in read_frames(CLIENTS) + read_frames(GENERATED):
+        try:
+            header = parse_request_header(frame)
+        except DecodeError:
+            continue
+        cls = request_class(header.api_key, header.api_version)
+        if cls is not None:
+            bodies.append((cls, frame, header.body_offset))
+    return bodies
+
+
+def test_generated_walk_agrees_with_the_reference_on_the_fuzz_corpus():
+    """Every frame of the fuzz corpus (real clients' and kio-generated ones), each
+    with seeded mutations of its body."""
+    rng = random.Random(25)
+    bodies = _corpus_bodies()
+    assert len(bodies) > 500
+    for cls, frame, offset in bodies:
+        body = frame[offset:]
+        assert_same_walk(cls, frame, offset)
+        for mutated in mutations(body, rng, 8):
+            assert_same_walk(cls, mutated, ends=8)
+
+
+def test_the_reference_is_the_walk_that_was_replaced():
+    # The differential tests are only as good as their reference: it must still
+    # refuse what the walk has always refused (the cases above, on the reference).
+    for name in sorted(ABORTING_FRAMES):
+        frame = ABORTING_FRAMES[name]
+        header = parse_request_header(frame)
+        with pytest.raises(DecodeError, match="elements but only"):
+            bounds_reference.check_body(request_class(header.api_key, header.api_version),
+                                        frame, header.body_offset)

@@ -613,6 +613,44 @@ def test_column_path_decides_as_record_by_record(n, value_size, data):
     assert fast == slow
 
 
+def _walk_outcome(batch: bytes, header, **settings_: int):
+    """validate_records with module settings changed for the call: the summary, or
+    the error's type and message."""
+    saved = {name: getattr(records_module, name) for name in settings_}
+    for name, value in settings_.items():
+        setattr(records_module, name, value)
+    try:
+        return validate_records(batch, header, HEADER_SIZE)
+    except InvalidRecordError as e:
+        return type(e), str(e)
+    finally:
+        for name, value in saved.items():
+            setattr(records_module, name, value)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(records=st.lists(st.builds(Record, keys, st.none() | st.binary(max_size=90), headers,
+                                  timestamps), min_size=1, max_size=14),
+       same_shape=st.booleans(), data=st.data())
+def test_few_records_path_decides_as_the_column_path(records, same_shape, data):
+    """The record-by-record path of small batches, the column path and decoding every
+    record with its shape (the column path switched off) give the same summary or
+    the same error and message, on built batches and on mutations of any byte."""
+    if same_shape:  # the shape the column checks take
+        records = [Record(b"key", b"v" * 40, timestamp=1_000 + i % 3) for i in range(len(records))]
+    batch = bytearray(build_batch(records))
+    for _ in range(data.draw(st.integers(0, 2))):
+        at = data.draw(st.integers(HEADER_SIZE, len(batch) - 1))
+        batch[at] = data.draw(st.integers(0, 255))
+    if data.draw(st.booleans()):  # the header's count, a lie the CRC does not see here
+        struct.pack_into(">i", batch, 57, data.draw(st.integers(0, 16)))
+    header = read_header(batch)
+    batch = bytes(batch)
+    each = _walk_outcome(batch, header, _FEW_RECORDS=100)
+    assert _walk_outcome(batch, header, _FEW_RECORDS=0) == each
+    assert _walk_outcome(batch, header, _FEW_RECORDS=0, _FAST_OFFSET_WIDTH=0) == each
+
+
 @pytest.mark.parametrize("codec", [c for c in Compression if c != Compression.NONE])
 def test_decompression_past_the_bound_is_message_too_large(codec):
     batch = build_batch([Record(None, bytes(200_000))] * 20, compression=codec)  # 4 MB of zeros
