@@ -26,7 +26,7 @@ checked, the source of one straight-line function for it is written (nested
 structs inlined, a run of fixed-width fields one addition and one comparison,
 loops only for arrays, one-byte varints read inline) and compiled; later requests
 of that schema run only that function. A walk of closures (one call per field and
-per varint) cost several times more (issue 25). ``tests/unit/bounds_reference.py``
+per varint) cost several times more (issue 25). ``tests/unit/protocol/bounds_reference.py``
 keeps that walk as the reference the generated one is compared with.
 """
 
