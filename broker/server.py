@@ -1,11 +1,8 @@
-"""The asyncio server: connections, framing, request routing, lifecycle.
+"""The asyncio server: listeners, request routing, lifecycle (start, stop, crash).
 
-Each connection reads 4-byte size-prefixed frames. Requests are handled
-concurrently but answered strictly in the order they arrived (a per-connection
-queue of handler tasks drained by one writer), so pipelining clients see
-Kafka's ordering. A frame larger than ``socket.request.max.bytes`` or a request
-that cannot be parsed closes that connection only, with a log line, as Kafka
-does; no other connection notices.
+Connections (framing, ordering, backpressure) are in connection.py. A request that
+cannot be parsed closes that connection only, with a log line, as Kafka does; no
+other connection notices.
 """
 
 from __future__ import annotations
@@ -17,9 +14,7 @@ import logging
 import os
 import socket
 import ssl
-import struct
 import time
-from collections import deque
 
 from txbroker.coordinator.group.coordinator import GroupCoordinator, GroupCoordinatorConfig
 from txbroker.coordinator.group.state import GroupConfig
@@ -33,7 +28,6 @@ from txbroker.coordinator.transaction.state import TxnConfig
 from txbroker.protocol.errors import ErrorCode
 from txbroker.protocol.messages import (
     API_VERSIONS_KEY,
-    ResponseParts,
     api_name,
     decode_request,
     encode_response,
@@ -45,6 +39,7 @@ from txbroker.protocol.primitives import DecodeError
 from txbroker.storage.manager import LogManager
 
 from .config import BrokerConfig, ConfigError, StartupError
+from .connection import Connection, RequestMemory, return_large_buffers_to_the_os
 from .context import (
     ANONYMOUS,
     CLOSE,
@@ -63,23 +58,13 @@ from .security.authorizer import Authorizer, parse_super_users
 
 log = logging.getLogger("txbroker")
 
-_SIZE = struct.Struct(">i")
 # At shutdown, how long computed answers may take to reach clients that read them.
 SHUTDOWN_FLUSH_S = 1.0
-
-
-# A connection whose computed responses are not yet taken by its socket holds this many
-# bytes at most before the broker stops reading its requests (Kafka mutes a channel
-# until its response is sent: one request at a time; we pipeline, within this bound).
-MAX_UNSENT_BYTES = 4 << 20
-# Frames above this are read in chunks into one buffer (Connection._read_large).
-LARGE_FRAME = 1 << 20
-_FETCH_KEY = struct.Struct(">h")
-FETCH = 1
 SASL_HANDSHAKE_KEY = 17
 SASL_AUTHENTICATE_KEY = 36
 # A TLS handshake not done in this time is dropped: half-open handshakes cannot pile up.
 TLS_HANDSHAKE_TIMEOUT_S = 10.0
+
 
 
 class _TlsServer:
@@ -123,288 +108,6 @@ class _TlsServer:
 
 def _family(host: str) -> socket.AddressFamily:
     return socket.AF_INET6 if ":" in host else socket.AF_INET
-
-
-def return_large_buffers_to_the_os() -> None:
-    """glibc's malloc raises its mmap threshold after a large buffer is freed, so the
-    next large request frames and responses come from the heap and stay in the RSS
-    after they are gone (246 MB after eight 100 MB frames). A fixed threshold keeps
-    every buffer of 256 KiB or more in its own mapping, unmapped when freed."""
-    try:
-        import ctypes
-
-        libc = ctypes.CDLL("libc.so.6")
-    except OSError:
-        return  # not glibc: nothing to tune
-    m_trim_threshold, m_mmap_threshold = -1, -3
-    libc.mallopt(m_mmap_threshold, 32 << 20)
-    libc.mallopt(m_trim_threshold, 64 << 20)
-
-
-class RequestMemory:
-    """``queued.max.request.bytes``: request bytes held across all connections. A
-    connection whose next frame does not fit waits before its body is read, so many
-    clients declaring large frames cannot add up to more than the bound."""
-
-    def __init__(self, limit: int) -> None:
-        self.limit = limit
-        self.used = 0
-        self._waiters: list[asyncio.Future] = []
-
-    async def acquire(self, size: int) -> None:
-        if self.limit < 0:
-            return
-        while self.used and self.used + size > self.limit:
-            waiter = asyncio.get_running_loop().create_future()
-            self._waiters.append(waiter)
-            try:
-                await waiter
-            finally:
-                with contextlib.suppress(ValueError):
-                    self._waiters.remove(waiter)
-        self.used += size
-
-    def release(self, size: int) -> None:
-        if self.limit < 0:
-            return
-        self.used -= size
-        waiters, self._waiters = self._waiters, []
-        for waiter in waiters:
-            if not waiter.done():
-                waiter.set_result(None)
-
-
-class Connection:
-    def __init__(self, broker: Broker, reader: asyncio.StreamReader,
-                 writer: asyncio.StreamWriter, session: Session) -> None:
-        self.broker = broker
-        self.reader = reader
-        self.writer = writer
-        self.peer = session.peer
-        self.session = session
-        self.last_active = time.monotonic()
-        self.in_flight = 0
-        self._max_queued = max(1, broker.config.get("queued.max.requests"))
-        # Handler tasks in arrival order; the writer answers them in this order.
-        self._responses: deque[asyncio.Task] = deque()
-        self._queued = asyncio.Event()  # the writer has something to do (or must stop)
-        self._progress = asyncio.Event()  # the writer answered one (the reader may go on)
-        self._unsent = 0  # bytes of computed responses not yet given to the socket
-        self._last_fetch: asyncio.Task | None = None
-        self._read_task: asyncio.Task | None = None
-        self.closing = False
-
-    @property
-    def busy(self) -> bool:
-        """A request of this connection is still being handled."""
-        return any(not task.done() for task in self._responses)
-
-    async def run(self) -> None:
-        sock = self.writer.get_extra_info("socket")
-        if sock is not None:
-            with contextlib.suppress(OSError):
-                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        writer_task = asyncio.create_task(self._write_loop())
-        self._read_task = asyncio.create_task(self._read_loop())
-        try:
-            await self._read_task
-        except asyncio.CancelledError:
-            pass  # shutdown or idle reaping: stop reading, answer what is in flight
-        except asyncio.IncompleteReadError as e:
-            if e.partial:  # the client went away in the middle of a frame
-                log.info("connection %s closed by the client mid-request (%d of %d bytes "
-                         "received)", self.peer, len(e.partial), e.expected)
-        except ConnectionError:
-            pass  # the client went away
-        except CloseConnection:
-            pass
-        except Exception:
-            log.exception("connection %s failed", self.peer)
-        finally:
-            self.closing = True
-            self._queued.set()
-            try:
-                await asyncio.wait_for(writer_task, self.broker.shutdown_timeout)
-            except (TimeoutError, asyncio.CancelledError):
-                writer_task.cancel()
-            except Exception:
-                pass
-            self._cancel_pending()
-            # The ended read task's exception holds _read_loop's frame, and so the last
-            # request frame and this connection: a cycle that would keep up to
-            # socket.request.max.bytes alive until the next garbage collection.
-            self._read_task = self._last_fetch = None
-            self.writer.close()
-            with contextlib.suppress(Exception):
-                await self.writer.wait_closed()
-
-    async def _read_loop(self) -> None:
-        max_bytes = self.broker.config.get("socket.request.max.bytes")
-        sasl_max = self.broker.config.for_listener(self.session.listener_name,
-                                                   "sasl.server.max.receive.size")
-        memory = self.broker.request_memory
-        read = self.reader.readexactly
-        session = self.session
-        while True:
-            size = _SIZE.unpack(await read(4))[0]
-            self.last_active = time.monotonic()
-            if not session.authenticated and not 0 <= size <= sasl_max:
-                # Before authentication, Kafka's sasl.server.max.receive.size bounds a frame.
-                log.warning("closing %s: request size %d before SASL authentication is outside "
-                            "[0, sasl.server.max.receive.size=%d]", self.peer, size, sasl_max)
-                raise CloseConnection
-            if size < 0 or size > max_bytes:
-                log.warning("closing %s: request size %d is outside [0, socket.request.max.bytes=%d]",
-                            self.peer, size, max_bytes)
-                raise CloseConnection
-            await memory.acquire(size)
-            try:
-                frame = await read(size) if size <= LARGE_FRAME else await self._read_large(size)
-            except BaseException:
-                memory.release(size)
-                raise
-            self.last_active = time.monotonic()
-            is_fetch = size >= 2 and _FETCH_KEY.unpack_from(frame)[0] == FETCH
-            if is_fetch and self._last_fetch is not None and not self._last_fetch.done():
-                # One Fetch at a time per connection: each may build up to fetch.max.bytes.
-                await asyncio.wait([self._last_fetch])
-            await self._wait_for_room()
-            task = self.broker.dispatch(frame, self.session)
-            task.add_done_callback(functools.partial(self._on_done, size))
-            if is_fetch:
-                self._last_fetch = task
-            self.in_flight += 1
-            self._responses.append(task)
-            self._queued.set()
-            if self.closing:
-                return
-            if not session.authenticated:
-                # During SASL authentication one request at a time, as Kafka: the next
-                # frame is judged by the state this one leaves.
-                await asyncio.wait([task])
-            # Frames already buffered are read without suspending: yield before the next
-            # one, so a client pipelining thousands cannot hold the loop from others.
-            # With nothing buffered the next read suspends anyway: no extra loop turn.
-            if self.reader._buffer:
-                await asyncio.sleep(0)
-
-    async def _read_large(self, size: int) -> memoryview:
-        """A large frame read in chunks into one buffer: StreamReader.readexactly would
-        hold it twice (its buffer and the copy it returns), 200 MB for a 100 MB frame.
-        Read-only, as kio's reader requires."""
-        buf = bytearray(size)
-        view = memoryview(buf)
-        pos = 0
-        try:
-            while pos < size:
-                chunk = await self.reader.read(min(size - pos, 1 << 20))
-                if not chunk:
-                    log.info("connection %s closed by the client mid-request (%d of %d bytes "
-                             "received)", self.peer, pos, size)
-                    raise ConnectionResetError
-                view[pos:pos + len(chunk)] = chunk
-                pos += len(chunk)
-        except BaseException:
-            # Free it now: the traceback would keep it until the connection is gone,
-            # while queued.max.request.bytes already lets the next frame in.
-            view.release()
-            buf.clear()
-            raise
-        return view.toreadonly()
-
-    async def _wait_for_room(self) -> None:
-        """Backpressure: do not start another request while this connection has too
-        many requests queued or too many response bytes its client has not taken."""
-        while not self.closing:
-            if len(self._responses) >= self._max_queued or self._unsent > MAX_UNSENT_BYTES:
-                self._progress.clear()
-                await self._progress.wait()
-            elif self.writer.transport.get_write_buffer_size() > MAX_UNSENT_BYTES:
-                await self.writer.drain()
-            else:
-                return
-
-    def _on_done(self, size: int, task: asyncio.Task) -> None:
-        self.broker.request_memory.release(size)
-        if task.cancelled():
-            return
-        if task.exception() is None:  # (retrieved: no "exception was never retrieved")
-            response = task.result()
-            if type(response) is bytes or type(response) is ResponseParts:
-                self._unsent += len(response)
-
-    async def _write_loop(self) -> None:
-        while True:
-            if not self._responses:
-                if self.closing:
-                    return
-                self._queued.clear()
-                await self._queued.wait()
-                continue
-            task = self._responses[0]
-            try:
-                response = await task
-            except asyncio.CancelledError:
-                if not task.cancelled():
-                    raise  # this writer itself was cancelled
-                self._responses.popleft()
-                continue
-            except CloseConnection:
-                self._abort_reading()
-                self._cancel_pending()
-                return
-            except Exception:
-                log.exception("request from %s failed; closing the connection", self.peer)
-                self._abort_reading()
-                self._cancel_pending()
-                return
-            self._responses.popleft()
-            self.in_flight -= 1
-            if response is CLOSE:
-                self._abort_reading()
-                self._cancel_pending()
-                return
-            if type(response) is CloseAfter:
-                if not self.writer.transport.is_closing():
-                    self.writer.write(bytes(response.data))
-                self._abort_reading()
-                self._cancel_pending()
-                return
-            if response is not None:
-                if self.writer.transport.is_closing():
-                    self._cancel_pending()
-                    return
-                if type(response) is ResponseParts:
-                    self.writer.writelines(response.parts)
-                else:
-                    self.writer.write(response)
-                self._unsent -= len(response)
-                if self.writer.transport.get_write_buffer_size() > 1 << 20:
-                    await self.writer.drain()
-            if not self._responses:
-                self._unsent = 0
-            self._progress.set()
-            self.last_active = time.monotonic()
-
-    def _cancel_pending(self) -> None:
-        while self._responses:
-            self._responses.popleft().cancel()
-        self._progress.set()
-
-    def _abort_reading(self) -> None:
-        self.closing = True
-        self._queued.set()
-        self._progress.set()
-        if self._read_task is not None and not self._read_task.done():
-            self._read_task.cancel()
-
-    def stop_reading(self) -> None:
-        self._abort_reading()
-
-    def abort(self) -> None:
-        """Drop the connection now, answered or not (a client that does not read)."""
-        self._abort_reading()
-        self.writer.transport.abort()
 
 
 # APIs whose schemas are imported first once the broker is idle: what clients send
