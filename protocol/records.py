@@ -10,6 +10,13 @@ Layout (big endian):
   17 crc u32 | 21 attributes i16 | 23 lastOffsetDelta i32 | 27 baseTimestamp i64
   35 maxTimestamp i64 | 43 producerId i64 | 51 producerEpoch i16
   53 baseSequence i32 | 57 recordsCount i32 | 61 records...
+
+Why one file of ~900 lines (the house rule is ~800): the header view, the record
+walk that produce validation runs on every batch, the builders and the decoders all
+read the same byte layout with the same varint and offset helpers; they are the hot
+path of produce and compaction, and keeping them in one module keeps those helpers
+module-level names (no attribute look-ups across modules per record). Split it when a
+part stops sharing the layout helpers.
 """
 
 from __future__ import annotations
