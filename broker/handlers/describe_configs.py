@@ -4,6 +4,8 @@ their synonyms (KIP-226): every level that sets the value, highest precedence fi
 from __future__ import annotations
 
 import datetime
+import logging
+from collections.abc import Callable
 
 from txbroker.protocol.acls import CLUSTER_NAME, AclOperation, ResourceType
 from txbroker.protocol.errors import ErrorCode, KafkaError
@@ -169,3 +171,39 @@ def refuse_alter(resource_type: int) -> None:
         raise KafkaError("group configs tune the consumer, share and streams group protocols "
                          "(KIP-848), which txbroker does not implement", ErrorCode.invalid_config)
     raise KafkaError(f"unsupported resource type {resource_type}", ErrorCode.invalid_request)
+
+
+def alter_configs_response(ctx, request, new_configs: Callable[[object, object], dict[str, str]],
+                           log: logging.Logger):
+    """AlterConfigs' and IncrementalAlterConfigs' answer: each resource checked (ALTER_CONFIGS
+    on it), a topic's overrides replaced by ``new_configs(topic info, the resource's
+    configs)`` (it raises KafkaError to refuse), any other resource refused; a refusal is
+    logged on ``log`` and answered for that resource alone."""
+    broker = ctx.broker
+    schema = ctx.schema
+    results = []
+    for res in request.resources:
+        error, message = ErrorCode.none, None
+        try:
+            denied = config_access_error(ctx, AclOperation.ALTER_CONFIGS, res.resource_type,
+                                         res.resource_name)
+            if denied is not None:
+                raise KafkaError(f"not authorized to alter the configs of {res.resource_name!r}",
+                                 denied)
+            if res.resource_type == TOPIC:
+                info = broker.logs.topics.get(res.resource_name)
+                if info is None:
+                    raise KafkaError(f"unknown topic {res.resource_name!r}",
+                                     ErrorCode.unknown_topic_or_partition)
+                broker.logs.alter_topic_configs(res.resource_name,
+                                                new_configs(info, res.configs),
+                                                validate_only=request.validate_only)
+            else:
+                refuse_alter(res.resource_type)
+        except KafkaError as e:
+            error, message = e.code, str(e)
+            log.info("alter configs of %r refused: %s", res.resource_name, e)
+        results.append(build(schema.AlterConfigsResourceResponse, error_code=error,
+                             error_message=message, resource_type=res.resource_type,
+                             resource_name=res.resource_name))
+    return build(ctx.response_type, throttle_time=_ZERO, responses=tuple(results))

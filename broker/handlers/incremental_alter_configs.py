@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-import datetime
 import logging
 
-from txbroker.protocol.acls import AclOperation
 from txbroker.protocol.errors import ErrorCode, KafkaError
-from txbroker.protocol.messages import build
 from txbroker.storage.log_config import TOPIC_CONFIGS
 
-from .describe_configs import TOPIC, config_access_error, refuse_alter
+from .describe_configs import alter_configs_response
 
 API_KEY = 44
 MIN_VERSION = 0
@@ -20,7 +17,6 @@ SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
 LIST_CONFIGS = {"cleanup.policy"}
 
 log = logging.getLogger(__name__)
-_ZERO = datetime.timedelta(0)
 
 
 def _apply(current: dict[str, str], ops) -> dict[str, str]:
@@ -56,31 +52,4 @@ def _apply(current: dict[str, str], ops) -> dict[str, str]:
 
 
 async def handle(ctx, request):
-    broker = ctx.broker
-    schema = ctx.schema
-    results = []
-    for res in request.resources:
-        error, message = ErrorCode.none, None
-        try:
-            denied = config_access_error(ctx, AclOperation.ALTER_CONFIGS, res.resource_type,
-                                         res.resource_name)
-            if denied is not None:
-                raise KafkaError(f"not authorized to alter the configs of {res.resource_name!r}",
-                                 denied)
-            if res.resource_type == TOPIC:
-                info = broker.logs.topics.get(res.resource_name)
-                if info is None:
-                    raise KafkaError(f"unknown topic {res.resource_name!r}",
-                                     ErrorCode.unknown_topic_or_partition)
-                new = _apply(info.configs, res.configs)
-                broker.logs.alter_topic_configs(res.resource_name, new,
-                                                validate_only=request.validate_only)
-            else:
-                refuse_alter(res.resource_type)
-        except KafkaError as e:
-            error, message = e.code, str(e)
-            log.info("alter configs of %r refused: %s", res.resource_name, e)
-        results.append(build(schema.AlterConfigsResourceResponse, error_code=error,
-                             error_message=message, resource_type=res.resource_type,
-                             resource_name=res.resource_name))
-    return build(ctx.response_type, throttle_time=_ZERO, responses=tuple(results))
+    return alter_configs_response(ctx, request, lambda info, ops: _apply(info.configs, ops), log)
