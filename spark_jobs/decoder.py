@@ -16,8 +16,8 @@ transactions of the fetched range):
 
 This module is the reference: ``committed_batches`` picks the batches a
 read_committed reader returns (shared by both decoders) and ``decode_fetch``
-decodes their records one by one (the hot path of the old reader, so written
-out by hand; still the path for ``includeHeaders``). ``vectorized`` decodes the
+decodes their records one by one (the reference, and still the path for
+``includeHeaders``). ``vectorized`` decodes the
 same batches all at once with numpy and must give the same rows (hypothesis
 tests compare the two).
 """
@@ -101,7 +101,7 @@ class Columns:
         return pa.RecordBatch.from_arrays(arrays, schema=arrow_schema(self.headers is not None))
 
 
-# --- varints (slow paths; the loop inlines the common one- and two-byte cases) ---------------
+# --- varints ----------------------------------------------------------------------------------
 
 def _uvarint(buf, p: int) -> tuple[int, int]:
     result = shift = 0
@@ -131,80 +131,20 @@ def _decode_records(buf: bytes, pos: int, count: int, base_offset: int, base_ts:
     happ = cols.headers.append if cols.headers is not None else None
     n = 0
     for _ in range(count):
-        # Record: length, attributes, timestampDelta, offsetDelta, key, value, headers.
-        # Every varint is zigzag-encoded; one- and two-byte ones (below 8192) are decoded
-        # inline, longer ones by a call.
-        b = buf[pos]
-        if b < 0x80:
-            pos += 1
-        else:
-            b2 = buf[pos + 1]
-            if b2 < 0x80:
-                b = (b & 0x7F) | (b2 << 7)
-                pos += 2
-            else:
-                b, pos = _uvarint(buf, pos)
-        end = pos + ((b >> 1) ^ -(b & 1))
-        p = pos + 1  # the attributes byte is unused in magic 2
-        b = buf[p]
-        if b < 0x80:
-            p += 1
-        else:
-            b2 = buf[p + 1]
-            if b2 < 0x80:
-                b = (b & 0x7F) | (b2 << 7)
-                p += 2
-            else:
-                b, p = _uvarint(buf, p)
-        ts_delta = (b >> 1) ^ -(b & 1)
-        b = buf[p]
-        if b < 0x80:
-            p += 1
-        else:
-            b2 = buf[p + 1]
-            if b2 < 0x80:
-                b = (b & 0x7F) | (b2 << 7)
-                p += 2
-            else:
-                b, p = _uvarint(buf, p)
-        offset = base_offset + ((b >> 1) ^ -(b & 1))
+        # Record: length, attributes, timestampDelta, offsetDelta, key, value, headers
+        # (every varint zigzag-encoded).
+        length, pos = _zigzag(buf, pos)
+        end = pos + length
+        ts_delta, p = _zigzag(buf, pos + 1)  # the attributes byte is unused in magic 2
+        offset_delta, p = _zigzag(buf, p)
+        offset = base_offset + offset_delta
         if offset < lo or offset >= hi:
             pos = end
             continue
-        b = buf[p]
-        if b == 1:  # zigzag(-1): a null key
-            kapp(None)
-            p += 1
-        else:
-            if b < 0x80:
-                p += 1
-            else:
-                b2 = buf[p + 1]
-                if b2 < 0x80:
-                    b = (b & 0x7F) | (b2 << 7)
-                    p += 2
-                else:
-                    b, p = _uvarint(buf, p)
-            b = (b >> 1) ^ -(b & 1)
-            kapp(buf[p:p + b])
-            p += b
-        b = buf[p]
-        if b == 1:
-            vapp(None)
-            p += 1
-        else:
-            if b < 0x80:
-                p += 1
-            else:
-                b2 = buf[p + 1]
-                if b2 < 0x80:
-                    b = (b & 0x7F) | (b2 << 7)
-                    p += 2
-                else:
-                    b, p = _uvarint(buf, p)
-            b = (b >> 1) ^ -(b & 1)
-            vapp(buf[p:p + b])
-            p += b
+        key, p = _nullable_bytes(buf, p)
+        kapp(key)
+        value, p = _nullable_bytes(buf, p)
+        vapp(value)
         if happ is not None:
             happ(_decode_headers(buf, p))
         oapp(offset)
@@ -212,6 +152,14 @@ def _decode_records(buf: bytes, pos: int, count: int, base_offset: int, base_ts:
         n += 1
         pos = end
     return n, pos
+
+
+def _nullable_bytes(buf: bytes, p: int) -> tuple[bytes | None, int]:
+    """A record's key or value: (the bytes, or None for a length of zigzag(-1) = 1, end)."""
+    if buf[p] == 1:
+        return None, p + 1
+    n, p = _zigzag(buf, p)
+    return buf[p:p + n], p + n
 
 
 def _decode_headers(buf: bytes, p: int) -> list[dict] | None:

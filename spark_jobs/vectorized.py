@@ -1,7 +1,7 @@
 """Decoding the records of many record batches at once, into one Arrow record batch.
 
-The reference decoder (``decoder.decode_fetch``) spends about a microsecond per
-record in Python. Here Python only walks the record lengths (one varint per
+The reference decoder (``decoder.decode_fetch``) spends microseconds per record
+in Python. Here Python only walks the record lengths (one varint per
 record: the start of the next record depends on it, so that walk cannot be
 vectorised), and numpy decodes every other field of every record of the fetch
 in a few array operations:
