@@ -1,8 +1,15 @@
 """Classic consumer-group coordinator: sans-IO state machine, offsets store, records.
 
-``state``   GroupCoordinatorState: JoinGroup/SyncGroup/Heartbeat/LeaveGroup and timers.
-``offsets`` OffsetStore: committed and pending transactional offsets.
-``records`` versioned msgpack encoding of the ``__consumer_offsets`` records.
+``state``             GroupCoordinatorState: the request entry points (JoinGroup, SyncGroup,
+                      Heartbeat, LeaveGroup, offset checks, Describe/List/DeleteGroups).
+``manager``           all groups: registry, timers, durable writes, loading, offsets expiry.
+``classic``           one classic group as data: members, protocols, states, transitions.
+``classic_join``      JoinGroup of a classic group (static members, MEMBER_ID_REQUIRED).
+``classic_rebalance`` a classic group's rebalance cycle, SyncGroup/Heartbeat/LeaveGroup, timers.
+``results``           config, answers and effects: plain data of any group type.
+``offsets``           OffsetStore: committed and pending transactional offsets.
+``records``           versioned msgpack encoding of the ``__consumer_offsets`` records.
+``coordinator``       the async shell that drives them.
 """
 
 from txbroker.coordinator.group.offsets import CommittedOffset, ExpiryRule, OffsetStore

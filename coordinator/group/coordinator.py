@@ -2,7 +2,7 @@
 (``state.py``) and offsets store (``offsets.py``), persists their records in
 the compacted internal topic ``__consumer_offsets`` and runs the timers.
 
-Ordering rules kept here (see state.py):
+Ordering rules kept here (see state.py and manager.py):
 * records are appended in the order the state machine asks for them, and a
   response that depends on a record is released only after the record is
   fsynced (``group_persisted``);
