@@ -24,6 +24,11 @@ EARLIEST, LATEST = -2, -1  # ListOffsets' special timestamps
 READ_UNCOMMITTED, READ_COMMITTED = 0, 1
 
 
+def echo(*parts: object) -> None:
+    """print(), to ``OUT`` (what a command shows)."""
+    print(*parts, file=OUT)
+
+
 class ToolError(Exception):
     """A failure to report in one line (exit status 1)."""
 

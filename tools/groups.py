@@ -25,7 +25,6 @@ from kio.schema.list_groups.v4 import request as lg
 from kio.schema.offset_commit.v7 import request as oc
 from kio.schema.offset_fetch.v7 import request as of
 
-from . import cluster_client
 from .cluster_client import (
     EARLIEST,
     LATEST,
@@ -34,16 +33,13 @@ from .cluster_client import (
     ToolError,
     add_client_options,
     add_client_options_to_subcommands,
+    echo,
     error_name,
     run_tool,
     table,
 )
 
 _INACTIVE = ("Empty", "Dead")
-
-
-def _out(*parts: object) -> None:
-    print(*parts, file=cluster_client.OUT)
 
 
 def decode_consumer_assignment(data: bytes) -> list[tuple[str, int]]:
@@ -111,7 +107,7 @@ def cmd_list(cluster: Cluster, args) -> int:
     groups = _group_ids(cluster, states)
     if args.state is None:
         for group, _state in groups:
-            _out(group)
+            echo(group)
     else:
         table([[g, s] for g, s in groups], ["GROUP", "STATE"])
     return 0
@@ -128,7 +124,7 @@ def _groups_of(cluster: Cluster, args) -> list[str]:
 def cmd_describe(cluster: Cluster, args) -> int:
     for i, group in enumerate(_groups_of(cluster, args)):
         if i:
-            _out("")
+            echo("")
         g = _describe(cluster, group)
         if args.state:
             table([[group, f"{cluster.coordinator_id(group)}", g.protocol_data or None,
@@ -159,7 +155,7 @@ def _describe_offsets(cluster: Cluster, group: str, g) -> None:
     committed = _committed(cluster, group)
     partitions = sorted(set(committed) | set(owner))
     if not partitions:
-        _out(f"Consumer group '{group}' has no active members and no committed offsets.")
+        echo(f"Consumer group '{group}' has no active members and no committed offsets.")
         return
     latest = dict.fromkeys(partitions, LATEST)
     leaders = cluster.partitions(sorted({t for t, _ in partitions}))
@@ -295,7 +291,7 @@ def cmd_delete(cluster: Cluster, args) -> int:
                   file=sys.stderr)
             failed = 1
         else:
-            _out(f"Deletion of requested consumer groups ('{group}') was successful.")
+            echo(f"Deletion of requested consumer groups ('{group}') was successful.")
     return failed
 
 

@@ -18,7 +18,6 @@ from kio.schema.describe_configs.v4 import request as dc
 from kio.schema.errors import ErrorCode
 from kio.schema.incremental_alter_configs.v1 import request as iac
 
-from . import cluster_client
 from .cluster_client import (
     LATEST,
     READ_COMMITTED,
@@ -26,6 +25,7 @@ from .cluster_client import (
     ToolError,
     add_client_options,
     add_client_options_to_subcommands,
+    echo,
     error_name,
     run_tool,
 )
@@ -34,10 +34,6 @@ _TIMEOUT = datetime.timedelta(seconds=30)
 _TOPIC_RESOURCE = 2
 _DYNAMIC_TOPIC_CONFIG = 1  # DescribeConfigs' source of a topic's own (non-default) value
 _SET, _DELETE = 0, 1  # IncrementalAlterConfigs operations
-
-
-def _out(*parts: object) -> None:
-    print(*parts, file=cluster_client.OUT)
 
 
 def _configs(pairs: list[str] | None) -> dict[str, str]:
@@ -70,13 +66,13 @@ def cmd_create(cluster: Cluster, args) -> int:
     if result.error_code != ErrorCode.none:
         raise ToolError(f"cannot create topic {args.topic!r}: {error_name(result.error_code)}"
                         + (f" ({result.error_message})" if result.error_message else ""))
-    _out(f"Created topic {args.topic}.")
+    echo(f"Created topic {args.topic}.")
     return 0
 
 
 def cmd_list(cluster: Cluster, args) -> int:
     for name in _topic_names(cluster, args.exclude_internal):
-        _out(name)
+        echo(name)
     return 0
 
 
@@ -116,11 +112,11 @@ def cmd_describe(cluster: Cluster, args) -> int:
     for t in found:
         replication = len(t.partitions[0].replica_nodes) if t.partitions else 0
         config_text = ",".join(f"{k}={v}" for k, v in sorted(configs.get(t.name, {}).items()))
-        _out(f"Topic: {t.name}\tTopicId: {t.topic_id}\tPartitionCount: {len(t.partitions)}\t"
+        echo(f"Topic: {t.name}\tTopicId: {t.topic_id}\tPartitionCount: {len(t.partitions)}\t"
              f"ReplicationFactor: {replication}\tConfigs: {config_text}")
         for p in sorted(t.partitions, key=lambda p: p.partition_index):
             tp = (t.name, p.partition_index)
-            _out(f"\tTopic: {t.name}\tPartition: {p.partition_index}\tLeader: {p.leader_id}\t"
+            echo(f"\tTopic: {t.name}\tPartition: {p.partition_index}\tLeader: {p.leader_id}\t"
                  f"Replicas: {','.join(map(str, p.replica_nodes))}\t"
                  f"Isr: {','.join(map(str, p.isr_nodes))}\t"
                  f"HighWatermark: {high_watermarks[tp]}\tLastStableOffset: {stable[tp]}")
@@ -156,7 +152,7 @@ def cmd_alter(cluster: Cluster, args) -> int:
             raise ToolError(f"cannot alter the configs of {args.topic!r}: "
                             f"{error_name(result.error_code)}"
                             + (f" ({result.error_message})" if result.error_message else ""))
-    _out(f"Altered topic {args.topic}.")
+    echo(f"Altered topic {args.topic}.")
     return 0
 
 
@@ -168,7 +164,7 @@ def cmd_delete(cluster: Cluster, args) -> int:
         return 0
     if result.error_code != ErrorCode.none:
         raise ToolError(f"cannot delete topic {args.topic!r}: {error_name(result.error_code)}")
-    _out(f"Deleted topic {args.topic}.")
+    echo(f"Deleted topic {args.topic}.")
     return 0
 
 

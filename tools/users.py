@@ -30,6 +30,7 @@ from .cluster_client import (
     ToolError,
     add_client_options,
     add_client_options_to_subcommands,
+    echo,
     error_name,
     run_tool,
 )
@@ -38,10 +39,6 @@ from .cluster_client import (
 MECHANISM_CODES = {"SCRAM-SHA-256": 1, "SCRAM-SHA-512": 2}
 MECHANISM_NAMES = {code: name for name, code in MECHANISM_CODES.items()}
 DEFAULT_ITERATIONS = 4096  # kafka-configs.sh's default
-
-
-def _out(*parts: object) -> None:
-    print(*parts, file=cluster_client.OUT)
 
 
 def _mechanism(name: str) -> str:
@@ -129,7 +126,7 @@ def cmd_add(cluster: Cluster, args) -> int:
         raise ToolError("the password is empty")
     mechanisms = [_mechanism(m) for m in (args.mechanism or ["SCRAM-SHA-256"])]
     alter(cluster, [(args.user, m, args.iterations, password) for m in mechanisms], [])
-    _out(f"Added {', '.join(mechanisms)} credentials for user {args.user!r} "
+    echo(f"Added {', '.join(mechanisms)} credentials for user {args.user!r} "
          f"({args.iterations} iterations).")
     return 0
 
@@ -148,7 +145,7 @@ def cmd_remove(cluster: Cluster, args) -> int:
     else:
         mechanisms = [m for m, _ in describe(cluster, [args.user]).get(args.user, [])]
     alter(cluster, [], [(args.user, m) for m in mechanisms])
-    _out(f"Removed {', '.join(mechanisms)} credentials of user {args.user!r}.")
+    echo(f"Removed {', '.join(mechanisms)} credentials of user {args.user!r}.")
     return 0
 
 
@@ -198,7 +195,7 @@ def cmd_configs(cluster: Cluster, args) -> int:
         found = describe(cluster, [name] if name else None)
         for user in sorted(found):
             creds = ", ".join(f"{m}=iterations={i}" for m, i in found[user])
-            _out(f"SCRAM credential configs for user-principal '{user}' are {creds}")
+            echo(f"SCRAM credential configs for user-principal '{user}' are {creds}")
         return 0
     if not name:
         raise ToolError("--alter needs --entity-name USER (or --user USER)")
@@ -209,7 +206,7 @@ def cmd_configs(cluster: Cluster, args) -> int:
     deletions = [(name, _mechanism(m)) for config in args.delete_config or ()
                  for m in config.split(",") if m.strip()]
     alter(cluster, upserts, deletions)
-    _out(f"Completed updating config for user {name}.")
+    echo(f"Completed updating config for user {name}.")
     return 0
 
 
