@@ -210,8 +210,9 @@ def test_groups_describe_lag_reset_and_delete(txbroker, tmp_path):
     consumer = KafkaConsumer(topic, bootstrap_servers=b, group_id=group,
                              enable_auto_commit=False, client_id="tools-consumer")
     try:
+        # (60 s: on a machine at load 6, kafka-python's first join took over 20 s twice)
         assert wait_until(lambda: consumer.poll(100) is not None and
-                          len(consumer.assignment()) == 2, timeout=20)
+                          len(consumer.assignment()) == 2, timeout=60)
         r = cli("groups", "--bootstrap-server", b, "describe", "--group", group, "--members",
                 "--verbose")
         [row] = table_rows(r.stdout)
