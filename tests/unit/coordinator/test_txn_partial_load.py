@@ -11,8 +11,8 @@ from kio.schema.errors import ErrorCode as E
 from txbroker.coordinator.transaction.records import TxnLogValue
 from txbroker.coordinator.transaction.state import TransactionCoordinatorState, TxnConfig
 
-from tests.unit.test_txn_snapshot import with_first_offsets
-from tests.unit.test_txn_state import PA, PB, PC, offsets_partition, rec
+from tests.unit.coordinator.test_txn_snapshot import with_first_offsets
+from tests.unit.coordinator.test_txn_state import PA, PB, PC, offsets_partition, rec
 
 LOAD = E.coordinator_load_in_progress.value
 NOW = 1_700_000_000_000

@@ -1,6 +1,6 @@
 """Producer-epoch exhaustion in the transaction coordinator (issue 25, item 1).
 
-The counterexamples the stateful model (tests/unit/test_txn_state.py::TxnMachine) found
+The counterexamples the stateful model (tests/unit/coordinator/test_txn_state.py::TxnMachine) found
 at the boundary, replayed step by step with fixed draws, and the coordinator's rules
 there, request by request.
 """
@@ -24,7 +24,7 @@ from txbroker.coordinator.transaction.state import (
 )
 from txbroker.storage.producer_state import InvalidProducerEpochError, ProducerStateManager
 
-from tests.unit.test_txn_state import (
+from tests.unit.coordinator.test_txn_state import (
     BAD_STATE,
     CONCURRENT,
     FENCED,
@@ -39,7 +39,7 @@ from tests.unit.test_txn_state import (
     entry,
     rec,
 )
-from tests.unit.test_txn_v2 import V2_ADD, V2_END, _header
+from tests.unit.coordinator.test_txn_v2 import V2_ADD, V2_END, _header
 
 
 class FixedData:

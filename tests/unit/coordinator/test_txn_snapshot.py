@@ -18,7 +18,7 @@ from txbroker.coordinator.transaction.snapshot import (
 )
 from txbroker.coordinator.transaction.state import TransactionCoordinatorState, TxnConfig
 
-from tests.unit.test_txn_records import log_values
+from tests.unit.coordinator.test_txn_records import log_values
 
 NOW = 1_700_000_000_000
 

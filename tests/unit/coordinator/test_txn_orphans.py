@@ -7,7 +7,17 @@ partition: recovery is told which partitions hold an open transaction of which p
 
 from __future__ import annotations
 
-from tests.unit.test_txn_state import CONCURRENT, FENCED, NONE, PA, PB, PC, Harness, entry, rec
+from tests.unit.coordinator.test_txn_state import (
+    CONCURRENT,
+    FENCED,
+    NONE,
+    PA,
+    PB,
+    PC,
+    Harness,
+    entry,
+    rec,
+)
 
 PID = 500  # rec()'s producer id
 NOW = 1000
