@@ -6,7 +6,7 @@ end of an AF_UNIX SOCK_SEQPACKET socketpair.
 
 Why a process: fsync threads inside the broker each need the GIL to wake up,
 to return from fsync and to report, while the event loop holds it. Under load
-those hand-offs, not the disk, set the length of a flush round (docs/performance.md,
+those hand-offs, not the disk, set the length of a flush round (docs/internals/performance-history.md,
 "fsync in a helper process"). Here only the helper's own threads share a GIL.
 
 Protocol, one message per SOCK_SEQPACKET datagram:
