@@ -393,36 +393,42 @@ def persisted(ctx: ClassicContext, fx: Fx, g: ClassicGroup, w: ClassicWrite, now
 def _static_member_persisted(ctx: ClassicContext, fx: Fx, g: ClassicGroup, w: ClassicWrite, now: int,
                              error: int) -> None:
     m = g.members.get(w.new_member_id)
-    unchanged = (
+    # The instance still holds the id this write made durable (or failed to), in the
+    # same Stable generation: nothing rewrote the group's record since.
+    same_id = (
         m is not None
-        and m.join_token is not None
-        and m.join_token == w.token
-        and g.state is _S.STABLE
-        and g.generation_id == w.generation_id
         and w.instance_id is not None
         and g.static_members.get(w.instance_id) == w.new_member_id
+        and g.state is _S.STABLE
+        and g.generation_id == w.generation_id
     )
-    if not unchanged:
-        # The group moved on (rebalance, removal, newer join): the parked JoinGroup,
-        # if still parked, is answered by that flow.
-        return
-    assert m is not None and w.instance_id is not None
-    if error != NONE:
-        # The new member id is not durable: go back to the old one.
+    parked = same_id and m.join_token is not None and m.join_token == w.token
+    if error != NONE and same_id and (parked or m.join_token is None):
+        # The new member id is not durable: go back to the old one, as Kafka's
+        # replaceStaticMember on a failed append. Also when this write's JoinGroup was
+        # already answered (a second restart of the instance fenced it, and that
+        # replacement's own write failed and put this id back): else the group would
+        # keep an id that no durable record has.
         token = m.join_token
         m.join_token = None
         g.update_member(fx, m, w.old_protocols, w.old_rebalance_timeout_ms, w.old_session_timeout_ms, None)
         old = g.replace_static_member(fx, w.instance_id, w.new_member_id, w.old_member_id)
         schedule_heartbeat(ctx, g, old, now)
-        fx.respond(token, JoinResult(
-            error=error,
-            generation_id=g.generation_id,
-            protocol_type=g.protocol_type,
-            protocol_name=g.protocol_name,
-            leader_id=w.old_leader_id or "",
-            member_id="",
-        ))
+        if token is not None:
+            fx.respond(token, JoinResult(
+                error=error,
+                generation_id=g.generation_id,
+                protocol_type=g.protocol_type,
+                protocol_name=g.protocol_name,
+                leader_id=w.old_leader_id or "",
+                member_id="",
+            ))
         return
+    if not parked:
+        # The group moved on (rebalance, removal, newer join): the parked JoinGroup,
+        # if still parked, is answered by that flow.
+        return
+    assert m is not None and w.instance_id is not None
     is_leader = g.leader_id == m.member_id
     token = m.join_token
     m.join_token = None
