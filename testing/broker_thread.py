@@ -24,6 +24,10 @@ from txbroker.broker.config import load_config
 from txbroker.broker.server import Broker
 
 from .security import SecuredBrokerAccess, SecuritySetup
+from .thread_safe_ast import serialize_ast_parse
+
+# The broker's thread imports modules lazily while the caller's thread runs tests.
+serialize_ast_parse()
 
 
 class BrokerThread(SecuredBrokerAccess):
