@@ -26,30 +26,23 @@ from tests.differential.util import init_txn
 from tests.helpers import RawClient
 
 from .test_transactions_crash import markers_on_disk
-from .txn_util import TXN_CONFIG, RawTxn, list_offsets, read_all, unique, wait_state
+from .txn_util import (
+    TXN_CONFIG,
+    RawTxn,
+    list_offsets,
+    read_all,
+    retry_retriable,
+    unique,
+    wait_state,
+)
 
 PRODUCE_V2, END_TXN_V2 = 12, 5
-RETRIABLE = {14, 15, 16, 19, 51}  # coordinator loading/unavailable, concurrent transactions
 LAST, MAX = 32766, 32767
 
 
 @pytest.fixture
 def txbroker_config() -> dict[str, str]:
     return dict(TXN_CONFIG)
-
-
-def _retry(call, timeout: float = 20):
-    """``call()`` again while it fails with what a client retries (or cannot connect)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            result = call()
-        except OSError:
-            result = None  # the broker is still starting
-        code = result[0] if isinstance(result, tuple) else result
-        if (code is not None and code not in RETRIABLE) or time.monotonic() > deadline:
-            return result
-        time.sleep(0.05)
 
 
 def _seed(txbroker, tid: str, epoch: int) -> int:
@@ -95,15 +88,15 @@ def test_v2_producer_across_epoch_exhaustion_with_expiry_and_crash(txbroker):
         assert (txn.producer_id, txn.epoch) == (pid, LAST - 1)
 
         # A committed transaction: EndTxn v5 answers the bumped epoch, the last one.
-        assert _retry(lambda: txn.produce(tp, txn.batch(tp, [b"committed"]),
+        assert retry_retriable(lambda: txn.produce(tp, txn.batch(tp, [b"committed"]),
                                           version=PRODUCE_V2))[0] == 0
-        assert _retry(lambda: txn.end(True, version=END_TXN_V2)) == 0
+        assert retry_retriable(lambda: txn.end(True, version=END_TXN_V2)) == 0
         assert (txn.producer_id, txn.epoch) == (pid, LAST)
 
         # The next one, at 32766, is expired by the coordinator, which crashes once the
         # abort's PrepareAbort is durable, before any marker.
         doomed = txn.batch(tp, [b"doomed"])
-        assert _retry(lambda: txn.produce(tp, doomed, version=PRODUCE_V2))[0] == 0
+        assert retry_retriable(lambda: txn.produce(tp, doomed, version=PRODUCE_V2))[0] == 0
         txbroker.faults.arm("before_markers", "crash")
         assert txbroker.expire_transactions(tid, wait=False) == [tid]
         txbroker.wait_crashed()
@@ -115,7 +108,7 @@ def test_v2_producer_across_epoch_exhaustion_with_expiry_and_crash(txbroker):
         # with the next producer id at epoch 0, never with the used-up 32767.
         client = RawClient(txbroker.host, txbroker.port)
         txn.client = client
-        assert _retry(lambda: txn.end(False, version=END_TXN_V2)) == 0
+        assert retry_retriable(lambda: txn.end(False, version=END_TXN_V2)) == 0
         next_pid = txn.producer_id
         assert (next_pid != pid, txn.epoch) == (True, 0), (pid, next_pid, txn.epoch)
         info = wait_state(txbroker, tid, ["CompleteAbort"])
@@ -127,9 +120,9 @@ def test_v2_producer_across_epoch_exhaustion_with_expiry_and_crash(txbroker):
         old = RawTxn(client, tid)
         old.producer_id, old.epoch = pid, LAST
         assert old.produce(tp, old.batch(tp, [b"late"], sequence=1), version=PRODUCE_V2)[0] != 0
-        assert _retry(lambda: txn.produce(tp, txn.batch(tp, [b"after"]),
+        assert retry_retriable(lambda: txn.produce(tp, txn.batch(tp, [b"after"]),
                                           version=PRODUCE_V2))[0] == 0
-        assert _retry(lambda: txn.end(True, version=END_TXN_V2)) == 0
+        assert retry_retriable(lambda: txn.end(True, version=END_TXN_V2)) == 0
         assert (txn.producer_id, txn.epoch) == (next_pid, 1)
         info = wait_state(txbroker, tid, ["CompleteCommit"])
         assert (info["producer_id"], info["producer_epoch"]) == (next_pid, 1)

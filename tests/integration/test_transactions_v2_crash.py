@@ -19,10 +19,9 @@ from tests.differential.util import init_txn
 from tests.helpers import BrokerProcess, RawClient
 
 from .test_transactions_crash import committed_offsets, create_topics, markers_on_disk
-from .txn_util import TXN_CONFIG, RawTxn, list_offsets, read_all, unique
+from .txn_util import TXN_CONFIG, RawTxn, list_offsets, read_all, retry_retriable, unique
 
 PRODUCE_V2, END_TXN_V2, TXN_OFFSET_COMMIT_V2 = 12, 5, 5
-RETRIABLE = {14, 15, 16, 19, 51}  # what a client retries (coordinator loading, concurrent, ...)
 INVALID_PRODUCER_EPOCH = 47
 
 CASES = [
@@ -34,19 +33,6 @@ CASES = [
     ("drop_end_txn_response", "crash"),
     ("drop_end_txn_response", "drop"),
 ]
-
-
-def _retry(call, timeout: float = 20):
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            result = call()
-        except OSError:
-            result = None  # the broker is still starting
-        code = result[0] if isinstance(result, tuple) else result
-        if (code is not None and code not in RETRIABLE) or time.monotonic() > deadline:
-            return result
-        time.sleep(0.05)
 
 
 @pytest.mark.parametrize(("point", "action"), CASES, ids=[f"{p}-{a}" for p, a in CASES])
@@ -69,7 +55,7 @@ def test_crash_in_v2_end_txn_then_restart(tmp_path, point, action):
         pid, epoch = txn.producer_id, txn.epoch
         batches = {tp: txn.batch(tp, [b"t1-%d" % tp[1]]) for tp in tps}
         for tp, batch in batches.items():
-            assert _retry(lambda tp=tp, b=batch: txn.produce(tp, b, version=PRODUCE_V2))[0] == 0
+            assert retry_retriable(lambda tp=tp, b=batch: txn.produce(tp, b, version=PRODUCE_V2))[0] == 0
         assert txn.txn_offset_commit(group, dict.fromkeys(in_tps, 7),
                                      version=TXN_OFFSET_COMMIT_V2) == dict.fromkeys(in_tps, 0)
         try:
@@ -88,7 +74,7 @@ def test_crash_in_v2_end_txn_then_restart(tmp_path, point, action):
         client = RawClient(broker.host, broker.port)
         txn = RawTxn(client, tid)
         txn.producer_id, txn.epoch = pid, epoch
-        assert _retry(lambda: txn.end(True, version=END_TXN_V2)) == 0
+        assert retry_retriable(lambda: txn.end(True, version=END_TXN_V2)) == 0
         assert (txn.producer_id, txn.epoch) == (pid, epoch + 1)
         for tp in [*tps, offsets_tp]:
             deadline = time.monotonic() + 10
@@ -102,12 +88,12 @@ def test_crash_in_v2_end_txn_then_restart(tmp_path, point, action):
         # The producer carries on at the bumped epoch; the crashed transaction's batch,
         # retried late, is refused (it would otherwise join this transaction).
         for tp in tps:
-            assert _retry(lambda tp=tp: txn.produce(tp, txn.batch(tp, [b"t2"]),
+            assert retry_retriable(lambda tp=tp: txn.produce(tp, txn.batch(tp, [b"t2"]),
                                                     version=PRODUCE_V2))[0] == 0
             assert txn.produce(tp, batches[tp], version=PRODUCE_V2)[0] == INVALID_PRODUCER_EPOCH
         assert txn.txn_offset_commit(group, dict.fromkeys(in_tps, 9),
                                      version=TXN_OFFSET_COMMIT_V2) == dict.fromkeys(in_tps, 0)
-        assert _retry(lambda: txn.end(True, version=END_TXN_V2)) == 0
+        assert retry_retriable(lambda: txn.end(True, version=END_TXN_V2)) == 0
         assert txn.epoch == epoch + 2
         deadline = time.monotonic() + 10
         while True:

@@ -261,6 +261,26 @@ def is_fenced(client: str, exc: BaseException) -> bool:
                                           KafkaError.INVALID_PRODUCER_EPOCH)
 
 
+# What a client retries: COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE,
+# NOT_COORDINATOR, NOT_ENOUGH_REPLICAS, CONCURRENT_TRANSACTIONS.
+RETRIABLE = frozenset({14, 15, 16, 19, 51})
+
+
+def retry_retriable(call, timeout: float = 20):
+    """``call()`` again while it fails with what a client retries (or cannot connect,
+    while a restarted broker comes up); a tuple result's first item is its error code."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            result = call()
+        except OSError:
+            result = None
+        code = result[0] if isinstance(result, tuple) else result
+        if (code is not None and code not in RETRIABLE) or time.monotonic() > deadline:
+            return result
+        time.sleep(0.05)
+
+
 def step_outcome(fn, timeout: float = 45) -> str:
     """What one client call did: "ok", the error's name, or "hung" (it neither returned
     nor failed within ``timeout``)."""
