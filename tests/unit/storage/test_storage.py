@@ -369,6 +369,44 @@ def test_the_active_segment_is_validated_from_the_recovery_point(logdir, caplog,
     plog.close()
 
 
+def _index_file_entries(seg) -> tuple[list, list]:
+    with open(seg.index_path, "rb") as f:
+        index = list(struct.iter_unpack(">ii", f.read()))
+    with open(seg.timeindex_path, "rb") as f:
+        times = list(struct.iter_unpack(">qi", f.read()))
+    return index, times
+
+
+def _memory_entries(seg) -> tuple[list, list]:
+    return (list(zip(seg._index_rel, seg._index_pos, strict=True)),
+            list(zip(seg._time_ts, seg._time_rel, strict=True)))
+
+
+def test_index_files_are_written_incrementally_and_rewritten_when_cut(logdir, monkeypatch):
+    """The recovery checkpoint writes the active segment's indexes 4 times a second:
+    only new entries are appended, nothing is opened when there are none, and entries
+    cut in memory (recovery) rewrite the file whole."""
+    config = replace(LAZY, index_interval_bytes=50)
+    plog = open_log(logdir, config)
+    seg = plog.active_segment
+    _fill(plog, 8)
+    seg.write_indexes()
+    assert _index_file_entries(seg) == _memory_entries(seg) and seg._index_rel
+    _fill(plog, 8)
+    seg.write_indexes()
+    assert _index_file_entries(seg) == _memory_entries(seg)
+    opened = []
+    real_open = os.open
+    monkeypatch.setattr(os, "open", lambda *a, **k: opened.append(a[0]) or real_open(*a, **k))
+    seg.write_indexes()
+    assert opened == []
+    monkeypatch.undo()
+    del seg._index_rel[3:], seg._index_pos[3:]
+    seg.write_indexes()
+    assert _index_file_entries(seg)[0] == _memory_entries(seg)[0] == _memory_entries(seg)[0][:3]
+    plog.close()
+
+
 def test_recovery_ignores_index_entries_at_or_above_the_recovery_point(logdir):
     """Entries written after the checkpoint may point at data a crash did not keep."""
     config = replace(LAZY, index_interval_bytes=50)
