@@ -11,6 +11,7 @@ path, for the console while nobody looks at it. docs/console.md describes the pa
 from __future__ import annotations
 
 from importlib import resources
+from typing import NoReturn
 
 from aiohttp import web
 
@@ -54,10 +55,10 @@ async def login_page(request: web.Request) -> web.Response:
     return layout(request, "Log in", body)
 
 
-async def login(request: web.Request) -> web.Response:
+async def login(request: web.Request) -> NoReturn:
     auth: ConsoleAuth = request.app[AUTH]
     form = await request.post()
-    return auth.login_response(str(form.get("token", "")), str(form.get("next", "/")))
+    auth.login(str(form.get("token", "")), str(form.get("next", "/")))
 
 
 def add_routes(app: web.Application, broker, auth: ConsoleAuth) -> None:

@@ -69,7 +69,7 @@ async def _checked_post(request: web.Request):
         log.info("console: refused %s %s from %s: %s", request.method, request.path,
                  request.remote, why)
         response = _refused(request, why, None, 403)
-        raise web.HTTPForbidden(body=response.body, content_type="text/html",
+        raise web.HTTPForbidden(text=response.text, content_type="text/html",
                                 headers=SECURITY_HEADERS)
     return request.app[BROKER], auth, form, who(request, auth)
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import os
-from typing import Protocol
+from typing import NoReturn, Protocol
 from urllib.parse import urlsplit
 
 from aiohttp import web
@@ -80,14 +80,16 @@ class ConsoleAuth:
             return "missing or wrong CSRF token (reload the page)"
         return None
 
-    def login_response(self, given: str, next_path: str) -> web.Response:
+    def login(self, given: str, next_path: str) -> NoReturn:
+        """Raises the redirect: to ``next_path`` with the session cookie, or back to the
+        login page."""
         if self.token is None or not hmac.compare_digest(given.strip().encode(),
                                                          self.token.load()):
             raise web.HTTPSeeOther("/console/login?failed=1&next=" + _local(next_path))
         response = web.HTTPSeeOther(_local(next_path))
         response.set_cookie(COOKIE, self._mac(b"session"), httponly=True, samesite="Strict",
                             secure=self.secure, path="/")
-        return response
+        raise response
 
 
 def _local(path: str) -> str:

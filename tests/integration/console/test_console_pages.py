@@ -9,7 +9,7 @@ import urllib.parse
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from .http_client import ConsoleClient, text_of, wait_for
+from .http_client import ConsoleClient, text_of
 
 TID = 'tx-<b id="x">bold</b>/1'
 GROUP = "g-<script>alert(1)</script>"
