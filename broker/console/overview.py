@@ -83,9 +83,10 @@ async def overview(request: web.Request) -> web.Response:
          for lst in broker.listeners], id="listeners")
     features = table(["Feature", "Finalized level"],
                      sorted(broker.features.levels.items()), id="features")
+    server = broker.admin_http
     admin = kv([
-        ("Scheme", "https" if config.get("admin.http.ssl.keystore.location") else "http"),
-        ("Bound", f"{config.get('admin.http.host')}:{config.get('admin.http.port')}"),
+        ("Scheme", server.scheme),
+        ("Bound", f"{server.host}:{server.port}"),
         ("Bearer token", "required" if config.get("admin.http.auth.token.file") else "none"),
     ])
     error_rows = []

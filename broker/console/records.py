@@ -89,6 +89,8 @@ def read_rows(plog, start: int, end: int, limit: int, committed: bool
             is_aborted = header.is_transactional and any(
                 a.producer_id == header.producer_id
                 and a.first_offset <= header.base_offset <= a.last_offset for a in aborted)
+            first_open = plog.ongoing_txns.get(header.producer_id)
+            is_open = first_open is not None and header.base_offset >= first_open
             for i, rec in enumerate(decode_records(data, at)):
                 if rec.offset < pos or rec.offset >= end:
                     continue
@@ -97,7 +99,8 @@ def read_rows(plog, start: int, end: int, limit: int, committed: bool
                     continue
                 if len(rows) >= limit:
                     break
-                rows.append({"kind": "aborted" if is_aborted else "record",
+                rows.append({"kind": "aborted" if is_aborted else
+                             "open" if header.is_transactional and is_open else "record",
                              "offset": rec.offset, "timestamp": rec.timestamp,
                              "key": rec.key, "value": rec.value, "headers": rec.headers,
                              **batch_info,
@@ -112,6 +115,10 @@ def read_rows(plog, start: int, end: int, limit: int, committed: bool
     return rows, hidden, min(pos, end)
 
 
+KINDS = {"aborted": Raw('<span class="aborted">aborted</span>'),
+         "open": Raw('<span class="open">open transaction</span>')}
+
+
 def _row(r: dict, fmt: str) -> list[object]:
     who = f"{r['producer_id']} / {r['epoch']} / {r['sequence']}" \
         if r["producer_id"] >= 0 else "-"
@@ -120,8 +127,7 @@ def _row(r: dict, fmt: str) -> list[object]:
             ControlType.__members__ else "control batch"
         return [r["offset"], ms_time(r["timestamp"]),
                 Raw(f'<span class="marker">{esc(marker)}</span>'), "", "", "", who]
-    kind = Raw('<span class="aborted">aborted</span>') if r["kind"] == "aborted" else \
-        ("transactional" if r["transactional"] else "")
+    kind = KINDS.get(r["kind"]) or ("transactional" if r["transactional"] else "")
     headers = Raw("<br>".join(f"{esc(k)}: {render_bytes(v, fmt)}" for k, v in r["headers"]))
     return [r["offset"], ms_time(r["timestamp"]), kind, render_bytes(r["key"], fmt),
             render_bytes(r["value"], fmt), headers, who]

@@ -89,6 +89,7 @@ def test_record_browser_isolation_levels(txbroker, client):
     assert "COMMIT marker" in body and "ABORT marker" in body
     assert "aborted-value" in body and '<span class="aborted">aborted</span>' in body
     assert "open-value-2" in body  # up to the high watermark
+    assert body.count('<span class="open">open transaction</span>') == 2
     # HTML in a value or header is text.
     assert "&lt;img src=x onerror=alert(1)&gt;" in body and "<img src=x" not in body
     assert "h&lt;1&gt;: " in body and "&lt;i&gt;hv&lt;/i&gt;" in body
@@ -141,3 +142,18 @@ def test_unknown_things_are_404_and_lists_are_bounded(txbroker, client):
     assert "1–100 of 250" in body and 'class="next"' in body
     status, body = client.get("/console/topics/many?start=200&limit=100000")
     assert body.count(">records</a>") == 50 and "201–250 of 250" in body
+
+
+def test_a_broker_process_logs_the_console_url(tmp_path):
+    """What `make demo` prints: the admin endpoint's URL, read from the broker's log."""
+    import urllib.request
+
+    from txbroker.testing import BrokerProcess
+
+    broker = BrokerProcess(str(tmp_path / "data"), {"admin.http.port": "0"}).start()
+    try:
+        assert broker.admin_url and broker.admin_url.startswith("http://127.0.0.1:")
+        with urllib.request.urlopen(broker.admin_url + "/", timeout=10) as resp:
+            assert resp.status == 200 and "<h1>Overview</h1>" in resp.read().decode()
+    finally:
+        broker.terminate()
