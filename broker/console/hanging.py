@@ -39,16 +39,21 @@ def transactional_ids_of(broker, producer_ids: Iterable[int]) -> dict[int, str]:
             if t.producer_id in wanted}
 
 
-def open_transactions(broker, plogs: Iterable, now_ms: int | None = None
-                      ) -> list[OpenInPartition]:
-    """Every open transaction in ``plogs``, classified as find-hanging does."""
+def open_transactions(broker, plogs: Iterable, now_ms: int | None = None, *,
+                      candidates_only: bool = False) -> list[OpenInPartition]:
+    """Every open transaction in ``plogs``, classified as find-hanging does; with
+    ``candidates_only`` only those last written longer ago than the maximum timeout
+    (the only ones that can hang: in the usual case none, and the coordinator's ids
+    are not even looked at)."""
     now = int(time.time() * 1000) if now_ms is None else now_ms
     max_ms = broker.config.get("transaction.max.timeout.ms")
     found = []
     for plog in plogs:
         for pid, first in list(plog.ongoing_txns.items()):
             entry = plog.producer_state.producers.get(pid)
-            found.append((plog, pid, first, entry))
+            last_ts = entry.last_timestamp if entry is not None else -1
+            if not candidates_only or now - last_ts > max_ms:
+                found.append((plog, pid, first, entry))
     tids = transactional_ids_of(broker, (pid for _, pid, _, _ in found))
     state = broker.transactions.state
     out = []
@@ -67,8 +72,9 @@ def open_transactions(broker, plogs: Iterable, now_ms: int | None = None
     return out
 
 
-def all_open_transactions(broker) -> list[OpenInPartition]:
+def hanging_candidates(broker) -> list[OpenInPartition]:
     """Over every partition but the internal topics' (find-hanging skips them too)."""
     internal = {name for name, info in broker.logs.topics.items() if info.internal}
     return open_transactions(broker, (p for p in list(broker.logs.logs.values())
-                                      if p.ongoing_txns and p.topic not in internal))
+                                      if p.ongoing_txns and p.topic not in internal),
+                             candidates_only=True)

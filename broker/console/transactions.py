@@ -5,12 +5,13 @@ time, age against its timeout, coordinator partition), the hanging ones found as
 from __future__ import annotations
 
 import time
+from bisect import bisect_left
 
 from aiohttp import web
 from txbroker.coordinator.internal_topic import TXN_TOPIC, partition_for
 
 from . import html as h
-from .hanging import all_open_transactions
+from .hanging import hanging_candidates
 from .html import AUTH, BROKER, PAGE_SIZE, Raw, esc, layout, link
 from .topics import partition_href
 
@@ -57,16 +58,13 @@ async def transactions(request: web.Request) -> web.Response:
     start, limit = h.page_params(request)
     wanted = request.query.get("state", "open")
     prefix = request.query.get("q", "")
-    filters = OPEN_STATES if wanted == "open" else (() if wanted == "all" else (wanted,))
-    listed = [t for t in state.list_transactions(filters, ()).transactions
-              if t.transactional_id.startswith(prefix)]
+    listed = _listed(state, wanted, prefix)
     now = int(time.time() * 1000)
     rows = []
-    for t in listed[start:start + limit]:
-        d = state.describe(t.transactional_id)
+    for tid in listed[start:start + limit]:
+        d = state.describe(tid)
         if d.error:
-            continue  # gone between the list and now
-        tid = t.transactional_id
+            continue  # Dead (expired): shown by no list
         rows.append([link(f"/console/transactions/{h.seg(tid)}", tid, **{"class": "tid"}),
                      Raw(f'<span class="state">{esc(d.state)}</span>'), d.producer_id,
                      d.producer_epoch, _partitions_text(d.topics),
@@ -89,10 +87,23 @@ async def transactions(request: web.Request) -> web.Response:
     return layout(request, "Transactions", body)
 
 
+def _listed(state, wanted: str, prefix: str) -> list[str]:
+    """The ids of the list, sorted: a prefix is two bisections of the sorted ids, a state
+    filter one pass over them (100,000 ids: tens of ms, the page's main cost)."""
+    ids = state.transactional_ids()
+    if prefix:
+        ids = ids[bisect_left(ids, prefix):bisect_left(ids, prefix + "\U0010ffff")]
+    states = set(OPEN_STATES) if wanted == "open" else None if wanted == "all" else {wanted}
+    if states is None:
+        return ids
+    state_of = state.state_of
+    return [tid for tid in ids if (s := state_of(tid)) is not None and s.value in states]
+
+
 def hanging_section(request: web.Request) -> Raw:
     broker = request.app[BROKER]
     auth = request.app[AUTH]
-    found = [o for o in all_open_transactions(broker) if o.hanging]
+    found = [o for o in hanging_candidates(broker) if o.hanging]
     rows = []
     for o in found[:PAGE_SIZE]:
         action = ""
