@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import http.cookiejar
 import re
+import ssl
 import time
 import urllib.error
 import urllib.parse
@@ -17,12 +18,14 @@ class _NoRedirect(urllib.request.HTTPRedirectHandler):
 
 
 class ConsoleClient:
-    def __init__(self, base: str) -> None:
+    def __init__(self, base: str, context: ssl.SSLContext | None = None) -> None:
         self.base = base
         self.jar = http.cookiejar.CookieJar()
-        cookies = urllib.request.HTTPCookieProcessor(self.jar)
-        self.opener = urllib.request.build_opener(cookies)
-        self.plain = urllib.request.build_opener(cookies, _NoRedirect)
+        handlers = [urllib.request.HTTPCookieProcessor(self.jar)]
+        if context is not None:
+            handlers.append(urllib.request.HTTPSHandler(context=context))
+        self.opener = urllib.request.build_opener(*handlers)
+        self.plain = urllib.request.build_opener(*handlers, _NoRedirect)
 
     def request(self, path: str, data: dict | None = None, *, follow: bool = True,
                 headers: dict | None = None) -> tuple[int, str, dict]:

@@ -193,3 +193,65 @@ class TestAcls:
         assert text_of(body, "error").startswith("TRANSACTIONAL_ID_AUTHORIZATION_FAILED")
         assert txbroker.last_stable_offset("abort-t") == 0
         producer.abort_transaction(10)
+
+    def test_an_acl_granting_write_on_the_transactional_id_allows_the_abort(self, txbroker,
+                                                                            client):
+        from confluent_kafka.admin import (
+            AclBinding,
+            AclOperation,
+            AclPermissionType,
+            AdminClient,
+            ResourcePatternType,
+            ResourceType,
+        )
+
+        producer = _open_transaction(txbroker)
+        admin = AdminClient({"bootstrap.servers": txbroker.bootstrap})  # a super user
+        acl = AclBinding(ResourceType.TRANSACTIONAL_ID, TID, ResourcePatternType.LITERAL,
+                         "User:operator", "*", AclOperation.WRITE, AclPermissionType.ALLOW)
+        for future in admin.create_acls([acl]).values():
+            future.result(10)
+        client.login(TOKEN)
+        status, body = client.get("/console/security")
+        assert "User:operator" in body and "TRANSACTIONAL_ID" in body
+        status, body = client.get(_abort_path())
+        status, body = client.post(_abort_path(), form_fields(body))
+        assert status == 200 and "Aborting the transaction of" in text_of(body, "flash")
+        wait_for(lambda: txbroker.last_stable_offset("abort-t") == 4, what="the LSO")
+        del producer
+
+
+def test_over_https_the_session_cookie_is_secure(tmp_path, token_file):
+    import ssl
+
+    from txbroker.testing import BrokerThread
+
+    from tests.pki import make_ca, make_cert
+
+    make_ca(tmp_path)
+    make_cert(tmp_path, "server", "localhost")
+    broker = BrokerThread(str(tmp_path / "data"), {
+        "admin.http.port": "0", "admin.http.auth.token.file": token_file,
+        "admin.http.ssl.keystore.location": str(tmp_path / "server-keystore.pem")}).start()
+    try:
+        port = broker.call(lambda b: b.admin_http.port)
+        client = ConsoleClient(f"https://localhost:{port}", ssl.create_default_context(
+            cafile=str(tmp_path / "ca.pem")))
+        status, _body, headers = client.request("/console/login",
+                                                {"token": TOKEN, "next": "/"}, follow=False)
+        assert status == 303
+        cookie = headers["Set-Cookie"]
+        assert "Secure" in cookie and "HttpOnly" in cookie and "SameSite=Strict" in cookie
+    finally:
+        broker.stop()
+
+
+class TestConsoleOff:
+    @pytest.fixture
+    def txbroker_config(self):
+        return {"admin.http.port": "0", "admin.http.console.enable": "false"}
+
+    def test_the_endpoint_keeps_its_paths_without_the_console(self, txbroker, client):
+        assert client.get("/")[0] == 404
+        assert client.get("/console/topics")[0] == 404
+        assert client.get("/metrics")[0] == 200
