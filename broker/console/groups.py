@@ -83,6 +83,8 @@ async def group(request: web.Request) -> web.Response:
     body = (f"{head}<h2>Members</h2>"
             + table(["Member id", "Instance id", "Client id", "Host", "Assignment"], members,
                     id="members")
+            + (f"<p>{len(d.members) - limit} more members not shown.</p>"
+               if len(d.members) > limit else "")
             + "<h2>Committed offsets</h2><p class=\"note\">Lag (HW): high watermark − "
             "committed, as kafka-consumer-groups.sh shows it. Lag (LSO): last stable "
             "offset − committed, what a read_committed consumer can read now; the rest is "

@@ -4,6 +4,7 @@ each page shows of transactions, the LSO, groups and records, escaping, bounds."
 from __future__ import annotations
 
 import html
+import json
 import urllib.parse
 
 import pytest
@@ -127,6 +128,17 @@ def test_group_lag_against_the_high_watermark_and_the_lso(txbroker, client):
     assert status == 200
     assert '<span class="lag-hw">5</span>' in body  # 6 - 1
     assert '<span class="lag-lso">3</span>' in body  # 4 - 1: the open transaction's two held
+    del producer
+
+
+def test_the_charts_source_counts_bytes_and_transactions(txbroker, client):
+    producer = _pipeline(txbroker)
+    status, body = client.get("/console/api/rates")
+    rates = json.loads(body)
+    assert status == 200 and rates["produce_bytes"] > 0
+    assert (rates["committed"], rates["aborted"]) == (1, 1)
+    assert sum(rates["end_txn"]["counts"]) == 2  # the commit's EndTxn and the abort's
+    assert len(rates["fsync"]["counts"]) == len(rates["fsync"]["bounds"]) + 1
     del producer
 
 
