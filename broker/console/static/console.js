@@ -1,11 +1,11 @@
 // txbroker console: live charts on the overview (inline SVG drawn here, no library).
-// Polls /console/api/rates (cumulative counters) while the page is open and visible;
+// Polls /console/api/rates (cumulative counters) each second while the page is visible;
 // rates and percentiles come from the differences between two polls.
 "use strict";
 (function () {
   const root = document.getElementById("charts");
   if (!root) return;
-  const POLL_MS = 2000, POINTS = 90, W = 310, H = 90;
+  const POLL_MS = 1000, POINTS = 120, W = 310, H = 90;
   const NS = "http://www.w3.org/2000/svg";
   const charts = [
     { id: "produce", title: "Produce bytes/s", unit: "B/s", lines: ["produce"] },
@@ -67,8 +67,11 @@
     max = max || 1;
     c.svg.append(el("line", { x1: 0, y1: H - 1, x2: W, y2: H - 1, stroke: "#d8dde2" }));
     c.lines.forEach((l, i) => {
+      // The newest point at the right edge; the window widens from 30 samples to
+      // POINTS as they come, then scrolls left.
+      const n = series[l].length, span = Math.min(POINTS, Math.max(n, 30)) - 1;
       const pts = series[l].map((v, j) => v === null ? null :
-        `${(W * j / (POINTS - 1)).toFixed(1)},${(H - 2 - (H - 6) * v / max).toFixed(1)}`)
+        `${(W - W * (n - 1 - j) / span).toFixed(1)},${(H - 2 - (H - 6) * v / max).toFixed(1)}`)
         .filter(p => p !== null).join(" ");
       if (pts) c.svg.append(el("polyline", { points: pts, fill: "none", stroke: colors[i],
                                               "stroke-width": 1.5, class: "line-" + l }));

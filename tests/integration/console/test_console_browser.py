@@ -7,6 +7,7 @@ real clients. Screenshots of every page go to test-artifacts/console/ (ignored b
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -52,6 +53,19 @@ def browser():
         yield driver
     finally:
         driver.quit()
+
+
+def _navigate(driver, element) -> None:
+    """Click a link or button and wait for the next page: click() returns before it
+    is loaded, and the old page's elements would be found (then go stale)."""
+    from selenium.webdriver.support import expected_conditions
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    old = driver.find_element("tag name", "html")
+    element.click()
+    WebDriverWait(driver, 15).until(expected_conditions.staleness_of(old))
+    WebDriverWait(driver, 15).until(
+        lambda d: d.execute_script("return document.readyState") == "complete")
 
 
 def _shot(driver, name: str) -> None:
@@ -102,7 +116,7 @@ def test_console_in_a_browser(txbroker, browser):
     d.get(base + "/")
     assert "/console/login" in d.current_url  # the token is needed
     find(By.ID, "token").send_keys(TOKEN)
-    find(By.ID, "login").click()
+    _navigate(d, find(By.ID, "login"))
     assert find(By.TAG_NAME, "h1").text == "Overview"
     assert "PLAINTEXT" in find(By.ID, "listeners").text
 
@@ -126,7 +140,7 @@ def test_console_in_a_browser(txbroker, browser):
     assert "ABORTED-RECORD" in records and "COMMIT marker" in records
     assert d.find_elements(By.CSS_SELECTOR, "#records .aborted")
     _shot(d, "records-read-uncommitted")
-    find(By.ID, "read_committed").click()  # the isolation switch
+    _navigate(d, find(By.ID, "read_committed"))  # the isolation switch
     records = find(By.ID, "records").text
     assert "ABORTED-RECORD" not in records and "order-4" not in records
     assert "order-1" in records and "order-2" in records
@@ -137,17 +151,17 @@ def test_console_in_a_browser(txbroker, browser):
     link = find(By.CSS_SELECTOR, "#groups a.group")
     assert link.text == GROUP and not d.find_elements(By.ID, "injected-img")
     _shot(d, "groups")
-    link.click()
+    _navigate(d, link)
     assert find(By.CSS_SELECTOR, "#offsets .lag-hw").text == "6"
     assert find(By.CSS_SELECTOR, "#offsets .lag-lso").text == "4"
     _shot(d, "group")
 
     # Abort: the confirmation page, then the LSO catches up.
     d.get(base + "/console/transactions")
-    find(By.CSS_SELECTOR, "#transactions a.abort").click()
+    _navigate(d, find(By.CSS_SELECTOR, "#transactions a.abort"))
     assert find(By.TAG_NAME, "h1").text == "Abort transaction"
     _shot(d, "abort-confirm")
-    find(By.ID, "confirm-abort").click()
+    _navigate(d, find(By.ID, "confirm-abort"))
     assert "Aborting the transaction of" in find(By.ID, "flash").text
     wait_for(lambda: txbroker.last_stable_offset("payments") == 8, what="the ABORT marker")
     d.get(base + "/console/topics/payments/0")
@@ -165,6 +179,26 @@ def test_console_in_a_browser(txbroker, browser):
     _shot(d, "security")
     # The overview's charts are drawn by the page's script from /console/api/rates.
     d.get(base + "/")
+    if os.environ.get("TXBROKER_CONSOLE_SCREENSHOTS"):
+        _traffic(txbroker, seconds=20)  # for the docs: charts with something on them
     wait_for(lambda: d.find_elements(By.CSS_SELECTOR, "#chart-txn svg polyline"),
              timeout=15, what="the charts")
     _shot(d, "overview")
+
+
+def _traffic(txbroker, seconds: float) -> None:
+    """Transactions of a few records, every 10th aborted, for ``seconds``."""
+    p = Producer({"bootstrap.servers": txbroker.bootstrap, "transactional.id": "traffic",
+                  "linger.ms": 5})
+    p.init_transactions(10)
+    end, n = time.monotonic() + seconds, 0
+    while time.monotonic() < end:
+        p.begin_transaction()
+        for i in range(20):
+            p.produce("payments", value=b"x" * 200, partition=1, key=b"%d" % i)
+        if n % 10 == 9:
+            p.flush(10)
+            p.abort_transaction(10)
+        else:
+            p.commit_transaction(10)
+        n += 1

@@ -10,7 +10,7 @@ import urllib.parse
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from .http_client import ConsoleClient, text_of
+from .http_client import ConsoleClient, text_of, wait_for
 
 TID = 'tx-<b id="x">bold</b>/1'
 GROUP = "g-<script>alert(1)</script>"
@@ -133,12 +133,17 @@ def test_group_lag_against_the_high_watermark_and_the_lso(txbroker, client):
 
 def test_the_charts_source_counts_bytes_and_transactions(txbroker, client):
     producer = _pipeline(txbroker)
-    status, body = client.get("/console/api/rates")
-    rates = json.loads(body)
-    assert status == 200 and rates["produce_bytes"] > 0
-    assert (rates["committed"], rates["aborted"]) == (1, 1)
-    assert sum(rates["end_txn"]["counts"]) == 2  # the commit's EndTxn and the abort's
-    assert len(rates["fsync"]["counts"]) == len(rates["fsync"]["bounds"]) + 1
+    def rates():
+        status, body = client.get("/console/api/rates")
+        assert status == 200
+        return json.loads(body)
+
+    # The outcomes are counted once CompleteCommit/CompleteAbort is written.
+    wait_for(lambda: (rates()["committed"], rates()["aborted"]) == (1, 1), what="outcomes")
+    r = rates()
+    assert r["produce_bytes"] > 0
+    assert sum(r["end_txn"]["counts"]) == 2  # the commit's EndTxn and the abort's
+    assert len(r["fsync"]["counts"]) == len(r["fsync"]["bounds"]) + 1
     del producer
 
 
