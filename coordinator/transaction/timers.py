@@ -65,6 +65,7 @@ class TimersMixin:
                 continue
             if txn.pending is not None:
                 txn.expire_requested = True
+                txn.expire_outcome = outcome
             elif not self._fence_and_abort(fx, txn, now_ms, None, 0, outcome):
                 continue  # no producer id for an abort at the last epoch: left alone
             fx.expired.append(txn.transactional_id)
