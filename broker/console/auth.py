@@ -18,7 +18,7 @@ import hashlib
 import hmac
 import os
 from typing import NoReturn, Protocol
-from urllib.parse import urlsplit
+from urllib.parse import quote, urlsplit
 
 from aiohttp import web
 
@@ -85,7 +85,8 @@ class ConsoleAuth:
         login page."""
         if self.token is None or not hmac.compare_digest(given.strip().encode(),
                                                          self.token.load()):
-            raise web.HTTPSeeOther("/console/login?failed=1&next=" + _local(next_path))
+            raise web.HTTPSeeOther("/console/login?failed=1&next=" +
+                                   quote(_local(next_path), safe=""))
         response = web.HTTPSeeOther(_local(next_path))
         response.set_cookie(COOKIE, self._mac(b"session"), httponly=True, samesite="Strict",
                             secure=self.secure, path="/")
