@@ -121,6 +121,7 @@ def size(n: int) -> str:
 
 
 _HERE = ' class="here"'
+REFRESH_SECONDS = ("1", "2", "5", "10", "30")
 
 
 def layout(request: web.Request, title: str, body: str, *, status: int = 200) -> web.Response:
@@ -130,12 +131,22 @@ def layout(request: web.Request, title: str, body: str, *, status: int = 200) ->
         f"{esc(text)}</a>" for href, text in NAV)
     flash = request.query.get("flash")
     notice = f'<p class="flash" id="flash">{esc(flash)}</p>' if flash else ""
+    # ?refresh=N reloads the page every N seconds (a <meta> refresh: no script), to watch
+    # a pipeline's transactions; the header's link turns it on and off.
+    refresh = request.query.get("refresh", "")
+    refresh = refresh if refresh in REFRESH_SECONDS else ""
+    params = {k: v for k, v in request.query.items() if k not in ("refresh", "flash")}
+    toggle = link(url(here, **params) if refresh else url(here, **params, refresh="2"),
+                  "auto-refresh: on" if refresh else "auto-refresh: off",
+                  **{"class": "refresh", "id": "refresh"})
+    meta = f'<meta http-equiv="refresh" content="{refresh}">' if refresh else ""
     page = (f'<!doctype html><html lang="en"><head><meta charset="utf-8">'
-            f'<meta name="viewport" content="width=device-width, initial-scale=1">'
+            f'<meta name="viewport" content="width=device-width, initial-scale=1">{meta}'
             f"<title>{esc(title)} · txbroker</title>"
             f'<link rel="stylesheet" href="/console/static/console.css">'
             f'<script src="/console/static/console.js" defer></script></head>'
-            f'<body><header><span class="brand">txbroker</span><nav>{nav}</nav></header>'
+            f'<body><header><span class="brand">txbroker</span><nav>{nav}</nav>{toggle}'
+            f"</header>"
             f"<main><h1>{esc(title)}</h1>{notice}{body}</main></body></html>")
     return web.Response(text=page, status=status, content_type="text/html", charset="utf-8",
                         headers=SECURITY_HEADERS)

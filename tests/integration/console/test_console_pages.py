@@ -131,6 +131,15 @@ def test_group_lag_against_the_high_watermark_and_the_lso(txbroker, client):
     del producer
 
 
+def test_auto_refresh_is_a_meta_refresh(txbroker, client):
+    status, body = client.get("/console/transactions?state=all&refresh=2")
+    assert status == 200 and '<meta http-equiv="refresh" content="2">' in body
+    # The toggle turns it off and keeps the other parameters.
+    assert 'href="/console/transactions?state=all" class="refresh"' in body
+    status, body = client.get("/console/transactions?refresh=2%22%3E%3Cscript%3E")
+    assert "http-equiv" not in body and "<script>" not in body
+
+
 def test_the_charts_source_counts_bytes_and_transactions(txbroker, client):
     producer = _pipeline(txbroker)
     def rates():
