@@ -119,15 +119,23 @@ def test_record_browser_isolation_levels(txbroker, client):
 def test_group_lag_against_the_high_watermark_and_the_lso(txbroker, client):
     producer = _pipeline(txbroker)
     consumer = Consumer({"bootstrap.servers": txbroker.bootstrap, "group.id": GROUP,
-                         "enable.auto.commit": False})
+                         "client.id": "console-member", "enable.auto.commit": False,
+                         "isolation.level": "read_committed"})
+    assigned = []
+    consumer.subscribe(["console-t"], on_assign=lambda _c, parts: assigned.extend(parts))
+    wait_for(lambda: consumer.poll(0.1) is None and len(assigned) == 2, what="assignment")
     consumer.commit(offsets=[TopicPartition("console-t", 0, 1)], asynchronous=False)
-    consumer.close()
-    status, body = client.get("/console/groups")
-    assert status == 200 and html.escape(GROUP) in body and GROUP not in body
-    status, body = client.get("/console/groups/" + urllib.parse.quote(GROUP, safe=""))
-    assert status == 200
-    assert '<span class="lag-hw">5</span>' in body  # 6 - 1
-    assert '<span class="lag-lso">3</span>' in body  # 4 - 1: the open transaction's two held
+    try:
+        status, body = client.get("/console/groups")
+        assert status == 200 and html.escape(GROUP) in body and GROUP not in body
+        status, body = client.get("/console/groups/" + urllib.parse.quote(GROUP, safe=""))
+        assert status == 200
+        members = body.split('id="members"')[1].split("</table>")[0]
+        assert "console-member" in members and "console-t-0, console-t-1" in members
+        assert '<span class="lag-hw">5</span>' in body  # 6 - 1
+        assert '<span class="lag-lso">3</span>' in body  # 4 - 1: the open transaction's two
+    finally:
+        consumer.close()
     del producer
 
 
