@@ -33,10 +33,10 @@ def txbroker_config(tmp_path):
 
 
 @pytest.fixture
-def browser():
+def browser(monkeypatch):
     for path in (CHROMIUM, CHROMEDRIVER):
         assert os.path.exists(path), f"{path} is missing: run `make system-deps`"
-    os.environ["SE_OFFLINE"] = "true"  # belt and braces: Selenium Manager stays offline
+    monkeypatch.setenv("SE_OFFLINE", "true")  # belt and braces: Selenium Manager stays offline
     from selenium import webdriver
     from selenium.webdriver.chrome.options import Options
     from selenium.webdriver.chrome.service import Service
