@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 SUDO := $(shell [ "$$(id -u)" = "0" ] || echo sudo)
 
-.PHONY: install system-deps kafka-jars spark-kafka-jars kafkajs test test-kafka test-fast model-check lint demo bench bench-kafka bench-abuse bench-compare fuzz serve clean docs-config
+.PHONY: install system-deps kafka-jars spark-kafka-jars kafkajs test test-kafka test-fast model-check lint console-screenshots demo bench bench-kafka bench-abuse bench-compare fuzz serve clean docs-config
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -m venv $(VENV) 2>/dev/null || { \
@@ -17,11 +17,15 @@ $(STAMP): pyproject.toml
 	@rm -f $(VENV)/.installed-*
 	@touch $(STAMP)
 
-# kcat is used by the tests (a librdkafka CLI client).
+# kcat is used by the tests (a librdkafka CLI client); chromium and chromium-driver by the
+# console's browser test (tests/integration/console/, driven by Selenium: docs/dependencies.md).
 system-deps:
 	@command -v kcat >/dev/null 2>&1 || { \
 	  echo "installing kcat"; \
 	  $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq kcat; }
+	@{ command -v chromium >/dev/null 2>&1 && [ -x /usr/bin/chromedriver ]; } || { \
+	  echo "installing chromium and chromium-driver"; \
+	  $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq chromium chromium-driver; }
 
 # Apache Kafka from Maven Central, the reference broker of the differential tests
 # (tests/differential/, tests/kafka_reference.py). Only the tests use it: txbroker itself
@@ -116,6 +120,11 @@ model-check: install
 # `make demo SECURE=1` runs it on SASL_SSL with SCRAM users and ACLs (docs/security.md).
 SOURCE ?= txbroker
 SECURE ?=
+# The console's screenshots in docs/console/ (docs/console.md), taken by its browser test.
+console-screenshots: install
+	TXBROKER_CONSOLE_SCREENSHOTS=docs/console $(PY) -m pytest -q -p no:cacheprovider \
+	  tests/integration/console/test_console_browser.py
+
 demo: install
 	$(PY) -m txbroker.spark_jobs.demo --source $(SOURCE) $(if $(SECURE),--secure)
 

@@ -5,6 +5,8 @@ GET /metrics  Prometheus text format (broker/metrics.py; docs/operations.md list
               requests, errors, bytes and latency per API; transactions by outcome;
               per-partition offsets (HW, LSO); consumer-group lag; fsync latency
 GET /topics   JSON: topics with partitions, offsets and config overrides
+GET /         the web console (broker/console/, docs/console.md) unless
+              admin.http.console.enable is false
 
 Loopback only unless ``admin.http.host`` says otherwise. It can serve HTTPS
 (``admin.http.ssl.*``, optionally asking for client certificates) and require a bearer
@@ -22,9 +24,11 @@ import logging
 import os
 import ssl
 from typing import TYPE_CHECKING, Protocol
+from urllib.parse import quote
 
 from aiohttp import web
 
+from . import console
 from .config import StartupError
 from .metrics import MetricsSource, render
 
@@ -118,7 +122,9 @@ def _is_loopback(host: str) -> bool:
         return host == "localhost"
 
 
-def build_app(broker: AdminSource, token: BearerToken | None = None) -> web.Application:
+def build_app(broker: AdminSource, token: BearerToken | None = None,
+              console_auth: console.ConsoleAuth | None = None) -> web.Application:
+    """The endpoint's routes; the console's too when ``console_auth`` is given."""
     async def health(_request: web.Request) -> web.Response:
         if broker.stopping.is_set():
             return web.Response(status=503, text="stopping\n")
@@ -148,6 +154,14 @@ def build_app(broker: AdminSource, token: BearerToken | None = None) -> web.Appl
     async def require_token(request: web.Request, handler):
         if token is not None and request.path != "/health" \
                 and not token.accepts(request.headers.get("Authorization")):
+            if console_auth is not None and console.is_console_path(request.path):
+                # A browser sends the token as the login's session cookie.
+                if request.path.startswith(console.PUBLIC_PREFIXES) \
+                        or console_auth.has_session(request):
+                    return await handler(request)
+                if request.method == "GET":
+                    raise web.HTTPSeeOther("/console/login?next=" + quote(
+                        request.path_qs, safe=""))
             log.info("admin HTTP: refused %s %s from %s (no valid bearer token)",
                      request.method, request.path, request.remote)
             return web.Response(status=401, text="bearer token required\n",
@@ -158,6 +172,8 @@ def build_app(broker: AdminSource, token: BearerToken | None = None) -> web.Appl
     app.router.add_get("/health", health)
     app.router.add_get("/metrics", metrics)
     app.router.add_get("/topics", topics)
+    if console_auth is not None:
+        console.add_routes(app, broker, console_auth)
     return app
 
 
@@ -171,21 +187,28 @@ class AdminHttpServer:
         self.ssl_context = server_ssl_context(config)
         path = config.get("admin.http.auth.token.file")
         self.token = BearerToken(path) if path else None
+        self.console_auth = console.ConsoleAuth(
+            self.token, read_only=config.get("admin.http.console.read.only"),
+            principal=config.get("admin.http.console.principal"),
+            secure=self.ssl_context is not None) \
+            if config.get("admin.http.console.enable") else None
 
     @property
     def scheme(self) -> str:
         return "https" if self.ssl_context is not None else "http"
 
     async def start(self) -> None:
-        self._runner = web.AppRunner(build_app(self.broker, self.token), access_log=None)
+        self._runner = web.AppRunner(build_app(self.broker, self.token, self.console_auth),
+                                     access_log=None)
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.host, self.port, ssl_context=self.ssl_context)
         await site.start()
         server = site._server  # the bound port when 0 was asked for
         if server is not None and server.sockets:
             self.port = server.sockets[0].getsockname()[1]
-        log.info("admin HTTP on %s://%s:%d (/health, /metrics, /topics)%s", self.scheme,
-                 self.host, self.port, ", bearer token required" if self.token else "")
+        log.info("admin HTTP on %s://%s:%d (/health, /metrics, /topics%s)%s", self.scheme,
+                 self.host, self.port, ", console at /" if self.console_auth else "",
+                 ", bearer token required" if self.token else "")
         if self.token is None and not _is_loopback(self.host):
             log.warning("admin HTTP on %s without admin.http.auth.token.file: anyone who "
                         "reaches it can read topics and metrics", self.host)

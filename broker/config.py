@@ -327,6 +327,13 @@ BROKER_KEYS: dict[str, BrokerKey] = {
                   "file holding a bearer token; set, every path but /health needs the header "
                   "'Authorization: Bearer <token>' (answered 401 otherwise). Re-read when the "
                   "file changes (rotation without restart)"),
+        BrokerKey("admin.http.console.enable", "true", _bool,
+                  "serve the web console at the admin endpoint's / (docs/console.md)"),
+        BrokerKey("admin.http.console.read.only", "false", _bool,
+                  "the console only shows: no abort action even with the admin token"),
+        BrokerKey("admin.http.console.principal", "User:ANONYMOUS", _str,
+                  "principal the console's actions are authorized as when an authorizer "
+                  "is on (e.g. a super user, or one with WRITE on the transactional ids)"),
         BrokerKey("offsets.topic.num.partitions", "50", _int,
                   "partitions of __consumer_offsets (created on first group use)"),
         BrokerKey("offsets.topic.segment.bytes", "104857600", _int,

@@ -83,10 +83,14 @@ def run_demo(workdir: Path, config: PipelineConfig, verbose: bool = False,
     started = time.monotonic()
     checks: list[Check] = []
     secured = SecureDemo(workdir, config) if secure else None
-    broker = secured.broker if secured else BrokerProcess(str(workdir / "data"))
+    # The plain demo also serves the web console (docs/console.md) on a free port.
+    broker = secured.broker if secured else BrokerProcess(str(workdir / "data"),
+                                                          {"admin.http.port": "0"})
     broker.start()
     bootstrap = broker.bootstrap_for(LISTENER) if secured else broker.bootstrap
     _say("broker", f"ready at {bootstrap} (data dir {broker.data_dir})")
+    if not secured and broker.admin_url:
+        _say("console", f"{broker.admin_url}/ (the pipeline's transactions, LSO and lag)")
     if secured:
         secured.grant(bootstrap)
     spark_log = workdir / "spark.log"

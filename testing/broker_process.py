@@ -24,6 +24,7 @@ from .security import SecuredBrokerAccess, SecuritySetup
 
 READY = re.compile(r"ready: listening on (\S+):(\d+)")
 LISTENER = re.compile(r"listener (\S+) \((\S+)\) on (\S+):(\d+)")
+ADMIN_HTTP = re.compile(r"admin HTTP on (https?://\S+:\d+) ")
 
 
 class BrokerProcess(SecuredBrokerAccess):
@@ -119,6 +120,15 @@ class BrokerProcess(SecuredBrokerAccess):
 
     def log_text(self) -> str:
         return "".join(self.output)
+
+    @property
+    def admin_url(self) -> str | None:
+        """The admin endpoint's base URL (the console is at its /), if it logged one."""
+        for line in reversed(self.output):
+            m = ADMIN_HTTP.search(line)
+            if m:
+                return m.group(1)
+        return None
 
     def __enter__(self) -> BrokerProcess:
         return self.start()

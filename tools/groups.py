@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import struct
 import sys
 
 from kio.schema.delete_groups.v2 import request as dg
@@ -24,6 +23,7 @@ from kio.schema.errors import ErrorCode
 from kio.schema.list_groups.v4 import request as lg
 from kio.schema.offset_commit.v7 import request as oc
 from kio.schema.offset_fetch.v7 import request as of
+from txbroker.protocol.consumer_protocol import decode_consumer_assignment
 
 from .cluster_client import (
     EARLIEST,
@@ -40,29 +40,6 @@ from .cluster_client import (
 )
 
 _INACTIVE = ("Empty", "Dead")
-
-
-def decode_consumer_assignment(data: bytes) -> list[tuple[str, int]]:
-    """The partitions in a consumer group member's assignment (Kafka's consumer
-    protocol: int16 version, [topic string, [int32 partition]], user data); [] when
-    the bytes are not that (another protocol type, or none yet)."""
-    try:
-        off = 2
-        (count,) = struct.unpack_from(">i", data, off)
-        off += 4
-        out = []
-        for _ in range(max(count, 0)):
-            (size,) = struct.unpack_from(">h", data, off)
-            topic = bytes(data[off + 2:off + 2 + size]).decode()
-            off += 2 + size
-            (n,) = struct.unpack_from(">i", data, off)
-            off += 4
-            parts = struct.unpack_from(f">{max(n, 0)}i", data, off)
-            off += 4 * max(n, 0)
-            out += [(topic, p) for p in parts]
-        return out
-    except (struct.error, UnicodeDecodeError):
-        return []
 
 
 def _describe(cluster: Cluster, group: str):

@@ -115,7 +115,7 @@ class CompletionsMixin:
             # expire_now() came while this write was in flight.
             txn.expire_requested = False
             if txn.state is _S.ONGOING:
-                self._fence_and_abort(fx, txn, now_ms, None, 0, "timed_out")
+                self._fence_and_abort(fx, txn, now_ms, None, 0, txn.expire_outcome)
         return self._finish(fx)
 
     def markers_written(self, now_ms: int, marker_id: int, error: int = NONE,

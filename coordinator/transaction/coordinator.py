@@ -562,6 +562,13 @@ class TransactionCoordinator:
                         ", ".join(effects.expired))
         return effects.expired
 
+    def abort_now(self, transactional_id: str) -> list[str]:
+        """An operator's abort (the console): as :meth:`expire_transactions_now` for one
+        id, counted as "aborted". The caller checked that it is Ongoing and logs who."""
+        effects = self.state.expire_now(now_ms(), transactional_id, "aborted")
+        self._apply(effects)
+        return effects.expired
+
     async def wait_settled(self, transactional_ids, timeout: float = 10.0) -> bool:
         """Wait (bounded) until none of the ids has an ongoing or completing transaction
         or a write in flight: e.g. the aborts of expire_transactions_now() are done

@@ -146,6 +146,7 @@ class _Txn:
     marker_partitions: frozenset[TopicPartition] = frozenset()  # ... and their partitions
     # expire_now() found a write in flight: abort once it is done, if still Ongoing then.
     expire_requested: bool = False
+    expire_outcome: str = "timed_out"  # how that abort is counted (an operator's: aborted)
     # A tombstone write (expiration) failed: it may be in the log all the same (an
     # ambiguous failure), after every record of the id, and recovery would then not know
     # the id's producer id. Until a record of the id is durable after it, the shell may

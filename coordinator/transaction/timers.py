@@ -39,7 +39,8 @@ class TimersMixin:
             self._write(fx, _Write("dead", txn, transit))
         return self._finish(fx)
 
-    def expire_now(self, now_ms: int, transactional_id: str | None = None) -> Effects:
+    def expire_now(self, now_ms: int, transactional_id: str | None = None,
+                   outcome: str = "timed_out") -> Effects:
         """Fault injection: abort every ongoing transaction (or only the one of
         ``transactional_id``) now, exactly as its timeout would: the epoch is bumped at
         once (the producer is fenced), then PrepareAbort (stamped ``now_ms``), ABORT
@@ -50,7 +51,9 @@ class TimersMixin:
         first one of a transaction, or EndTxn) is aborted once that write is done, if
         it is Ongoing then: an EndTxn whose PrepareCommit/PrepareAbort lands has decided
         the outcome first. ``Effects.expired`` lists the ids acted on (aborted now, or
-        marked to be); ids without an ongoing transaction (or unknown) are left alone."""
+        marked to be); ids without an ongoing transaction (or unknown) are left alone.
+        ``outcome``: how the abort is counted (an operator's abort from the console is
+        "aborted", not "timed_out")."""
         fx = _Fx()
         if transactional_id is None:
             targets = [self._txns[tid] for tid in sorted(self._txns) if self._ready(tid)]
@@ -62,7 +65,8 @@ class TimersMixin:
                 continue
             if txn.pending is not None:
                 txn.expire_requested = True
-            elif not self._fence_and_abort(fx, txn, now_ms, None, 0, "timed_out"):
+                txn.expire_outcome = outcome
+            elif not self._fence_and_abort(fx, txn, now_ms, None, 0, outcome):
                 continue  # no producer id for an abort at the last epoch: left alone
             fx.expired.append(txn.transactional_id)
         return self._finish(fx)

@@ -107,6 +107,8 @@ def test_the_built_wheel_holds_every_product_module(tmp_path):
     tops = {n.split("/")[0] for n in names}
     assert {t for t in tops if not t.endswith(".dist-info")} == {NAMESPACE}, tops
     assert "txbroker/spark_jobs/log4j2.properties" in names  # package data
+    assert {"txbroker/broker/console/static/console.css",
+            "txbroker/broker/console/static/console.js"} <= names  # the console's assets
     [entry_points] = [n for n in names if n.endswith(".dist-info/entry_points.txt")]
     text = zipfile.ZipFile(wheel).read(entry_points).decode()
     assert "txbroker = txbroker.cli:main" in text

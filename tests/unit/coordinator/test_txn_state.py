@@ -1879,3 +1879,29 @@ TxnMachine.TestCase.settings = settings(
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
 )
 test_txn_machine = TxnMachine.TestCase
+
+
+@pytest.mark.parametrize("in_flight", [False, True])
+def test_an_operators_abort_counts_as_aborted(in_flight: bool) -> None:
+    """expire_now(outcome="aborted") (the console's abort) is reported as aborted, not
+    timed_out, also when it waited for a write in flight."""
+    h = Harness()
+    pid, e = h.ready()
+    h.add(pid, e, [PA])
+    h.settle()
+    if in_flight:
+        h.add(pid, e, [PB])
+    events = []
+    absorb = h.absorb
+
+    def collect(fx):
+        events.extend(fx.events)
+        return absorb(fx)
+
+    h.absorb = collect
+    assert h.absorb(h.sm.expire_now(h.now, "t", outcome="aborted")).expired == ["t"]
+    if in_flight:
+        h.persist_one(NONE)
+    h.settle()
+    assert h.state() == "CompleteAbort" and h.info()["producer_epoch"] == e + 1
+    assert [ev.outcome for ev in events if ev.kind == "completed"] == ["aborted"]
