@@ -187,7 +187,7 @@ class KafkaCluster:
         return {b.node_id for b in self._metadata([]).brokers}
 
     def wait_brokers(self, expected: set[int], timeout: float = 60) -> None:
-        self._wait(lambda: self.brokers() == expected, timeout,
+        self.wait(lambda: self.brokers() == expected, timeout,
                    lambda: f"brokers {self.brokers()} instead of {expected}")
 
     def partition(self, topic: str, partition: int):
@@ -214,7 +214,7 @@ class KafkaCluster:
                 found.append(c.node_id)
             return bool(found)
 
-        self._wait(answered, timeout, lambda: f"no coordinator for {key!r}")
+        self.wait(answered, timeout, lambda: f"no coordinator for {key!r}")
         return found[0]
 
     def wait_in_sync(self, topics: list[str], timeout: float = 60) -> None:
@@ -231,9 +231,9 @@ class KafkaCluster:
                         return False
             return True
 
-        self._wait(synced, timeout, lambda: f"{topics} not in sync on nodes {running}")
+        self.wait(synced, timeout, lambda: f"{topics} not in sync on nodes {running}")
 
-    def _wait(self, condition, timeout: float, why) -> None:
+    def wait(self, condition, timeout: float, why) -> None:
         deadline = time.monotonic() + timeout
         while True:
             try:

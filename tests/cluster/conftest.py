@@ -44,11 +44,11 @@ def kafka_cluster(request, tmp_path_factory) -> Iterator[KafkaCluster]:
     try:
         yield cluster
     finally:
-        cluster.stop()
         failed = any(getattr(item, "cluster_failed", False)
                      for item in request.session.items if item.module is request.module)
-        if failed:
+        if failed:  # the logs as the test left them, before the shutdown's lines
             print(f"\nlogs in {cluster.work_dir}\n{cluster.log_tails()}")
+        cluster.stop()
         # Torn down cleanly: none of the cluster's JVMs (also restarted ones) survives.
         ours = {n.proc.pid for n in cluster.nodes.values() if n.proc is not None}
         assert not ours & java_pids(), f"JVMs left running: {ours & java_pids()}"
