@@ -22,7 +22,11 @@ depends on where the fail-overs fell, so it is left out of the comparison).
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -35,12 +39,16 @@ from txbroker.spark_jobs.payments.pipeline import (
     run_pipeline,
 )
 from txbroker.spark_jobs.payments.verify import verify
+from txbroker.spark_jobs.reader import DELAY_ENV, MARKER_ENV
 
 from tests.cluster.faults import FailOver, Kill
+from tests.helpers import wait_until
 from tests.integration.spark.conftest import connector_missing
 from tests.integration.txn_util import TXN_CONFIG
 
 pytestmark = pytest.mark.cluster
+
+ROOT = Path(__file__).resolve().parents[2]
 
 # Small transactions, so that the processor is still committing when the fail-overs
 # come: ~100 commits and ~30 aborts.
@@ -55,11 +63,6 @@ def spark():
     from tests.integration.spark_util import shared_spark
 
     return shared_spark()
-
-
-@pytest.fixture
-def txbroker_config() -> dict[str, str]:
-    return dict(TXN_CONFIG)
 
 
 def _commits(workdir: Path) -> int:
@@ -119,14 +122,33 @@ def _ingest_with_fail_over(spark, cluster, work: Path, source: str, partition: t
     return table
 
 
-def test_pipeline_on_cluster_matches_txbroker(txbroker, kafka_cluster, spark, tmp_path):
+@dataclass
+class Runs:
+    """The pipeline run once on txbroker and once on the cluster (with fail-overs)."""
+
+    expected: list[tuple]  # the txbroker run's Parquet records
+    result: PipelineResult  # the cluster run
+    kills: list[Kill]
+    work: Path
+
+
+@pytest.fixture(scope="module")
+def runs(kafka_cluster, spark, tmp_path_factory) -> Runs:
+    from txbroker.testing import BrokerThread
+
+    base = tmp_path_factory.mktemp("payments")
     # The single-broker run: txbroker, local[2], the txbroker source.
-    (tmp_path / "txbroker").mkdir()
-    on_txbroker = run_pipeline(txbroker.bootstrap, tmp_path / "txbroker", CONFIG)
-    assert on_txbroker.crashes == 1
-    table = str(tmp_path / "txbroker" / "lake")
-    ingest(spark, bootstrap_servers=txbroker.bootstrap, topic=BOTH, output=table,
-           checkpoint=str(tmp_path / "txbroker" / "checkpoint"))
+    (base / "txbroker").mkdir()
+    broker = BrokerThread(str(base / "txbroker" / "data"), TXN_CONFIG)
+    broker.start()
+    try:
+        on_txbroker = run_pipeline(broker.bootstrap, base / "txbroker", CONFIG)
+        assert on_txbroker.crashes == 1
+        table = str(base / "txbroker" / "lake")
+        ingest(spark, bootstrap_servers=broker.bootstrap, topic=BOTH, output=table,
+               checkpoint=str(base / "txbroker" / "checkpoint"))
+    finally:
+        broker.stop()
     _verify(spark, table, on_txbroker)
     expected = _records(spark, table)
     assert len(expected) == CONFIG.orders
@@ -134,7 +156,7 @@ def test_pipeline_on_cluster_matches_txbroker(txbroker, kafka_cluster, spark, tm
     # The same pipeline on the cluster, a partition leader and then the transaction
     # coordinator killed and restarted while the processor commits.
     cluster = kafka_cluster
-    work = tmp_path / "cluster"
+    work = base / "cluster"
     work.mkdir()
     marks: dict[str, int] = {}
 
@@ -155,24 +177,93 @@ def test_pipeline_on_cluster_matches_txbroker(txbroker, kafka_cluster, spark, tm
         result = run_pipeline(cluster.bootstrap, work, CONFIG)
     finally:
         chaos.finish()
-    for kill in kills:
+    return Runs(expected, result, kills, work)
+
+
+def test_processor_exactly_once_across_leader_and_coordinator_fail_overs(runs, kafka_cluster):
+    for kill in runs.kills:
         print(f"{kill.what}: node {kill.node} killed, restarted "
               f"{kill.restarted_at - kill.killed_at:.1f}s later")
         assert kill.progress_while_down, f"no commit while node {kill.node} was down"
+    result = runs.result
     assert result.crashes == 1 and result.processor_runs == 2
     assert result.attempts.committed_orders == CONFIG.orders
     # A fail-over may make the client abort a transaction (then processed again).
     assert all(r == "deliberate" or r.startswith("error") for r in result.attempts.aborted.values())
-    committed = read_topic(cluster.bootstrap, CONFIG.payments_topic)
-    assert len(committed) == on_txbroker.ledger.valid
+    payments = read_topic(kafka_cluster.bootstrap, CONFIG.payments_topic)
+    rejected = read_topic(kafka_cluster.bootstrap, CONFIG.rejected_topic)
+    assert len(payments) == result.ledger.valid
+    ids = [json.loads(v)["order_id"] for v in payments + rejected]
+    assert len(ids) == len(set(ids)) == CONFIG.orders
 
-    # Spark (local[2]) with both sources, a leader killed mid-query each time.
-    for source, partition in (("txbroker", (CONFIG.payments_topic, 1)),
-                              ("kafka", (CONFIG.rejected_topic, 0))):
-        if source == "kafka" and connector_missing():
-            pytest.skip(connector_missing())
-        t0 = time.monotonic()
-        table = _ingest_with_fail_over(spark, cluster, work, source, partition)
-        print(f"{source} source: ingested in {time.monotonic() - t0:.1f}s")
-        _verify(spark, table, result)
-        assert _records(spark, table) == expected, f"{source}: not the txbroker run's records"
+
+@pytest.mark.parametrize("source, partition", [
+    ("txbroker", (CONFIG.payments_topic, 1)),
+    ("kafka", (CONFIG.rejected_topic, 0)),
+])
+def test_spark_local_ingestion_across_a_leader_fail_over(runs, kafka_cluster, spark, source,
+                                                         partition):
+    """Spark local[2], a leader killed mid-query: the txbroker run's Parquet records."""
+    if source == "kafka" and connector_missing():
+        pytest.skip(connector_missing())
+    t0 = time.monotonic()
+    table = _ingest_with_fail_over(spark, kafka_cluster, runs.work, source, partition)
+    print(f"{source} source: ingested in {time.monotonic() - t0:.1f}s")
+    _verify(spark, table, runs.result)
+    assert _records(spark, table) == runs.expected, f"{source}: not the txbroker run's records"
+
+
+def test_spark_standalone_cluster_with_a_worker_killed(runs, kafka_cluster, spark,
+                                                       tmp_path_factory):
+    """The ingestion job with the txbroker source, submitted with spark-submit to a Spark
+    standalone cluster (a master and two workers, separate JVMs). Executors run this
+    virtual environment's Python (spark.pyspark.python: a shared interpreter path, which
+    has the package installed); checkpoint and output on a directory every process
+    shares. A worker is SIGKILLed while its executor runs a task (the reader's test hook
+    makes every range linger 3 s after its rows were handed over): the lost tasks run
+    again on the other worker, and the Parquet is the txbroker run's."""
+    from tests.cluster.spark_standalone import SparkStandalone, executor_pids
+
+    shared = tmp_path_factory.mktemp("standalone")
+    marker, table, log = shared / "reads", shared / "lake", shared / "driver.log"
+    executors_before = executor_pids()
+    standalone = SparkStandalone(shared / "spark", workers=2).start()
+    try:
+        submit = [str(Path(sys.executable).with_name("spark-submit")),
+                  "--master", standalone.master_url,
+                  "--conf", f"spark.pyspark.python={sys.executable}",
+                  "--conf", f"spark.executorEnv.{MARKER_ENV}={marker}",
+                  "--conf", f"spark.executorEnv.{DELAY_ENV}=3",
+                  "--executor-memory", "512m", "--total-executor-cores", "2",
+                  str(ROOT / "spark_jobs" / "ingest.py"),
+                  "--bootstrap-servers", kafka_cluster.bootstrap, "--topic", BOTH,
+                  "--output", str(table), "--checkpoint", str(shared / "checkpoint"),
+                  "--verbose"]  # Spark's warnings: the lost executor and tasks
+        env = dict(os.environ, SPARK_LOCAL_IP="127.0.0.1", PYSPARK_PYTHON=sys.executable)
+        env.pop("PYSPARK_DRIVER_PYTHON", None)
+        with open(log, "wb") as out:
+            driver = subprocess.Popen(submit, env=env, stdout=out, stderr=subprocess.STDOUT,
+                                      cwd=shared)
+            try:
+                def reading() -> bool:
+                    return marker.exists() and bool(marker.read_text().strip())
+
+                assert wait_until(lambda: reading() or driver.poll() is not None,
+                                  timeout=300, interval=0.2)
+                assert driver.poll() is None, log.read_text()[-5000:]
+                standalone.kill_worker(0)
+                rc = driver.wait(600)
+            finally:
+                if driver.poll() is None:
+                    driver.kill()
+                    driver.wait(30)
+        text = log.read_text(errors="replace")
+        assert rc == 0, text[-5000:]
+        # A task was lost with the worker's executor and ran again elsewhere.
+        assert "Lost executor" in text or "ExecutorLostFailure" in text, text[-5000:]
+    finally:
+        standalone.stop()
+        assert wait_until(lambda: not executor_pids() - executors_before, timeout=30), \
+            f"executors left running: {executor_pids() - executors_before}"
+    _verify(spark, str(table), runs.result)
+    assert _records(spark, str(table)) == runs.expected
