@@ -50,7 +50,8 @@ class FailOver(threading.Thread):
     def run(self) -> None:
         try:
             for kill in self.kills:
-                self._wait(kill.before, f"{kill.what}: the job's progress before the kill")
+                self._wait(lambda k=kill: k.before() or self.done.is_set(),
+                           f"{kill.what}: the job's progress before the kill")
                 if self.done.is_set():
                     raise AssertionError(f"{kill.what}: the job finished before the kill")
                 kill.node = kill.victim()

@@ -120,6 +120,17 @@ class SparkStandalone:
                 raise TimeoutError(f"{count} Spark workers not registered:\n{self.log_tails()}")
             time.sleep(0.3)
 
+    def worker_of(self, pid: int) -> int:
+        """The index of the worker whose process tree holds ``pid`` (an executor's
+        Python worker: worker JVM > executor JVM > pyspark daemon > Python worker)."""
+        workers = {p.pid: i for i, p in enumerate(self.worker_procs)}
+        while pid > 1:
+            if pid in workers:
+                return workers[pid]
+            stat = Path(f"/proc/{pid}/stat").read_text()
+            pid = int(stat.rsplit(")", 1)[1].split()[1])  # the parent's id
+        raise LookupError("not a process of this cluster's workers")
+
     def kill_worker(self, index: int) -> None:
         """SIGKILL the worker's JVM (its executors notice and exit)."""
         proc = self.worker_procs[index]

@@ -26,7 +26,7 @@ import os
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pytest
@@ -41,6 +41,7 @@ from txbroker.spark_jobs.payments.pipeline import (
 from txbroker.spark_jobs.payments.verify import verify
 from txbroker.spark_jobs.reader import DELAY_ENV, MARKER_ENV
 
+from tests.cluster.cluster import GROUP
 from tests.cluster.faults import FailOver, Kill
 from tests.helpers import wait_until
 from tests.integration.spark.conftest import connector_missing
@@ -62,7 +63,9 @@ BOTH = f"{CONFIG.payments_topic},{CONFIG.rejected_topic}"
 def spark():
     from tests.integration.spark_util import shared_spark
 
-    return shared_spark()
+    session = shared_spark()
+    yield session
+    session.stop()
 
 
 def _commits(workdir: Path) -> int:
@@ -158,26 +161,55 @@ def runs(kafka_cluster, spark, tmp_path_factory) -> Runs:
     cluster = kafka_cluster
     work = base / "cluster"
     work.mkdir()
+    config = _spread_coordinators(cluster)
+    group_node = cluster.coordinator(config.group, GROUP)
     marks: dict[str, int] = {}
 
     def commits_since(name: str, n: int):
         return lambda: _commits(work) >= marks.setdefault(name, _commits(work)) + n
 
+    def partition_leader() -> int:
+        """The leader of an input or output partition, not the group coordinator's node
+        (see _spread_coordinators), preferably not the transaction coordinator's."""
+        txn_node = cluster.coordinator(config.transactional_id)
+        leaders = [cluster.leader(t, p) for t in TOPICS for p in range(CONFIG.partitions)]
+        fit = [n for n in leaders if n != group_node]
+        return next((n for n in fit if n != txn_node), fit[0])
+
     kills = [
-        Kill("leader of payments-0", before=lambda: _commits(work) >= 5,
-             victim=lambda: cluster.leader(CONFIG.payments_topic, 0),
-             after=commits_since("leader", 3)),
+        Kill("leader of an input/output partition", before=lambda: _commits(work) >= 5,
+             victim=partition_leader, after=commits_since("leader", 3)),
         Kill("transaction coordinator", before=commits_since("restarted", 3),
-             victim=lambda: cluster.coordinator(CONFIG.transactional_id),
+             victim=lambda: cluster.coordinator(config.transactional_id),
              after=commits_since("coordinator", 3)),
     ]
     chaos = FailOver(cluster, kills, in_sync=TOPICS)
     chaos.start()
     try:
-        result = run_pipeline(cluster.bootstrap, work, CONFIG)
+        result = run_pipeline(cluster.bootstrap, work, config)
     finally:
         chaos.finish()
+    assert all(k.node != group_node for k in kills), "the group coordinator was killed"
     return Runs(expected, result, kills, work)
+
+
+def _spread_coordinators(cluster) -> PipelineConfig:
+    """CONFIG with a transactional.id whose transaction coordinator is not on the node
+    coordinating the processor's consumer group.
+
+    Why: with confluent-kafka 2.16.1 (librdkafka 2.16.0), ``send_offsets_to_transaction``
+    blocks for good, past its timeout, when the group coordinator's broker dies and
+    drops out of the metadata (librdkafka issues 5456 and 5511; seen here: the call
+    still blocked after the broker was back). This test kills the transaction
+    coordinator and a partition leader, so it keeps them off the group coordinator's
+    node; killing the group coordinator itself is that client's bug, not tested here
+    (docs/migrating-to-kafka.md)."""
+    group_node = cluster.coordinator(CONFIG.group, GROUP)
+    for i in range(50):
+        transactional_id = f"{CONFIG.transactional_id}-{i}"
+        if cluster.coordinator(transactional_id) != group_node:
+            return replace(CONFIG, transactional_id=transactional_id)
+    raise AssertionError(f"every transactional.id tried is coordinated by node {group_node}")
 
 
 def test_processor_exactly_once_across_leader_and_coordinator_fail_overs(runs, kafka_cluster):
@@ -245,13 +277,17 @@ def test_spark_standalone_cluster_with_a_worker_killed(runs, kafka_cluster, spar
             driver = subprocess.Popen(submit, env=env, stdout=out, stderr=subprocess.STDOUT,
                                       cwd=shared)
             try:
-                def reading() -> bool:
-                    return marker.exists() and bool(marker.read_text().strip())
+                def reads() -> list[list[str]]:
+                    return [line.split() for line in
+                            (marker.read_text().splitlines() if marker.exists() else [])]
 
-                assert wait_until(lambda: reading() or driver.poll() is not None,
-                                  timeout=300, interval=0.2)
+                assert wait_until(lambda: reads() or driver.poll() is not None,
+                                  timeout=300, interval=0.1)
                 assert driver.poll() is None, log.read_text()[-5000:]
-                standalone.kill_worker(0)
+                # The worker whose executor reads the first range, killed while that
+                # task lingers (3 s): the task is lost with it.
+                first = reads()[0]
+                standalone.kill_worker(standalone.worker_of(int(first[4])))
                 rc = driver.wait(600)
             finally:
                 if driver.poll() is None:
@@ -259,8 +295,10 @@ def test_spark_standalone_cluster_with_a_worker_killed(runs, kafka_cluster, spar
                     driver.wait(30)
         text = log.read_text(errors="replace")
         assert rc == 0, text[-5000:]
-        # A task was lost with the worker's executor and ran again elsewhere.
-        assert "Lost executor" in text or "ExecutorLostFailure" in text, text[-5000:]
+        # The lost task ran again on the other worker: its range was read twice.
+        assert "Lost executor" in text, text[-5000:]
+        ranges = [tuple(r[:4]) for r in reads()]
+        assert ranges.count(tuple(first[:4])) == 2, ranges
     finally:
         standalone.stop()
         assert wait_until(lambda: not executor_pids() - executors_before, timeout=30), \
