@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 SUDO := $(shell [ "$$(id -u)" = "0" ] || echo sudo)
 
-.PHONY: install system-deps kafka-jars spark-kafka-jars kafkajs test test-kafka test-fast model-check lint console-screenshots demo bench bench-kafka bench-abuse bench-compare fuzz serve clean docs-config
+.PHONY: install system-deps kafka-jars spark-kafka-jars kafkajs test test-kafka test-cluster test-fast model-check lint console-screenshots demo bench bench-kafka bench-abuse bench-compare fuzz serve clean docs-config
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -m venv $(VENV) 2>/dev/null || { \
@@ -100,11 +100,16 @@ lint: install
 # (Kafka starts once for them); `make test-kafka` runs every differential test on both,
 # and the Spark tests against Apache Kafka (the ingestion job's third place).
 test: install lint
-	$(PY) -m pytest -q -p no:cacheprovider -m "not kafka or kafka_ci"
+	$(PY) -m pytest -q -p no:cacheprovider -m "(not kafka or kafka_ci) and not cluster"
 
 test-kafka: install
 	$(PY) -m pytest -q -p no:cacheprovider tests/differential
 	$(PY) -m pytest -q -p no:cacheprovider -m kafka tests/integration/spark
+
+# The three-node Apache Kafka cluster (tests/cluster/, issue 30): its harness and the
+# payments pipeline across broker and coordinator fail-overs (docs/testing.md).
+test-cluster: install
+	$(PY) -m pytest -q -p no:cacheprovider -m cluster tests/cluster
 
 test-fast: install
 	$(PY) -m pytest -q -x -p no:cacheprovider tests/unit

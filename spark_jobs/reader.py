@@ -6,8 +6,9 @@ pickled but the plain ``Range`` and options) and closes it when the range is don
 Test hooks (environment variables, for the kill-mid-batch test; never set them in
 production):
 
-* ``TXBROKER_SOURCE_TEST_READ_MARKER=<file>``: append ``topic partition start end``
-  to the file when a range starts being read;
+* ``TXBROKER_SOURCE_TEST_READ_MARKER=<file>``: append ``topic partition start end pid``
+  to the file when a range starts being read (pid: the reading Python worker's, so a
+  test can tell which executor reads);
 * ``TXBROKER_SOURCE_TEST_READ_DELAY=<seconds>[@<n>]``: sleep after the last rows of
   a range were handed to Spark, before the task can finish, so that a test can kill
   the driver while a micro-batch's output is half written. With ``@n``, only ranges
@@ -139,6 +140,6 @@ def _test_delay(rng: Range) -> float:
     with open(marker, "a+") as f:
         f.seek(0)
         before = len(f.readlines())
-        f.write(f"{rng.topic} {rng.partition} {rng.start} {rng.end}\n")
+        f.write(f"{rng.topic} {rng.partition} {rng.start} {rng.end} {os.getpid()}\n")
     seconds, _, after = os.environ.get(DELAY_ENV, "0").partition("@")
     return float(seconds) if before >= int(after or 0) else 0.0

@@ -83,22 +83,32 @@ logger.state.level=WARN
 """
 
 
+def new_cluster_id() -> str:
+    """A random cluster id, as ``kafka-storage random-uuid`` prints it."""
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+
+
 class KafkaProcess:
     """``kafka.Kafka`` (broker and controller in one JVM) in a child process."""
 
     def __init__(self, work_dir: str | os.PathLike, overrides: Mapping[str, str] | None = None,
                  heap: str = "512m", extra_listeners: Mapping[str, str] | None = None,
-                 scram: Sequence[str] = ()) -> None:
+                 scram: Sequence[str] = (), java_options: Sequence[str] = (),
+                 nice: int = 0) -> None:
         """``extra_listeners``: listener name -> security protocol (e.g. {"SASL_SSL":
         "SASL_SSL"}), each on a free port (``ports[name]``), next to PLAINTEXT; their
         SASL/TLS keys go in ``overrides``. ``scram``: SCRAM credentials written at format
         time, as ``kafka-storage.sh format --add-scram`` takes them
-        ('SCRAM-SHA-256=[name=alice,password=alice-secret]')."""
+        ('SCRAM-SHA-256=[name=alice,password=alice-secret]'). ``java_options``: more JVM
+        flags; ``nice``: run the JVM at that niceness (``nice -n``, which execs java: the
+        process id stays the JVM's)."""
         self.work_dir = Path(work_dir)
         self.overrides = dict(overrides or {})
         self.heap = heap
         self.extra_listeners = dict(extra_listeners or {})
         self.scram = list(scram)
+        self.java_options = list(java_options)
+        self.nice = nice
         self.ports: dict[str, int] = {}
         self.host = "127.0.0.1"
         self.port = 0
@@ -120,23 +130,34 @@ class KafkaProcess:
         return self.proc is not None and self.proc.poll() is None
 
     def _java(self, main: str, *args: str) -> list[str]:
-        return ["java", f"-Xmx{self.heap}", "-Xss1m", "-XX:+UseG1GC",
+        prefix = ["nice", "-n", str(self.nice)] if self.nice else []
+        return [*prefix, "java", f"-Xmx{self.heap}", "-Xss1m", "-XX:+UseG1GC",
+                *self.java_options,
                 f"-Dlog4j2.configurationFile={self.work_dir / 'log4j2.properties'}",
                 "-cp", str(jars_dir() / "*"), main, *args]
 
-    def _write_config(self) -> Path:
-        self.work_dir.mkdir(parents=True, exist_ok=True)
-        self.port, self.controller_port = free_port(), free_port()
-        while self.controller_port == self.port:
-            self.controller_port = free_port()
-        taken = {self.port, self.controller_port}
-        self.ports = {"PLAINTEXT": self.port}
-        for name in self.extra_listeners:
+    def allocate_ports(self, taken: set[int] | None = None) -> None:
+        """Choose free ports for the listeners (none of ``taken``, which grows), once: a
+        restarted node keeps its ports, and a quorum's nodes know each other's up front."""
+        if self.port:
+            return
+        taken = set() if taken is None else taken
+
+        def pick() -> int:
             port = free_port()
             while port in taken:
                 port = free_port()
             taken.add(port)
-            self.ports[name] = port
+            return port
+
+        self.port, self.controller_port = pick(), pick()
+        self.ports = {"PLAINTEXT": self.port}
+        for name in self.extra_listeners:
+            self.ports[name] = pick()
+
+    def _write_config(self) -> Path:
+        self.work_dir.mkdir(parents=True, exist_ok=True)
+        self.allocate_ports()
         listeners = "".join(f"{name}://{self.host}:{port}," for name, port in self.ports.items())
         config = dict(BASE_CONFIG)
         config["listener.security.protocol.map"] += "".join(
@@ -144,11 +165,12 @@ class KafkaProcess:
         config.update({
             "listeners": f"{listeners}CONTROLLER://{self.host}:{self.controller_port}",
             "advertised.listeners": f"{listeners}CONTROLLER://{self.host}:{self.controller_port}",
-            # A dynamic quorum (KIP-853) of this one controller: Kafka 4's way, formatted
-            # with --standalone below (controller.quorum.voters would be the static way).
-            "controller.quorum.bootstrap.servers": f"{self.host}:{self.controller_port}",
             "log.dirs": str(self.work_dir / "data"),
         })
+        if "controller.quorum.voters" not in self.overrides:
+            # A dynamic quorum (KIP-853) of this one controller: Kafka 4's way, formatted
+            # with --standalone (a multi-node quorum passes the static voters instead).
+            config["controller.quorum.bootstrap.servers"] = f"{self.host}:{self.controller_port}"
         config.update(self.overrides)
         path = self.work_dir / "server.properties"
         path.write_text("".join(f"{k}={v}\n" for k, v in config.items()))
@@ -159,27 +181,54 @@ class KafkaProcess:
         if not jars_available():
             raise RuntimeError(f"no Kafka jars in {jars_dir()} (or no java): run make kafka-jars")
         began = time.monotonic()
+        self.format(new_cluster_id(), standalone=True)
+        self.launch(began + timeout)
+        self.startup_seconds = time.monotonic() - began
+        return self
+
+    def format(self, cluster_id: str, standalone: bool) -> None:
+        """Write server.properties and format the storage (``kafka-storage format``).
+        ``standalone``: a dynamic quorum of this one controller; otherwise the static
+        ``controller.quorum.voters`` of the overrides."""
+        self.wait_formatted(self.format_async(cluster_id, standalone))
+
+    def format_async(self, cluster_id: str, standalone: bool) -> subprocess.Popen:
+        """``format`` without waiting (a cluster formats its nodes side by side)."""
         properties = self._write_config()
-        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
-        fmt = subprocess.run(
+        return subprocess.Popen(
             self._java("kafka.tools.StorageTool", "format", "--cluster-id", cluster_id,
-                       "--config", str(properties), "--standalone",
+                       "--config", str(properties), *(["--standalone"] if standalone else []),
                        *(arg for entry in self.scram for arg in ("--add-scram", entry))),
-            capture_output=True, text=True, timeout=120)
-        if fmt.returncode != 0:
-            raise RuntimeError(f"kafka-storage format failed ({fmt.returncode}):\n"
-                               f"{fmt.stdout}\n{fmt.stderr}")
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+    @staticmethod
+    def wait_formatted(proc: subprocess.Popen) -> None:
+        try:
+            out, _ = proc.communicate(timeout=120)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+            raise
+        if proc.returncode != 0:
+            raise RuntimeError(f"kafka-storage format failed ({proc.returncode}):\n{out}")
+
+    def launch(self, deadline: float | None = None) -> None:
+        """Run the formatted node (again, after a kill: same ports, same data) and, with
+        a ``deadline``, wait until it answers ApiVersions."""
         self._log = open(self.log_path, "ab")  # noqa: SIM115 (closed in kill/terminate)
-        self.proc = subprocess.Popen(self._java("kafka.Kafka", str(properties)),
+        self.proc = subprocess.Popen(self._java("kafka.Kafka", str(self.work_dir /
+                                                                   "server.properties")),
                                      stdout=self._log, stderr=subprocess.STDOUT,
                                      stdin=subprocess.DEVNULL)
+        if deadline is not None:
+            self.wait_ready(deadline)
+
+    def wait_ready(self, deadline: float) -> None:
         try:
-            self._wait_ready(began + timeout)
+            self._wait_ready(deadline)
         except BaseException:
             self.kill()
             raise
-        self.startup_seconds = time.monotonic() - began
-        return self
 
     def _wait_ready(self, deadline: float) -> None:
         from tests.helpers import RawClient

@@ -85,7 +85,9 @@ def create_topics(bootstrap: str, topics: list[str], partitions: int,
     from confluent_kafka.admin import AdminClient, NewTopic
 
     admin = AdminClient({"bootstrap.servers": bootstrap, **(client or {})})
-    futures = admin.create_topics([NewTopic(t, partitions, 1) for t in topics])
+    # Replication factor -1: the broker's default.replication.factor (1 on txbroker, 3 on
+    # the Kafka cluster of docs/migrating-to-kafka.md): the same code on both.
+    futures = admin.create_topics([NewTopic(t, partitions, -1) for t in topics])
     for _topic, fut in futures.items():
         try:
             fut.result(30)
