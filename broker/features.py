@@ -1,5 +1,8 @@
 """Finalized feature levels (KIP-584): what ApiVersions advertises and UpdateFeatures
-changes. txbroker has one feature, Kafka's ``transaction.version`` (0-2).
+changes. txbroker has two features, Kafka's ``transaction.version`` (0-2) and
+``group.version`` (0-1: level 1 enables the consumer group protocol of KIP-848,
+ConsumerGroupHeartbeat and ConsumerGroupDescribe; finalized at 1 as Kafka 4.3.1 does on
+a new cluster).
 
 Kafka keeps the finalized levels in its metadata log: ``kafka-storage format
 --feature transaction.version=N`` writes the first level, and UpdateFeatures
@@ -17,14 +20,16 @@ import logging
 import os
 import time
 
+from txbroker.coordinator.group.consumer_state import ConsumerGroupConfig
 from txbroker.storage.durable_file import write_durably
 
 log = logging.getLogger(__name__)
 
 FEATURES_FILE = "finalized-features.json"
 TRANSACTION_VERSION = "transaction.version"  # Kafka's feature name
-# Supported levels per feature (Kafka 4.3's range for transaction.version).
-SUPPORTED: dict[str, tuple[int, int]] = {TRANSACTION_VERSION: (0, 2)}
+GROUP_VERSION = "group.version"
+# Supported levels per feature (Kafka 4.3's ranges).
+SUPPORTED: dict[str, tuple[int, int]] = {TRANSACTION_VERSION: (0, 2), GROUP_VERSION: (0, 1)}
 
 
 class FinalizedFeatures:
@@ -33,7 +38,8 @@ class FinalizedFeatures:
 
     def __init__(self, data_dir: str, transaction_version: int) -> None:
         self.path = os.path.join(data_dir, FEATURES_FILE)
-        self.levels: dict[str, int] = {TRANSACTION_VERSION: transaction_version}
+        self.levels: dict[str, int] = {TRANSACTION_VERSION: transaction_version,
+                                        GROUP_VERSION: 1}
         # Clients keep the finalized features of the highest epoch they saw: the start
         # time (ms) orders the levels of this broker's incarnations, and every update
         # takes a larger one.
@@ -84,3 +90,20 @@ class FinalizedFeatures:
         for name, level in updates.items():
             log.info("finalized feature %s is now at level %d (epoch %d)", name, level,
                      self.epoch)
+
+
+def consumer_group_config(config) -> ConsumerGroupConfig:
+    """The consumer-protocol groups' settings from the broker keys; as Kafka, an interval
+    or timeout outside its min/max keys is a configuration error."""
+    def bounded(name: str) -> int:
+        value = config.get(f"group.consumer.{name}")
+        lo = config.get(f"group.consumer.min.{name}")
+        hi = config.get(f"group.consumer.max.{name}")
+        if not lo <= value <= hi:
+            raise ValueError(f"group.consumer.{name}={value} must be within "
+                             f"group.consumer.min.{name}={lo} and group.consumer.max.{name}={hi}")
+        return value
+
+    return ConsumerGroupConfig(heartbeat_interval_ms=bounded("heartbeat.interval.ms"),
+                               session_timeout_ms=bounded("session.timeout.ms"),
+                               max_size=config.get("group.consumer.max.size"))

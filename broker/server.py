@@ -49,7 +49,7 @@ from .context import (
     RequestContext,
     Session,
 )
-from .features import TRANSACTION_VERSION, FinalizedFeatures
+from .features import TRANSACTION_VERSION, FinalizedFeatures, consumer_group_config
 from .handlers import HANDLERS, accepts, api_versions, supported_versions
 from .listeners import Listener, build_listeners
 from .metrics import BrokerMetrics
@@ -191,6 +191,7 @@ class Broker:
                 initial_rebalance_delay_ms=config.get("group.initial.rebalance.delay.ms"),
                 max_size=config.get("group.max.size"),
             ),
+            consumer=consumer_group_config(config),
         ))
         self.faults = FaultInjector(self.crash)
         self.faults.arm_from_config(config.get("txbroker.fault.points"))

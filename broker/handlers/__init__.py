@@ -63,6 +63,8 @@ HANDLER_TABLE: dict[int, tuple[str, int, int, int]] = {
     61: ("describe_producers", 0, 0, 0),
     65: ("describe_transactions", 0, 0, 0),
     66: ("list_transactions", 0, 1, 0),
+    68: ("consumer_group_heartbeat", 0, 1, 0),
+    69: ("consumer_group_describe", 0, 1, 0),
     75: ("describe_topic_partitions", 0, 0, 0),
 }
 

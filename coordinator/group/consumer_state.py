@@ -134,8 +134,9 @@ class ConsumerGroups:
         if req.member_epoch != 0 or req.version >= 1:
             if not req.member_id:
                 raise _Refused(bad, "MemberId can't be empty.")
-        if req.subscribed_topic_regex is not None:
-            # Not implemented (docs/compatibility.md): Kafka 3.7-3.9's answer.
+        if req.subscribed_topic_regex:
+            # Not implemented (docs/compatibility.md): Kafka 3.7-3.9's answer. An empty
+            # regex means none (librdkafka sends it with a topic list).
             raise _Refused(bad, "SubscribedTopicRegex is not supported yet.")
         if req.member_epoch == 0:
             if req.rebalance_timeout_ms == -1:
@@ -159,8 +160,7 @@ class ConsumerGroups:
         """The member the request speaks for (Kafka's getOrMaybeSubscribe*Member)."""
         joining = req.member_epoch == 0
         if g is None:
-            raise _Refused(_E.unknown_member_id if not joining else _E.group_id_not_found,
-                           f"Group {req.group_id} not found.")
+            raise _Refused(_E.group_id_not_found, f"Consumer group {req.group_id} not found.")
         if req.instance_id is None:
             m = g.members.get(req.member_id)
             if m is None:
@@ -311,7 +311,7 @@ class ConsumerGroups:
         subs = {mid: frozenset(names[t] for t in m.subscription.subscribed_topic_names
                                if t in names)
                 for mid, m in g.members.items()}
-        assignor = self._assignor(g)
+        assignor = self.assignor_of(g)
         counts = {tid: n for tid, (_name, n) in g.partition_metadata.items()}
         new = assign(assignor, subs, counts, g.target)
         out = [_rec(cr.TARGET_ASSIGNMENT_MEMBER, g.group_id, mid, a)
@@ -321,7 +321,7 @@ class ConsumerGroups:
         out.append(_rec(cr.TARGET_ASSIGNMENT_METADATA, g.group_id, "", g.assignment_epoch))
         return out
 
-    def _assignor(self, g: ConsumerGroup) -> str:
+    def assignor_of(self, g: ConsumerGroup) -> str:
         """The assignor most members ask for (ties: by name), else the default (Kafka)."""
         votes: dict[str, int] = {}
         for m in g.members.values():
@@ -337,7 +337,7 @@ class ConsumerGroups:
     def _leave(self, now: int, req: HeartbeatRequest, records: list[Record]) -> HeartbeatResult:
         g = self.groups.get(req.group_id)
         if g is None:
-            raise _Refused(_E.unknown_member_id, f"Group {req.group_id} not found.")
+            raise _Refused(_E.group_id_not_found, f"Consumer group {req.group_id} not found.")
         if req.instance_id is not None:
             m = g.static_member(req.instance_id)
             if m is None:

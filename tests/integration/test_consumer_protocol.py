@@ -1,0 +1,140 @@
+"""KIP-848 consumer-protocol groups with a real client: confluent-kafka (librdkafka)
+with ``group.protocol=consumer`` against the in-process broker. Join and read, a second
+member takes half, a leaving member's partitions move, commits read back, and a broker
+restart keeps epochs and assignments."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from confluent_kafka import Consumer, TopicPartition
+
+from .clients import Msg, produce, unique_topic
+
+CONFIG = {
+    "offsets.topic.num.partitions": "4",
+    # Fast heartbeats keep the test short (Kafka's default is 5 s).
+    "group.consumer.heartbeat.interval.ms": "200",
+    "group.consumer.min.heartbeat.interval.ms": "100",
+}
+
+
+@pytest.fixture
+def txbroker_config() -> dict[str, str]:
+    return dict(CONFIG)
+
+
+def consumer(bootstrap: str, group: str, **extra) -> Consumer:
+    conf = {"bootstrap.servers": bootstrap, "group.id": group, "group.protocol": "consumer",
+            "auto.offset.reset": "earliest", "enable.auto.commit": False}
+    conf.update(extra)
+    return Consumer(conf)
+
+
+def poll_until(consumers, predicate, timeout: float = 20, sink=None) -> bool:
+    """Poll every consumer in turn (they only heartbeat while polled) until predicate()."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for c in consumers:
+            m = c.poll(0.05)
+            if m is not None and sink is not None and m.error() is None:
+                sink.append(m)
+        if predicate():
+            return True
+    return False
+
+
+def owned(c: Consumer) -> set[int]:
+    return {tp.partition for tp in c.assignment()}
+
+
+def group_state(txbroker, group: str):
+    def read(broker):
+        g = broker.groups.consumer.groups.get(group)
+        if g is None:
+            return None
+        return (g.group_epoch, g.assignment_epoch, g.state,
+                {m.member_id: (m.member_epoch, {t: sorted(p) for t, p in m.assigned.items()})
+                 for m in g.members.values()})
+    return txbroker.call(read)
+
+
+def test_join_read_and_commit(txbroker):
+    topic = unique_topic("cp-read")
+    txbroker.create_topic(topic, 2)
+    produce("confluent", txbroker.bootstrap, topic,
+            [Msg(f"k{i}".encode(), f"v{i}".encode(), partition=i % 2) for i in range(10)])
+    group = unique_topic("g-read")
+    c = consumer(txbroker.bootstrap, group)
+    try:
+        c.subscribe([topic])
+        got = []
+        assert poll_until([c], lambda: len(got) >= 10, sink=got), f"read {len(got)} of 10"
+        assert owned(c) == {0, 1}
+        assert sorted(m.value() for m in got) == sorted(f"v{i}".encode() for i in range(10))
+        c.commit(asynchronous=False)
+        back = c.committed([TopicPartition(topic, 0), TopicPartition(topic, 1)], timeout=10)
+        assert {tp.partition: tp.offset for tp in back} == {0: 5, 1: 5}
+        state = group_state(txbroker, group)
+        assert state[2] == "Stable" and len(state[3]) == 1
+    finally:
+        c.close()
+    # close() sent a leave (epoch -1): the group is Empty, its offsets stay.
+    assert group_state(txbroker, group)[2] == "Empty"
+
+
+def test_second_member_takes_half_and_leaver_partitions_move(txbroker):
+    topic = unique_topic("cp-share")
+    txbroker.create_topic(topic, 4)
+    group = unique_topic("g-share")
+    a = consumer(txbroker.bootstrap, group)
+    b = consumer(txbroker.bootstrap, group)
+    overlaps = []
+
+    def disjoint_check():
+        if owned(a) & owned(b):
+            overlaps.append((owned(a), owned(b)))
+
+    try:
+        a.subscribe([topic])
+        assert poll_until([a], lambda: owned(a) == {0, 1, 2, 3})
+        b.subscribe([topic])
+
+        def halves():
+            disjoint_check()
+            return len(owned(a)) == 2 and len(owned(b)) == 2
+
+        assert poll_until([a, b], halves), (owned(a), owned(b))
+        assert owned(a) | owned(b) == {0, 1, 2, 3}
+        a.close()
+        assert poll_until([b], lambda: owned(b) == {0, 1, 2, 3}), owned(b)
+        assert not overlaps, overlaps
+        state = group_state(txbroker, group)
+        assert len(state[3]) == 1 and state[2] == "Stable"
+    finally:
+        b.close()
+
+
+def test_restart_keeps_epochs_and_assignment(txbroker):
+    topic = unique_topic("cp-restart")
+    txbroker.create_topic(topic, 3)
+    group = unique_topic("g-restart")
+    c = consumer(txbroker.bootstrap, group)
+    try:
+        c.subscribe([topic])
+        assert poll_until([c], lambda: owned(c) == {0, 1, 2})
+        assert poll_until([c], lambda: group_state(txbroker, group)[2] == "Stable")
+        before = group_state(txbroker, group)
+        txbroker.restart()
+
+        def loaded(broker):
+            return broker.groups.loaded
+        assert poll_until([], lambda: txbroker.call(loaded), timeout=10)
+        assert group_state(txbroker, group) == before
+        # The member carries on with its epoch after the restart: no rebalance.
+        assert poll_until([c], lambda: False, timeout=1.5) is False
+        assert owned(c) == {0, 1, 2}
+        assert group_state(txbroker, group)[:2] == before[:2]
+    finally:
+        c.close()
