@@ -1,22 +1,24 @@
-"""KIP-848 consumer-protocol groups, txbroker vs Kafka 4.3.1: the versions served,
-the ``group.version`` feature, and what a confluent-kafka consumer with
+"""KIP-848 consumer-protocol groups, txbroker vs Kafka 4.3.1: the versions served, the
+``group.version`` feature, and what a confluent-kafka consumer with
 ``group.protocol=consumer`` sees."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
+from confluent_kafka import Consumer
 from txbroker.protocol.messages import build, request_module
 
 API_VERSIONS = 18
 
 
-def _api_versions(broker):
-    m = request_module(API_VERSIONS, 3)
+def _api_versions(broker, version: int):
+    m = request_module(API_VERSIONS, version)
     client = broker.raw()
     try:
-        return client.request(API_VERSIONS, 3, build(m.ApiVersionsRequest,
-                                                     client_software_name="t",
-                                                     client_software_version="1"))
+        return client.request(API_VERSIONS, version, build(
+            m.ApiVersionsRequest, client_software_name="t", client_software_version="1"))
     finally:
         client.close()
 
@@ -24,14 +26,55 @@ def _api_versions(broker):
 @pytest.mark.kafka_ci
 def test_versions_and_group_version_feature(broker):
     """ConsumerGroupHeartbeat 0-1 and ConsumerGroupDescribe 0-1 are served, and
-    ``group.version`` is supported 0-1 and finalized at 1, as on Kafka 4.3.1."""
-    r = _api_versions(broker)
+    ``group.version`` is supported 0-1 (listed from ApiVersions v4: v3 leaves out
+    features whose minimum is 0) and finalized at 1, as on Kafka 4.3.1."""
+    r = _api_versions(broker, 4)
     ranges = {int(k.api_key): (int(k.min_version), int(k.max_version)) for k in r.api_keys}
     supported = {f.name: (int(f.min_version), int(f.max_version)) for f in r.supported_features}
     finalized = {f.name: (int(f.min_version_level), int(f.max_version_level))
                  for f in r.finalized_features}
-    print("FACTS", {k: ranges.get(k) for k in (8, 9, 15, 16, 28, 68, 69)}, supported, finalized)
     assert ranges[68] == (0, 1)
     assert ranges[69] == (0, 1)
     assert supported["group.version"] == (0, 1)
     assert finalized["group.version"] == (1, 1)
+
+
+def _owned(c) -> set[int]:
+    return {tp.partition for tp in c.assignment()}
+
+
+def _poll_until(consumers, predicate, timeout: float = 40) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for c in consumers:
+            c.poll(0.05)
+        if predicate():
+            return True
+    return False
+
+
+def test_two_members_split_then_one_takes_all(broker):
+    """A consumer gets every partition; a second one joins and each ends with half,
+    never sharing one; the first leaves and the second has them all again."""
+    topic = broker.topic("cp-split", partitions=4)
+    group = topic + "-g"
+    conf = {"bootstrap.servers": broker.bootstrap, "group.id": group,
+            "group.protocol": "consumer", "auto.offset.reset": "earliest"}
+    a, b = Consumer(conf), Consumer(conf)
+    shared = []
+    try:
+        a.subscribe([topic])
+        assert _poll_until([a], lambda: _owned(a) == {0, 1, 2, 3})
+        b.subscribe([topic])
+
+        def halves():
+            if _owned(a) & _owned(b):
+                shared.append((_owned(a), _owned(b)))
+            return len(_owned(a)) == 2 and len(_owned(b)) == 2
+
+        assert _poll_until([a, b], halves), (_owned(a), _owned(b))
+        a.close()
+        assert _poll_until([b], lambda: _owned(b) == {0, 1, 2, 3})
+        assert not shared
+    finally:
+        b.close()
