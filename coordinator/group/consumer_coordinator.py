@@ -13,6 +13,7 @@ to a consumer group with members gets INCONSISTENT_GROUP_PROTOCOL.
 from __future__ import annotations
 
 import logging
+import time
 import uuid
 from collections.abc import Iterator, Mapping
 from typing import Any
@@ -20,7 +21,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 from txbroker.protocol.errors import KafkaError
 
-from ..internal_topic import OFFSETS_TOPIC, append_error_code, append_records
+from ..internal_topic import OFFSETS_TOPIC, append_error_code, append_records, map_storage_error
 from .consumer_state import HeartbeatRequest, HeartbeatResult, Record
 from .records import encode_group_metadata_key
 
@@ -71,17 +72,14 @@ class ConsumerGroupShell:
         except (KafkaError, OSError) as e:
             # The in-memory state keeps the change (Kafka reverts it): logged loudly.
             log.error("cannot persist consumer group %s: %r", group_id, e)
-            from .coordinator import _map_storage_error
-            return None, -1, _map_storage_error(append_error_code(e))
+            return None, -1, map_storage_error(append_error_code(e))
 
     async def consumer_heartbeat(self, req: HeartbeatRequest) -> HeartbeatResult:
         """ConsumerGroupHeartbeat: answered once its records are durable."""
-        from .coordinator import now_ms
-
         if not self.is_ready(req.group_id):
             return HeartbeatResult(_E.coordinator_load_in_progress.value)
         self.ensure_offsets_topic()
-        now = now_ms()
+        now = int(time.time() * 1000)
         pre: list[Record] = []
         classic = self.state.describe(req.group_id) if req.group_id else None
         if classic is not None and classic.exists:

@@ -183,12 +183,7 @@ class ConsumerGroups:
                     return self._replace(g, m, req.member_id, records)
                 m.member_epoch, m.previous_member_epoch = 0, 0
                 return m
-            if m is None:
-                raise _Refused(_E.unknown_member_id, f"Instance id {req.instance_id} is unknown.")
-            if m.member_id != req.member_id:
-                raise _Refused(_E.fenced_instance_id,
-                               f"Static member {req.member_id} with instance id {req.instance_id} "
-                               f"was fenced by member {m.member_id}.")
+            self._check_static(m, req)
         if not joining:
             self._check_epoch(m, req)
         return m
@@ -199,6 +194,16 @@ class ConsumerGroups:
                            f"The consumer group has reached its maximum capacity of "
                            f"{self.config.max_size} members.")
         return ConsumerMember(member_id, MemberSubscription(None, None, "", "", (), None, -1, None))
+
+    @staticmethod
+    def _check_static(m: ConsumerMember | None, req: HeartbeatRequest) -> None:
+        """A known static member's request: its instance id must name this member."""
+        if m is None:
+            raise _Refused(_E.unknown_member_id, f"Instance id {req.instance_id} is unknown.")
+        if m.member_id != req.member_id:
+            raise _Refused(_E.fenced_instance_id,
+                           f"Static member {req.member_id} with instance id {req.instance_id} "
+                           f"was fenced by member {m.member_id}.")
 
     @staticmethod
     def _check_epoch(m: ConsumerMember, req: HeartbeatRequest) -> None:
@@ -340,12 +345,7 @@ class ConsumerGroups:
             raise _Refused(_E.group_id_not_found, f"Consumer group {req.group_id} not found.")
         if req.instance_id is not None:
             m = g.static_member(req.instance_id)
-            if m is None:
-                raise _Refused(_E.unknown_member_id, f"Instance id {req.instance_id} is unknown.")
-            if m.member_id != req.member_id:
-                raise _Refused(_E.fenced_instance_id,
-                               f"Static member {req.member_id} with instance id {req.instance_id} "
-                               f"was fenced by member {m.member_id}.")
+            self._check_static(m, req)
         else:
             m = g.members.get(req.member_id)
             if m is None:

@@ -31,6 +31,7 @@ from ..internal_topic import (
     append_records,
     ensure_internal_topic,
     iter_partition_batches,
+    map_storage_error,
     partition_for,
     partition_log_for,
 )
@@ -238,7 +239,7 @@ class GroupCoordinator(ConsumerGroupShell):
             last = append_records(plog, [(request.key, request.value)]).last_offset
         except (KafkaError, OSError) as e:
             log.error("cannot persist group %s: %r", request.group_id, e)
-            error = _map_storage_error(append_error_code(e))
+            error = map_storage_error(append_error_code(e))
         self._spawn(self._after_durable(plog, last, request.write_id, error))
 
     async def _after_durable(self, plog: PartitionLog | None, last: int, write_id: int,
@@ -356,7 +357,7 @@ class GroupCoordinator(ConsumerGroupShell):
                 await self.logs.flusher.wait_acked(plog, last + 1)
             except (KafkaError, OSError) as err:
                 log.error("cannot store offsets of group %s: %r", group_id, err)
-                code = _map_storage_error(append_error_code(err))
+                code = map_storage_error(append_error_code(err))
                 for e, _v in accepted:
                     results[(e.topic, e.partition)] = code
                 return results
@@ -415,7 +416,7 @@ class GroupCoordinator(ConsumerGroupShell):
                 await self.logs.flusher.wait_acked(plog, last + 1)
             except OSError as err:
                 log.error("cannot store transactional offsets of group %s: %r", group_id, err)
-                code = _map_storage_error(_E.kafka_storage_error)
+                code = map_storage_error(_E.kafka_storage_error)
                 for e, _v in accepted:
                     results[(e.topic, e.partition)] = code
                 return results
@@ -571,12 +572,4 @@ class GroupCoordinator(ConsumerGroupShell):
         return len(keys)
 
 
-def _map_storage_error(code: ErrorCode) -> int:
-    # How Kafka's coordinator maps append errors for its clients.
-    if code in (_E.not_enough_replicas, _E.request_timed_out, _E.unknown_topic_or_partition):
-        return _E.coordinator_not_available.value
-    if code in (_E.not_leader_or_follower, _E.kafka_storage_error):
-        return _E.not_coordinator.value
-    if code in (_E.message_too_large, _E.record_list_too_large, _E.invalid_fetch_size):
-        return _E.unknown_server_error.value
-    return code.value
+
