@@ -29,12 +29,18 @@ def _group_topics(ctx, schema, found, topics_cls, partition_cls):
     return tuple(build(topics_cls, name=t, partitions=tuple(ps)) for t, ps in by_topic.items())
 
 
-def _fetch(ctx, group_id: str, topics, require_stable: bool) -> tuple[int, dict]:
+def _fetch(ctx, group_id: str, topics, require_stable: bool, member_id: str | None = None,
+           member_epoch: int = -1) -> tuple[int, dict]:
     """Kafka's checks around the coordinator's answer: DESCRIBE on the group, and on
     each topic: of all the group's offsets only the describable topics' are shown; a
     named topic that is not gets TOPIC_AUTHORIZATION_FAILED."""
     if not ctx.authorize(DESCRIBE, GROUP, group_id):
         return ErrorCode.group_authorization_failed.value, {}
+    if ctx.version >= 9 and ctx.broker.groups.is_ready(group_id):
+        # v9 carries the member of a consumer-protocol group (KIP-848).
+        error = ctx.broker.groups.consumer_fetch_error(group_id, member_id, member_epoch)
+        if error != ErrorCode.none.value:
+            return error, {}
     error, found = ctx.broker.groups.fetch_offsets(group_id, _wanted(topics), require_stable)
     if ctx.broker.authorizer is None or not found:
         return error, found
@@ -52,7 +58,9 @@ async def handle(ctx, request):
     if ctx.version >= 8:
         out = []
         for g in request.groups:
-            error, found = _fetch(ctx, g.group_id, g.topics, require_stable)
+            error, found = _fetch(ctx, g.group_id, g.topics, require_stable,
+                                  getattr(g, "member_id", None),
+                                  int(getattr(g, "member_epoch", -1)))
             out.append(build(schema.OffsetFetchResponseGroup, group_id=g.group_id,
                              topics=_group_topics(ctx, schema, found,
                                                   schema.OffsetFetchResponseTopics,

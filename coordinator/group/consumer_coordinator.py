@@ -105,36 +105,26 @@ class ConsumerGroupShell:
             await self.logs.flusher.wait_acked(plog, last + 1)
         return result
 
-    def consumer_commit_error(self, group_id: str, member_id: str, member_epoch: int,
-                              transactional: bool, api_version: int) -> int | None:
-        """The OffsetCommit/TxnOffsetCommit check for a consumer group (Kafka's
-        ConsumerGroup.validateOffsetCommit); None if ``group_id`` is not one."""
-        g = self.consumer.groups.get(group_id)
-        if g is None:
+    def consumer_commit_error(self, group_id: str, member_id: str, instance_id: str | None,
+                              member_epoch: int, transactional: bool, api_version: int,
+                              entries) -> int | None:
+        """The OffsetCommit/TxnOffsetCommit check for a consumer group; None if
+        ``group_id`` is not one."""
+        if group_id not in self.consumer.groups:
             return None
-        if member_epoch < 0 and not g.members:
-            return _E.none.value
-        m = g.members.get(member_id)
-        if m is None:
-            return _E.unknown_member_id.value
-        if not transactional and api_version < 9:
-            return _E.unsupported_version.value
-        if member_epoch != m.member_epoch:
-            return _E.stale_member_epoch.value
-        return _E.none.value
+        topics = self.logs.topics
+        partitions = [(topics[e.topic].topic_id if e.topic in topics else None, e.partition)
+                      for e in entries]
+        return self.consumer.validate_offset_commit(group_id, member_id, instance_id,
+                                                    member_epoch, transactional, api_version,
+                                                    partitions)
 
     def consumer_fetch_error(self, group_id: str, member_id: str | None,
                              member_epoch: int) -> int:
-        """OffsetFetch v9+ with a member id and epoch (Kafka's validateOffsetFetch)."""
-        g = self.consumer.groups.get(group_id)
-        if g is None or (member_id is None and member_epoch < 0):
+        """OffsetFetch v9+ with a member id and epoch, for a consumer group."""
+        if group_id not in self.consumer.groups:
             return _E.none.value
-        m = g.members.get(member_id or "")
-        if m is None:
-            return _E.unknown_member_id.value
-        if member_epoch != m.member_epoch:
-            return _E.stale_member_epoch.value
-        return _E.none.value
+        return self.consumer.validate_offset_fetch(group_id, member_id, member_epoch)
 
     async def delete_consumer_group(self, group_id: str) -> int:
         error, records = self.consumer.delete_group(group_id)

@@ -51,6 +51,9 @@ class ConsumerMember:
     state: MemberState = MemberState.STABLE
     assigned: Assignment = field(default_factory=dict)
     pending_revocation: Assignment = field(default_factory=dict)
+    # KIP-1251: the member epoch each held partition was assigned at (an offset commit
+    # with an older epoch is accepted for a partition assigned at or before it).
+    assignment_epochs: dict[TP, int] = field(default_factory=dict)
     # Not persisted: deadlines, counted from the last heartbeat / revocation start.
     session_deadline: int | None = None
     rebalance_deadline: int | None = None
@@ -61,7 +64,8 @@ class ConsumerMember:
 
     def current(self) -> CurrentAssignment:
         return CurrentAssignment(self.member_epoch, self.previous_member_epoch, int(self.state),
-                                 dict(self.assigned), dict(self.pending_revocation))
+                                 dict(self.assigned), dict(self.pending_revocation),
+                                 dict(self.assignment_epochs))
 
     def set_current(self, c: CurrentAssignment) -> None:
         self.member_epoch = c.member_epoch
@@ -72,6 +76,15 @@ class ConsumerMember:
             self.state = MemberState.UNKNOWN
         self.assigned = _clean(c.assigned)
         self.pending_revocation = _clean(c.pending_revocation)
+        stored = c.assignment_epochs or {}
+        self.assignment_epochs = {tp: stored.get(tp, self.member_epoch) for tp in self.held()}
+
+    def held(self) -> set[TP]:
+        """The partitions this member holds: assigned or pending revocation."""
+        return _tps(self.assigned) | _tps(self.pending_revocation)
+
+    def assignment_epoch(self, tp: TP) -> int | None:
+        return self.assignment_epochs.get(tp) if tp in self.held() else None
 
 
 def _clean(a: Assignment) -> Assignment:
@@ -210,6 +223,7 @@ def _next(g: ConsumerGroup, m: ConsumerMember, epoch: int, target: Assignment,
         m.member_epoch = new_epoch
     m.state = new_state
     m.assigned = assigned
+    m.assignment_epochs = {tp: m.assignment_epochs.get(tp, m.member_epoch) for tp in m.held()}
     g.hold(m)
     return before != (m.member_epoch, m.previous_member_epoch, m.state, m.assigned,
                       m.pending_revocation)

@@ -76,6 +76,8 @@ class CurrentAssignment:
     state: int
     assigned: Assignment
     pending_revocation: Assignment
+    # KIP-1251 (Kafka 4.3): the member epoch each held partition was assigned at.
+    assignment_epochs: dict[tuple[uuid.UUID, int], int] | None = None
 
 
 def encode_key(key: ConsumerRecordKey) -> bytes:
@@ -134,8 +136,9 @@ def encode_value(kind: int, value: Any) -> bytes | None:
     if kind == TARGET_ASSIGNMENT_MEMBER:
         return pack([FORMAT_VERSION, _assignment(value)])
     c: CurrentAssignment = value
+    epochs = [[tid.bytes, p, e] for (tid, p), e in sorted((c.assignment_epochs or {}).items())]
     return pack([FORMAT_VERSION, c.member_epoch, c.previous_member_epoch, c.state,
-                 _assignment(c.assigned), _assignment(c.pending_revocation)])
+                 _assignment(c.assigned), _assignment(c.pending_revocation), epochs])
 
 
 def decode_value(kind: int, data: bytes | None) -> Any:
@@ -175,7 +178,20 @@ def decode_value(kind: int, data: bytes | None) -> Any:
         return _decode_assignment(arr[1], "target assignment")
     if len(arr) < 6:
         raise ValueError("current assignment: too few fields")
+    epochs = None
+    if len(arr) > 6:  # appended field: absent in records written before it
+        if not isinstance(arr[6], list):
+            raise ValueError("current assignment: assignment epochs is not an array")
+        epochs = {}
+        for item in arr[6]:
+            if not isinstance(item, list) or len(item) < 3:
+                raise ValueError("current assignment: malformed assignment epoch")
+            tid = as_bytes(item[0], "topic id")
+            if len(tid) != 16:
+                raise ValueError("current assignment: bad topic id")
+            epochs[(uuid.UUID(bytes=tid), as_int(item[1], "partition", 0))] = as_int(
+                item[2], "assignment epoch")
     return CurrentAssignment(as_int(arr[1], "member epoch"), as_int(arr[2], "previous epoch"),
                              as_int(arr[3], "state"),
                              _decode_assignment(arr[4], "assigned partitions"),
-                             _decode_assignment(arr[5], "pending revocation"))
+                             _decode_assignment(arr[5], "pending revocation"), epochs)

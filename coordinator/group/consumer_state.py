@@ -30,6 +30,13 @@ from dataclasses import dataclass, field, replace
 from kio.schema.errors import ErrorCode
 from txbroker.coordinator.group import consumer_records as cr
 from txbroker.coordinator.group.consumer_assignors import ASSIGNORS, DEFAULT_ASSIGNOR, assign
+from txbroker.coordinator.group.consumer_checks import (
+    HeartbeatRequest,
+    Refused,
+    validate_heartbeat,
+    validate_offset_commit,
+    validate_offset_fetch,
+)
 from txbroker.coordinator.group.consumer_group import (
     LEAVE_EPOCH,
     STATIC_LEAVE_EPOCH,
@@ -62,23 +69,6 @@ class ConsumerGroupConfig:
 
 
 @dataclass
-class HeartbeatRequest:
-    group_id: str
-    member_id: str
-    member_epoch: int
-    instance_id: str | None = None
-    rack_id: str | None = None
-    rebalance_timeout_ms: int = -1
-    subscribed_topic_names: tuple[str, ...] | None = None
-    subscribed_topic_regex: str | None = None
-    server_assignor: str | None = None
-    owned: Assignment | None = None  # the request's TopicPartitions
-    client_id: str = ""
-    client_host: str = ""
-    version: int = 1
-
-
-@dataclass
 class HeartbeatResult:
     error: int
     message: str | None = None
@@ -87,13 +77,6 @@ class HeartbeatResult:
     heartbeat_interval_ms: int = 0
     assignment: Assignment | None = None
     records: list[Record] = field(default_factory=list)
-
-
-class _Refused(Exception):
-    def __init__(self, error: _E, message: str) -> None:
-        super().__init__(message)
-        self.error = error.value
-        self.message = message
 
 
 def _rec(kind: int, group_id: str, member_id: str, value) -> Record:
@@ -116,57 +99,25 @@ class ConsumerGroups:
     def heartbeat(self, now_ms: int, req: HeartbeatRequest, image: TopicImage) -> HeartbeatResult:
         records: list[Record] = []
         try:
-            self._validate(req)
+            validate_heartbeat(req, self.config.assignors)
             if req.member_epoch in (LEAVE_EPOCH, STATIC_LEAVE_EPOCH):
                 return self._leave(now_ms, req, records)
             return self._heartbeat(now_ms, req, image, records)
-        except _Refused as e:
+        except Refused as e:
             return HeartbeatResult(e.error, e.message, records=records)
-
-    def _validate(self, req: HeartbeatRequest) -> None:
-        bad = _E.invalid_request
-        if not req.group_id:
-            raise _Refused(bad, "GroupId can't be empty.")
-        if req.instance_id == "":
-            raise _Refused(bad, "InstanceId can't be empty.")
-        if req.rack_id == "":
-            raise _Refused(bad, "RackId can't be empty.")
-        if req.member_epoch != 0 or req.version >= 1:
-            if not req.member_id:
-                raise _Refused(bad, "MemberId can't be empty.")
-        if req.subscribed_topic_regex:
-            # Not implemented (docs/compatibility.md): Kafka 3.7-3.9's answer. An empty
-            # regex means none (librdkafka sends it with a topic list).
-            raise _Refused(bad, "SubscribedTopicRegex is not supported yet.")
-        if req.member_epoch == 0:
-            if req.rebalance_timeout_ms == -1:
-                raise _Refused(bad, "RebalanceTimeoutMs must be provided in first request.")
-            if req.owned is None or req.owned:
-                raise _Refused(bad, "TopicPartitions must be empty when (re-)joining.")
-            if not req.subscribed_topic_names:
-                raise _Refused(bad, "SubscribedTopicNames must be set in first request.")
-        elif req.member_epoch == STATIC_LEAVE_EPOCH:
-            if req.instance_id is None:
-                raise _Refused(bad, "InstanceId can't be null.")
-        elif req.member_epoch < LEAVE_EPOCH:
-            raise _Refused(bad, "MemberEpoch is invalid.")
-        if req.server_assignor is not None and req.server_assignor not in self.config.assignors:
-            raise _Refused(_E.unsupported_assignor,
-                           f"ServerAssignor {req.server_assignor} is not supported. Supported "
-                           f"assignors: {', '.join(self.config.assignors)}.")
 
     def _member(self, g: ConsumerGroup | None, req: HeartbeatRequest,
                 records: list[Record]) -> ConsumerMember:
         """The member the request speaks for (Kafka's getOrMaybeSubscribe*Member)."""
         joining = req.member_epoch == 0
         if g is None:
-            raise _Refused(_E.group_id_not_found, f"Consumer group {req.group_id} not found.")
+            raise Refused(_E.group_id_not_found, f"Consumer group {req.group_id} not found.")
         if req.instance_id is None:
             m = g.members.get(req.member_id)
             if m is None:
                 if not joining:
-                    raise _Refused(_E.unknown_member_id,
-                                   f"Member {req.member_id} is not a member of group {g.group_id}.")
+                    raise Refused(_E.unknown_member_id,
+                                  f"Member {req.member_id} is not a member of group {g.group_id}.")
                 return self._new_member(g, req.member_id)
         else:
             m = g.static_member(req.instance_id)
@@ -175,10 +126,10 @@ class ConsumerGroups:
                     existing = g.members.get(req.member_id)
                     return existing if existing is not None else self._new_member(g, req.member_id)
                 if m.member_epoch != STATIC_LEAVE_EPOCH and m.member_id != req.member_id:
-                    raise _Refused(_E.unreleased_instance_id,
-                                   f"Static member {req.member_id} with instance id "
-                                   f"{req.instance_id} cannot join the group because the instance "
-                                   f"id is owned by {m.member_id} member.")
+                    raise Refused(_E.unreleased_instance_id,
+                                  f"Static member {req.member_id} with instance id "
+                                  f"{req.instance_id} cannot join the group because the instance "
+                                  f"id is owned by {m.member_id} member.")
                 if m.member_id != req.member_id:
                     return self._replace(g, m, req.member_id, records)
                 m.member_epoch, m.previous_member_epoch = 0, 0
@@ -190,37 +141,37 @@ class ConsumerGroups:
 
     def _new_member(self, g: ConsumerGroup, member_id: str) -> ConsumerMember:
         if len(g.members) >= self.config.max_size:
-            raise _Refused(_E.group_max_size_reached,
-                           f"The consumer group has reached its maximum capacity of "
-                           f"{self.config.max_size} members.")
+            raise Refused(_E.group_max_size_reached,
+                          f"The consumer group has reached its maximum capacity of "
+                          f"{self.config.max_size} members.")
         return ConsumerMember(member_id, MemberSubscription(None, None, "", "", (), None, -1, None))
 
     @staticmethod
     def _check_static(m: ConsumerMember | None, req: HeartbeatRequest) -> None:
         """A known static member's request: its instance id must name this member."""
         if m is None:
-            raise _Refused(_E.unknown_member_id, f"Instance id {req.instance_id} is unknown.")
+            raise Refused(_E.unknown_member_id, f"Instance id {req.instance_id} is unknown.")
         if m.member_id != req.member_id:
-            raise _Refused(_E.fenced_instance_id,
-                           f"Static member {req.member_id} with instance id {req.instance_id} "
-                           f"was fenced by member {m.member_id}.")
+            raise Refused(_E.fenced_instance_id,
+                          f"Static member {req.member_id} with instance id {req.instance_id} "
+                          f"was fenced by member {m.member_id}.")
 
     @staticmethod
     def _check_epoch(m: ConsumerMember, req: HeartbeatRequest) -> None:
         e = req.member_epoch
         if e > m.member_epoch:
-            raise _Refused(_E.fenced_member_epoch,
-                           f"The consumer group member has a greater member epoch ({e}) than the "
-                           f"one known by the group coordinator ({m.member_epoch}). The member must "
-                           f"abandon all its partitions and rejoin.")
+            raise Refused(_E.fenced_member_epoch,
+                          f"The consumer group member has a greater member epoch ({e}) than the "
+                          f"one known by the group coordinator ({m.member_epoch}). The member must "
+                          f"abandon all its partitions and rejoin.")
         if e < m.member_epoch:
             subset = req.owned is None or all(
                 ps <= m.assigned.get(t, frozenset()) for t, ps in req.owned.items())
             if e != m.previous_member_epoch or not subset:
-                raise _Refused(_E.fenced_member_epoch,
-                               f"The consumer group member has a smaller member epoch ({e}) than "
-                               f"the one known by the group coordinator ({m.member_epoch}). The "
-                               f"member must abandon all its partitions and rejoin.")
+                raise Refused(_E.fenced_member_epoch,
+                              f"The consumer group member has a smaller member epoch ({e}) than "
+                              f"the one known by the group coordinator ({m.member_epoch}). The "
+                              f"member must abandon all its partitions and rejoin.")
 
     def _replace(self, g: ConsumerGroup, old: ConsumerMember, member_id: str,
                  records: list[Record]) -> ConsumerMember:
@@ -279,9 +230,9 @@ class ConsumerGroups:
         try:
             changed = reconcile(g, m, req.owned)
         except ValueError as e:
-            raise _Refused(_E.fenced_member_epoch, f"The consumer group member is in an unknown "
-                           f"state ({e}). The member must abandon all its partitions and "
-                           f"rejoin.") from None
+            raise Refused(_E.fenced_member_epoch, f"The consumer group member is in an unknown "
+                          f"state ({e}). The member must abandon all its partitions and "
+                          f"rejoin.") from None
         if changed or req.member_epoch == 0:
             records.append(_rec(cr.CURRENT_MEMBER_ASSIGNMENT, g.group_id, m.member_id, m.current()))
         self._arm(now, g, m)
@@ -342,19 +293,25 @@ class ConsumerGroups:
     def _leave(self, now: int, req: HeartbeatRequest, records: list[Record]) -> HeartbeatResult:
         g = self.groups.get(req.group_id)
         if g is None:
-            raise _Refused(_E.group_id_not_found, f"Consumer group {req.group_id} not found.")
+            raise Refused(_E.group_id_not_found, f"Consumer group {req.group_id} not found.")
         if req.instance_id is not None:
             m = g.static_member(req.instance_id)
             self._check_static(m, req)
         else:
             m = g.members.get(req.member_id)
             if m is None:
-                raise _Refused(_E.unknown_member_id,
-                               f"Member {req.member_id} is not a member of group {g.group_id}.")
+                raise Refused(_E.unknown_member_id,
+                              f"Member {req.member_id} is not a member of group {g.group_id}.")
         if req.member_epoch == STATIC_LEAVE_EPOCH:
             # The static member will come back: it keeps its assignment until then (or
             # until its session times out).
+            # Kafka's consumerGroupStaticMemberGroupLeave: pending revocations are dropped
+            # and the kept partitions count as assigned at epoch 0 (KIP-1251).
+            g.release(m)
             m.previous_member_epoch, m.member_epoch = m.member_epoch, STATIC_LEAVE_EPOCH
+            m.pending_revocation = {}
+            m.assignment_epochs = dict.fromkeys(m.held(), 0)
+            g.hold(m)
             records.append(_rec(cr.CURRENT_MEMBER_ASSIGNMENT, g.group_id, m.member_id, m.current()))
             self._arm(now, g, m)
         else:
@@ -479,19 +436,13 @@ class ConsumerGroups:
 
     # -- offsets, admin ------------------------------------------------------------------
 
-    def validate_offset_commit(self, group_id: str, member_id: str, member_epoch: int) -> int:
-        """OffsetCommit/TxnOffsetCommit of a consumer group (Kafka's
-        ConsumerGroup.validateOffsetCommit): commits with an empty member id and epoch
-        -1 come from admin/simple clients and pass; a known member must carry its epoch."""
-        g = self.groups[group_id]
-        if member_epoch < 0 and not member_id:
-            return NONE
-        m = g.members.get(member_id)
-        if m is None:
-            return _E.unknown_member_id.value
-        if member_epoch != m.member_epoch:
-            return _E.stale_member_epoch.value
-        return NONE
+    def validate_offset_commit(self, group_id: str, *args) -> int:
+        """See consumer_checks.validate_offset_commit."""
+        return validate_offset_commit(self.groups[group_id], *args)
+
+    def validate_offset_fetch(self, group_id: str, *args) -> int:
+        """See consumer_checks.validate_offset_fetch."""
+        return validate_offset_fetch(self.groups[group_id], *args)
 
     def delete_group(self, group_id: str) -> tuple[int, list[Record]]:
         g = self.groups.get(group_id)

@@ -339,7 +339,8 @@ class GroupCoordinator(ConsumerGroupShell):
         if not self.is_ready(group_id):
             return dict.fromkeys(keys, _E.coordinator_load_in_progress.value)
         self.ensure_offsets_topic()
-        error = self.consumer_commit_error(group_id, member_id, generation_id, False, api_version)
+        error = self.consumer_commit_error(group_id, member_id, group_instance_id, generation_id,
+                                           False, api_version, entries)
         if error is None:
             error = self.state.validate_offset_commit(group_id, generation_id, member_id,
                                                       group_instance_id, now_ms(), api_version)
@@ -398,7 +399,8 @@ class GroupCoordinator(ConsumerGroupShell):
         if not self.is_ready(group_id):
             return dict.fromkeys(keys, _E.coordinator_load_in_progress.value)
         self.ensure_offsets_topic()
-        error = self.consumer_commit_error(group_id, member_id, generation_id, True, 0)
+        error = self.consumer_commit_error(group_id, member_id, group_instance_id, generation_id,
+                                           True, 0, entries)
         if error is None:
             error = self.state.validate_txn_offset_commit(group_id, generation_id, member_id,
                                                           group_instance_id, now_ms())

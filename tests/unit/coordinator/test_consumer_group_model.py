@@ -51,7 +51,8 @@ def snapshot(cg: ConsumerGroups):
         return None
     return (g.group_epoch, g.assignment_epoch, g.partition_metadata, g.target, g.owners,
             {m.member_id: (m.subscription, m.member_epoch, m.previous_member_epoch, m.state,
-                           m.assigned, m.pending_revocation) for m in g.members.values()})
+                           m.assigned, m.pending_revocation, m.assignment_epochs)
+             for m in g.members.values()})
 
 
 class ConsumerGroupMachine(RuleBasedStateMachine):
@@ -220,6 +221,10 @@ class ConsumerGroupMachine(RuleBasedStateMachine):
         assert g.assignment_epoch <= g.group_epoch
         self.group_epochs = (g.group_epoch, g.assignment_epoch)
         for m in g.members.values():
+            # KIP-1251: every held partition has the epoch it was assigned at, no later
+            # than the member's epoch.
+            assert set(m.assignment_epochs) == m.held()
+            assert all(e <= max(m.member_epoch, 0) for e in m.assignment_epochs.values())
             if m.member_epoch >= 0:
                 assert m.member_epoch >= self.epochs.get(m.member_id, 0)
                 assert m.member_epoch <= g.assignment_epoch
