@@ -96,21 +96,28 @@ def decode_consumer_key(arr: list[Any]) -> ConsumerRecordKey | None:
     return None
 
 
+def _rows(raw: Any, width: int, what: str) -> list[list]:
+    """An array of arrays of at least ``width`` fields, the first a 16-byte topic id."""
+    if not isinstance(raw, list):
+        raise ValueError(f"{what}: expected an array")
+    for item in raw:
+        if not isinstance(item, list) or len(item) < width:
+            raise ValueError(f"{what}: malformed entry")
+        if len(as_bytes(item[0], "topic id")) != 16:
+            raise ValueError(f"{what}: bad topic id")
+    return raw
+
+
 def _assignment(a: Assignment) -> list:
     return [[tid.bytes, sorted(parts)] for tid, parts in sorted(a.items()) if parts]
 
 
 def _decode_assignment(raw: Any, what: str) -> Assignment:
-    if not isinstance(raw, list):
-        raise ValueError(f"{what}: expected an array")
     out: Assignment = {}
-    for item in raw:
-        if not isinstance(item, list) or len(item) < 2 or not isinstance(item[1], list):
+    for item in _rows(raw, 2, what):
+        if not isinstance(item[1], list):
             raise ValueError(f"{what}: malformed topic partitions")
-        tid = as_bytes(item[0], "topic id")
-        if len(tid) != 16:
-            raise ValueError(f"{what}: topic id of {len(tid)} bytes")
-        out[uuid.UUID(bytes=tid)] = frozenset(as_int(p, "partition", 0) for p in item[1])
+        out[uuid.UUID(bytes=item[0])] = frozenset(as_int(p, "partition", 0) for p in item[1])
     return out
 
 
@@ -151,17 +158,10 @@ def decode_value(kind: int, data: bytes | None) -> Any:
             raise ValueError("epoch record: too few fields")
         return as_int(arr[1], "epoch")
     if kind == PARTITION_METADATA:
-        if len(arr) < 2 or not isinstance(arr[1], list):
+        if len(arr) < 2:
             raise ValueError("partition metadata: too few fields")
-        out = {}
-        for t in arr[1]:
-            if not isinstance(t, list) or len(t) < 3:
-                raise ValueError("partition metadata: malformed topic")
-            tid = as_bytes(t[0], "topic id")
-            if len(tid) != 16:
-                raise ValueError("partition metadata: bad topic id")
-            out[uuid.UUID(bytes=tid)] = (as_str(t[1], "topic"), as_int(t[2], "partitions", 0))
-        return out
+        return {uuid.UUID(bytes=t[0]): (as_str(t[1], "topic"), as_int(t[2], "partitions", 0))
+                for t in _rows(arr[1], 3, "partition metadata")}
     if kind == MEMBER_METADATA:
         if len(arr) < 9 or not isinstance(arr[5], list):
             raise ValueError("member metadata: too few fields")
@@ -180,17 +180,8 @@ def decode_value(kind: int, data: bytes | None) -> Any:
         raise ValueError("current assignment: too few fields")
     epochs = None
     if len(arr) > 6:  # appended field: absent in records written before it
-        if not isinstance(arr[6], list):
-            raise ValueError("current assignment: assignment epochs is not an array")
-        epochs = {}
-        for item in arr[6]:
-            if not isinstance(item, list) or len(item) < 3:
-                raise ValueError("current assignment: malformed assignment epoch")
-            tid = as_bytes(item[0], "topic id")
-            if len(tid) != 16:
-                raise ValueError("current assignment: bad topic id")
-            epochs[(uuid.UUID(bytes=tid), as_int(item[1], "partition", 0))] = as_int(
-                item[2], "assignment epoch")
+        epochs = {(uuid.UUID(bytes=t[0]), as_int(t[1], "partition", 0)):
+                  as_int(t[2], "assignment epoch") for t in _rows(arr[6], 3, "assignment epochs")}
     return CurrentAssignment(as_int(arr[1], "member epoch"), as_int(arr[2], "previous epoch"),
                              as_int(arr[3], "state"),
                              _decode_assignment(arr[4], "assigned partitions"),
