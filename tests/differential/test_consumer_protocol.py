@@ -78,3 +78,61 @@ def test_two_members_split_then_one_takes_all(broker):
         assert not shared
     finally:
         b.close()
+
+
+def test_transactional_offsets_with_member_epochs(broker):
+    """TxnOffsetCommit with a consumer-protocol member's group metadata (Kafka 4.3,
+    KIP-1251): an older member epoch still commits a partition the member has held since
+    then, not one it gave up (ILLEGAL_GENERATION, abortable); after it left the group,
+    UNKNOWN_MEMBER_ID."""
+    from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
+
+    topic = broker.topic("cp-eos", partitions=2)
+    group = topic + "-g"
+    conf = {"bootstrap.servers": broker.bootstrap, "group.id": group,
+            "group.protocol": "consumer", "auto.offset.reset": "earliest",
+            "enable.auto.commit": False}
+    first, second = Consumer(conf), Consumer(conf)
+    producer = Producer({"bootstrap.servers": broker.bootstrap,
+                         "transactional.id": topic + "-tid"})
+    try:
+        first.subscribe([topic])
+        assert _poll_until([first], lambda: _owned(first) == {0, 1})
+        old = first.consumer_group_metadata()
+        second.subscribe([topic])
+        assert _poll_until([first, second],
+                           lambda: len(_owned(first)) == 1 == len(_owned(second)))
+        kept, = _owned(first)
+        given, = _owned(second)
+        producer.init_transactions(30)
+
+        def send(offsets, metadata):
+            producer.send_offsets_to_transaction(
+                [TopicPartition(topic, p, o) for p, o in offsets.items()], metadata, 30)
+
+        producer.begin_transaction()
+        with pytest.raises(KafkaException) as excinfo:
+            send({given: 5}, old)
+        err = excinfo.value.args[0]
+        assert err.code() == KafkaError.ILLEGAL_GENERATION and err.txn_requires_abort(), err
+        producer.abort_transaction(30)
+
+        producer.begin_transaction()
+        send({kept: 7}, old)
+        send({kept: 8}, first.consumer_group_metadata())
+        producer.commit_transaction(30)
+        got = second.committed([TopicPartition(topic, kept), TopicPartition(topic, given)], 30)
+        assert {tp.partition: tp.offset for tp in got} == {kept: 8, given: -1001}
+
+        current = first.consumer_group_metadata()
+        first.close()
+        first = None
+        producer.begin_transaction()
+        with pytest.raises(KafkaException) as excinfo:
+            send({kept: 9}, current)
+        assert excinfo.value.args[0].code() == KafkaError.UNKNOWN_MEMBER_ID
+        producer.abort_transaction(30)
+    finally:
+        for c in (first, second):
+            if c is not None:
+                c.close()

@@ -138,3 +138,69 @@ def test_restart_keeps_epochs_and_assignment(txbroker):
         assert group_state(txbroker, group)[:2] == before[:2]
     finally:
         c.close()
+
+
+def test_transactional_offsets_with_member_epochs(txbroker):
+    """Exactly-once with a consumer-protocol group: send_offsets_to_transaction carries
+    the member epoch (TxnOffsetCommit). KIP-1251 (Kafka 4.3): metadata of an older epoch
+    still commits a partition the member has held since then, but not one it gave up
+    (ILLEGAL_GENERATION, abortable); after the member left, UNKNOWN_MEMBER_ID."""
+    from confluent_kafka import KafkaError, KafkaException
+
+    from .txn_util import TxnProducer, offset_fetch, wait_state
+    from .wire_util import connect
+
+    topic = unique_topic("cp-eos")
+    txbroker.create_topic(topic, 2)
+    out = unique_topic("cp-eos-out")
+    txbroker.create_topic(out, 1)
+    group = unique_topic("g-eos")
+    first = consumer(txbroker.bootstrap, group)
+    second = None
+    producer = TxnProducer("confluent", txbroker.bootstrap, unique_topic("cp-eos-tid"))
+    raw = connect(txbroker)
+    try:
+        first.subscribe([topic])
+        assert poll_until([first], lambda: owned(first) == {0, 1})
+        old = first.consumer_group_metadata()
+        second = consumer(txbroker.bootstrap, group)
+        second.subscribe([topic])
+        assert poll_until([first, second], lambda: len(owned(first)) == 1 == len(owned(second)))
+        kept, = owned(first)
+        given, = owned(second)
+        producer.init()
+
+        producer.begin()
+        producer.send(out, b"a")
+        with pytest.raises(KafkaException) as excinfo:
+            producer.send_offsets({(topic, given): 5}, old)
+        err = excinfo.value.args[0]
+        assert err.code() == KafkaError.ILLEGAL_GENERATION, err
+        assert err.txn_requires_abort() and not err.fatal(), err
+        producer.abort()
+        wait_state(txbroker, producer.transactional_id, ["CompleteAbort"])
+
+        producer.begin()
+        producer.send(out, b"b")
+        producer.send_offsets({(topic, kept): 7}, old)  # held since the old epoch
+        producer.send_offsets({(topic, kept): 8}, first.consumer_group_metadata())
+        producer.commit()
+        wait_state(txbroker, producer.transactional_id, ["CompleteCommit"])
+        assert offset_fetch(raw, group, [(topic, kept), (topic, given)]) == {
+            (topic, kept): (0, 8), (topic, given): (0, -1)}
+
+        current = first.consumer_group_metadata()
+        first.close()  # leaves the group (epoch -1)
+        first = None
+        producer.begin()
+        producer.send(out, b"c")
+        with pytest.raises(KafkaException) as excinfo:
+            producer.send_offsets({(topic, kept): 9}, current)
+        assert excinfo.value.args[0].code() == KafkaError.UNKNOWN_MEMBER_ID
+        producer.abort()
+    finally:
+        producer.close()
+        for c in (first, second):
+            if c is not None:
+                c.close()
+        raw.close()
