@@ -136,3 +136,51 @@ def test_transactional_offsets_with_member_epochs(broker):
         for c in (first, second):
             if c is not None:
                 c.close()
+
+
+def test_admin_sees_a_consumer_protocol_group(broker):
+    """ListGroups with the type filter lists the group as `consumer` (not `classic`),
+    Stable; describe_consumer_groups (ConsumerGroupDescribe) shows the member with its
+    assignment; DescribeGroups v5 answers it as Kafka does."""
+    from confluent_kafka import ConsumerGroupState, ConsumerGroupType
+
+    topic = broker.topic("cp-admin", partitions=2)
+    group = topic + "-g"
+    c = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": group,
+                  "group.protocol": "consumer", "client.id": "cp-admin-client"})
+    try:
+        c.subscribe([topic])
+        assert _poll_until([c], lambda: _owned(c) == {0, 1})
+
+        def listed(types):
+            r = broker.admin.list_consumer_groups(types=types, request_timeout=30).result()
+            return {g.group_id: g for g in r.valid}
+
+        assert _poll_until([c], lambda: getattr(
+            listed({ConsumerGroupType.CONSUMER}).get(group), "state", None)
+            == ConsumerGroupState.STABLE)
+        g = listed({ConsumerGroupType.CONSUMER})[group]
+        assert g.type == ConsumerGroupType.CONSUMER and not g.is_simple_consumer_group
+        assert group not in listed({ConsumerGroupType.CLASSIC})
+
+        d = broker.admin.describe_consumer_groups([group], request_timeout=30)[group].result()
+        assert d.type == ConsumerGroupType.CONSUMER
+        assert d.state == ConsumerGroupState.STABLE
+        assert d.partition_assignor == "uniform"
+        (member,) = d.members
+        assert member.client_id == "cp-admin-client"
+        assert sorted(tp.partition for tp in member.assignment.topic_partitions) == [0, 1]
+        assert {tp.topic for tp in member.assignment.topic_partitions} == {topic}
+
+        m = request_module(15, 5)
+        client = broker.raw()
+        try:
+            r = client.request(15, 5, build(m.DescribeGroupsRequest, groups=(group,),
+                                            include_authorized_operations=False))
+        finally:
+            client.close()
+        (dg,) = r.groups
+        assert (int(dg.error_code), dg.group_state, dg.protocol_type, len(dg.members)) == (
+            0, "Dead", "", 0)
+    finally:
+        c.close()
