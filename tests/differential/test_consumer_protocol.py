@@ -184,3 +184,38 @@ def test_admin_sees_a_consumer_protocol_group(broker):
             0, "Dead", "", 0)
     finally:
         c.close()
+
+
+def test_static_member_restart_keeps_its_assignment(broker):
+    """A static member (group.instance.id) closes (leave with epoch -2) and a new
+    consumer with the same instance id comes back: it gets the same partitions, and the
+    other member's partitions never move."""
+    topic = broker.topic("cp-static", partitions=4)
+    group = topic + "-g"
+
+    def member(instance):
+        return Consumer({"bootstrap.servers": broker.bootstrap, "group.id": group,
+                         "group.protocol": "consumer", "group.instance.id": instance})
+
+    a, b = member("a"), member("b")
+    moved = []
+    try:
+        a.subscribe([topic])
+        assert _poll_until([a], lambda: _owned(a) == {0, 1, 2, 3})
+        b.subscribe([topic])
+        assert _poll_until([a, b], lambda: len(_owned(a)) == 2 == len(_owned(b)))
+        mine, theirs = _owned(a), _owned(b)
+        a.close()
+        a = member("a")
+        a.subscribe([topic])
+
+        def back():
+            if _owned(b) != theirs:
+                moved.append(_owned(b))
+            return _owned(a) == mine
+
+        assert _poll_until([a, b], back), (_owned(a), mine)
+        assert not moved, moved
+    finally:
+        a.close()
+        b.close()
