@@ -57,17 +57,14 @@ def validate_heartbeat(req: HeartbeatRequest, assignors: tuple[str, ...]) -> Non
     if req.member_epoch != 0 or req.version >= 1:
         if not req.member_id:
             raise Refused(bad, "MemberId can't be empty.")
-    if req.subscribed_topic_regex:
-        # Not implemented (docs/compatibility.md): Kafka 3.7-3.9's answer. An empty
-        # regex means none (librdkafka sends it with a topic list).
-        raise Refused(bad, "SubscribedTopicRegex is not supported yet.")
     if req.member_epoch == 0:
         if req.rebalance_timeout_ms == -1:
             raise Refused(bad, "RebalanceTimeoutMs must be provided in first request.")
         if req.owned is None or req.owned:
             raise Refused(bad, "TopicPartitions must be empty when (re-)joining.")
-        if not req.subscribed_topic_names:
-            raise Refused(bad, "SubscribedTopicNames must be set in first request.")
+        if not req.subscribed_topic_names and not req.subscribed_topic_regex:
+            raise Refused(bad, "SubscribedTopicNames or SubscribedTopicRegex must be set in "
+                               "first request.")
     elif req.member_epoch == STATIC_LEAVE_EPOCH:
         if req.instance_id is None:
             raise Refused(bad, "InstanceId can't be null.")

@@ -106,6 +106,9 @@ class ConsumerGroup:
     partition_metadata: dict[uuid.UUID, tuple[str, int]] = field(default_factory=dict)
     # Each assigned or pending-revocation partition -> the member that holds it.
     owners: dict[TP, str] = field(default_factory=dict)
+    # Subscribed regexes -> the topic names they resolved to, and when (consumer_regex).
+    resolved: dict[str, frozenset[str]] = field(default_factory=dict)
+    regex_refreshed_ms: int = -(2**62)
 
     def static_member(self, instance_id: str) -> ConsumerMember | None:
         for m in self.members.values():
@@ -113,10 +116,18 @@ class ConsumerGroup:
                 return m
         return None
 
+    def topics_of(self, m: ConsumerMember) -> set[str]:
+        """The topic names ``m`` subscribes to: by name and through its regex."""
+        s = m.subscription
+        names = set(s.subscribed_topic_names)
+        if s.subscribed_topic_regex is not None:
+            names.update(self.resolved.get(s.subscribed_topic_regex, ()))
+        return names
+
     def subscribed_topic_names(self) -> set[str]:
         names: set[str] = set()
         for m in self.members.values():
-            names.update(m.subscription.subscribed_topic_names)
+            names.update(self.topics_of(m))
         return names
 
     @property

@@ -7,7 +7,8 @@ ConsumerGroupMemberMetadata (a member's subscription), 6
 ConsumerGroupTargetAssignmentMetadata (the assignment epoch), 7
 ConsumerGroupTargetAssignmentMember (a member's target partitions) and 8
 ConsumerGroupCurrentMemberAssignment (a member's epochs, state, assigned and
-pending-revocation partitions). The same types and fields are stored here in the
+pending-revocation partitions) and 16 ConsumerGroupRegularExpression (the topics a
+subscribed regex resolved to, keyed by the regex). The same types and fields are stored here in the
 versioned msgpack layout of ``records.py`` (key ``[0, type, group, (member)]``,
 value ``[0, *fields]``; a later version may only append fields). A tombstone (value
 None) removes what its key names. Topic ids are stored as their 16 bytes.
@@ -28,8 +29,11 @@ MEMBER_METADATA = 5
 TARGET_ASSIGNMENT_METADATA = 6
 TARGET_ASSIGNMENT_MEMBER = 7
 CURRENT_MEMBER_ASSIGNMENT = 8
+REGULAR_EXPRESSION = 16
 GROUP_KINDS = (GROUP_METADATA, PARTITION_METADATA, TARGET_ASSIGNMENT_METADATA)
-MEMBER_KINDS = (MEMBER_METADATA, TARGET_ASSIGNMENT_MEMBER, CURRENT_MEMBER_ASSIGNMENT)
+# Keyed by group and a second string: the member id, or the regex for REGULAR_EXPRESSION.
+MEMBER_KINDS = (MEMBER_METADATA, TARGET_ASSIGNMENT_MEMBER, CURRENT_MEMBER_ASSIGNMENT,
+                REGULAR_EXPRESSION)
 
 # {topic id: sorted partitions}: an assignment as the records and the state keep it.
 Assignment = dict[uuid.UUID, frozenset[int]]
@@ -142,6 +146,9 @@ def encode_value(kind: int, value: Any) -> bytes | None:
                      s.rebalance_timeout_ms, s.server_assignor])
     if kind == TARGET_ASSIGNMENT_MEMBER:
         return pack([FORMAT_VERSION, _assignment(value)])
+    if kind == REGULAR_EXPRESSION:  # (topics, refresh time ms)
+        topics, refreshed_ms = value
+        return pack([FORMAT_VERSION, sorted(topics), refreshed_ms])
     c: CurrentAssignment = value
     epochs = [[tid.bytes, p, e] for (tid, p), e in sorted((c.assignment_epochs or {}).items())]
     return pack([FORMAT_VERSION, c.member_epoch, c.previous_member_epoch, c.state,
@@ -172,6 +179,11 @@ def decode_value(kind: int, data: bytes | None) -> Any:
             subscribed_topic_regex=_opt_str(arr[6], "regex"),
             rebalance_timeout_ms=as_int(arr[7], "rebalance timeout"),
             server_assignor=_opt_str(arr[8], "server assignor"))
+    if kind == REGULAR_EXPRESSION:
+        if len(arr) < 3 or not isinstance(arr[1], list):
+            raise ValueError("regular expression: too few fields")
+        return (frozenset(as_str(t, "topic") for t in arr[1]),
+                as_int(arr[2], "refresh time"))
     if kind == TARGET_ASSIGNMENT_MEMBER:
         if len(arr) < 2:
             raise ValueError("target assignment: too few fields")

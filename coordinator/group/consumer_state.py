@@ -29,6 +29,7 @@ from dataclasses import dataclass, field, replace
 
 from kio.schema.errors import ErrorCode
 from txbroker.coordinator.group import consumer_records as cr
+from txbroker.coordinator.group import consumer_regex
 from txbroker.coordinator.group.consumer_assignors import ASSIGNORS, DEFAULT_ASSIGNOR, assign
 from txbroker.coordinator.group.consumer_checks import (
     HeartbeatRequest,
@@ -91,6 +92,7 @@ class ConsumerGroups:
         self.config = config
         self.new_member_id = new_member_id
         self.groups: dict[str, ConsumerGroup] = {}
+        self.regexes = consumer_regex.RegexCache()
         self._timers: list[tuple[int, int, str, str, str]] = []
         self._seq = itertools.count()
 
@@ -216,14 +218,25 @@ class ConsumerGroups:
             s = replace(s, server_assignor=req.server_assignor)
         if req.subscribed_topic_names is not None:
             s = replace(s, subscribed_topic_names=tuple(sorted(set(req.subscribed_topic_names))))
+        if req.subscribed_topic_regex is not None:  # "" clears it
+            s = replace(s, subscribed_topic_regex=req.subscribed_topic_regex or None)
+        if s.subscribed_topic_regex not in (None, old_sub.subscribed_topic_regex):
+            invalid = consumer_regex.check(self.regexes, s.subscribed_topic_regex)
+            if invalid is not None:
+                if created:
+                    del self.groups[g.group_id]
+                raise Refused(_E.invalid_regular_expression, invalid)
         bump = m.member_id not in g.members or (
             s.subscribed_topic_names != old_sub.subscribed_topic_names
+            or s.subscribed_topic_regex != old_sub.subscribed_topic_regex
             or s.server_assignor != old_sub.server_assignor)
         if m.member_id not in g.members or s != old_sub:
             records.append(_rec(cr.MEMBER_METADATA, g.group_id, m.member_id, s))
         m.subscription = s
         g.members[m.member_id] = m
-        records.extend(self._refresh_metadata(g, image, bump))
+        regex_records, resolution_changed = consumer_regex.refresh(g, self.regexes, image, now)
+        records.extend(regex_records)
+        records.extend(self._refresh_metadata(g, image, bump or resolution_changed))
         if g.group_epoch > g.assignment_epoch:
             records.extend(self._update_target(g))
         before = m.assigned
@@ -264,8 +277,7 @@ class ConsumerGroups:
 
     def _update_target(self, g: ConsumerGroup) -> list[Record]:
         names = {name: tid for tid, (name, _n) in g.partition_metadata.items()}
-        subs = {mid: frozenset(names[t] for t in m.subscription.subscribed_topic_names
-                               if t in names)
+        subs = {mid: frozenset(names[t] for t in g.topics_of(m) if t in names)
                 for mid, m in g.members.items()}
         assignor = self.assignor_of(g)
         counts = {tid: n for tid, (_name, n) in g.partition_metadata.items()}
@@ -400,6 +412,12 @@ class ConsumerGroups:
             g.partition_metadata = value or {}
         elif key.kind == cr.TARGET_ASSIGNMENT_METADATA:
             g.assignment_epoch = value or 0
+        elif key.kind == cr.REGULAR_EXPRESSION:
+            if value is None:
+                g.resolved.pop(key.member_id, None)
+            else:
+                g.resolved[key.member_id] = value[0]
+                g.regex_refreshed_ms = max(g.regex_refreshed_ms, value[1])
         elif key.kind == cr.TARGET_ASSIGNMENT_MEMBER:
             if value is None:
                 g.target.pop(key.member_id, None)

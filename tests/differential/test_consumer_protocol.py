@@ -219,3 +219,39 @@ def test_static_member_restart_keeps_its_assignment(broker):
     finally:
         a.close()
         b.close()
+
+
+@pytest.mark.slow
+def test_regex_subscription_picks_up_a_new_topic(broker):
+    """A consumer subscribed by regular expression gets the matching topics, and a
+    matching topic created later within the coordinator's regex refresh (Kafka: at most
+    every 10 s); a regex that does not compile is INVALID_REGULAR_EXPRESSION."""
+    import datetime
+    import uuid
+
+    prefix = broker.topic("cp-rx", partitions=2)
+    group = prefix + "-g"
+    c = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": group,
+                  "group.protocol": "consumer"})
+    try:
+        c.subscribe([f"^{prefix}.*"])
+        assert _poll_until([c], lambda: len(c.assignment()) == 2)
+        broker.create_topic(prefix + "-two", 1)
+        assert _poll_until([c], lambda: len(c.assignment()) == 3, timeout=40)
+        assert {tp.topic for tp in c.assignment()} == {prefix, prefix + "-two"}
+    finally:
+        c.close()
+    m = request_module(68, 1)
+    client = broker.raw()
+    try:
+        broker.wait_coordinator(group + "-bad")
+        r = client.request(68, 1, build(
+            m.ConsumerGroupHeartbeatRequest, group_id=group + "-bad",
+            member_id=str(uuid.uuid4()), member_epoch=0,
+            rebalance_timeout=datetime.timedelta(seconds=1), subscribed_topic_names=None,
+            subscribed_topic_regex="(a", topic_partitions=()))
+    finally:
+        client.close()
+    assert int(r.error_code) == 128, r
+    assert r.error_message.startswith("SubscribedTopicRegex `(a` is not a valid regular "
+                                      "expression: "), r

@@ -204,3 +204,42 @@ def test_transactional_offsets_with_member_epochs(txbroker):
             if c is not None:
                 c.close()
         raw.close()
+
+
+def test_regex_subscription_and_an_invalid_regex(txbroker):
+    """subscribe(["^prefix.*"]) sends SubscribedTopicRegex: the broker resolves it to the
+    matching topics (not the others); a regex that does not compile is
+    INVALID_REGULAR_EXPRESSION, fatal for the consumer. (A topic created later is picked
+    up within Kafka's 10 s refresh: tests/differential/test_consumer_protocol.py.)"""
+    import datetime
+    import uuid
+
+    from txbroker.protocol.messages import build, request_module
+
+    from .wire_util import connect
+
+    prefix = unique_topic("cp-rx")
+    txbroker.create_topic(prefix + "-one", 2)
+    txbroker.create_topic("not-" + prefix, 1)
+    group = unique_topic("g-rx")
+    c = consumer(txbroker.bootstrap, group)
+    raw = connect(txbroker)
+    try:
+        c.subscribe([f"^{prefix}-.*"])
+        assert poll_until([c], lambda: len(c.assignment()) == 2)
+        assert {tp.topic for tp in c.assignment()} == {prefix + "-one"}
+        state = txbroker.call(lambda b: dict(b.groups.consumer.groups[group].resolved))
+        # librdkafka sends the pattern in parentheses: "(^prefix-.*)".
+        assert list(state.values()) == [frozenset({prefix + "-one"})], state
+        # librdkafka checks patterns itself: a bad one goes on the wire by hand.
+        m = request_module(68, 1)
+        r = raw.request(68, 1, build(
+            m.ConsumerGroupHeartbeatRequest, group_id=group + "-bad",
+            member_id=str(uuid.uuid4()), member_epoch=0,
+            rebalance_timeout=datetime.timedelta(seconds=1), subscribed_topic_names=None,
+            subscribed_topic_regex="(a", topic_partitions=()))
+        assert int(r.error_code) == 128, r  # INVALID_REGULAR_EXPRESSION
+        assert r.error_message.startswith("SubscribedTopicRegex `(a` is not a valid"), r
+    finally:
+        c.close()
+        raw.close()

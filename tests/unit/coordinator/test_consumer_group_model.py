@@ -24,8 +24,9 @@ from txbroker.coordinator.group.consumer_state import (
 from txbroker.coordinator.group.records import decode_key
 
 GROUP = "g"
-SESSION = 1000
+SESSION = 60_000
 TOPICS = ("a", "b")
+REGEX = "[ac]"  # client 1 subscribes by regular expression
 CLIENTS = 4
 STATIC = 3  # client 3 has a group.instance.id
 FENCED = {22, 25, 110}  # ILLEGAL_GENERATION unused; UNKNOWN_MEMBER_ID, FENCED_MEMBER_EPOCH
@@ -39,6 +40,7 @@ class Client:
         self.owned: dict = {}
         self.pending: dict | None = None  # an assignment received, not yet applied
         self.topics = TOPICS if index % 2 == 0 else TOPICS[:1]
+        self.regex = REGEX if index == 1 else None
         self.incarnation = 0
 
     def reset(self) -> None:
@@ -50,6 +52,7 @@ def snapshot(cg: ConsumerGroups):
     if g is None:
         return None
     return (g.group_epoch, g.assignment_epoch, g.partition_metadata, g.target, g.owners,
+            g.resolved, g.regex_refreshed_ms,
             {m.member_id: (m.subscription, m.member_epoch, m.previous_member_epoch, m.state,
                            m.assigned, m.pending_revocation, m.assignment_epochs)
              for m in g.members.values()})
@@ -72,7 +75,8 @@ class ConsumerGroupMachine(RuleBasedStateMachine):
             group_id=GROUP, member_id=c.member_id or "", member_epoch=epoch,
             instance_id=f"static-{c.index}" if c.index == STATIC else None,
             rebalance_timeout_ms=SESSION if epoch == 0 else -1,
-            subscribed_topic_names=c.topics if epoch == 0 else None,
+            subscribed_topic_names=(() if c.regex else c.topics) if epoch == 0 else None,
+            subscribed_topic_regex=c.regex if epoch == 0 else None,
             owned=owned, client_id=f"c{c.index}")
         r = self.cg.heartbeat(self.now, req, self.image)
         self.log.extend(r.records)
@@ -147,6 +151,14 @@ class ConsumerGroupMachine(RuleBasedStateMachine):
         self.image.pop("b", None)
 
     @rule()
+    def create_topic_c(self):
+        self.image.setdefault("c", (uuid.UUID(int=3), 2))
+
+    @rule()
+    def regex_refresh_is_due(self):
+        self.now += 10_001  # regexes are resolved again at most every 10 s
+
+    @rule()
     def restart(self):
         before = snapshot(self.cg)
         fresh = ConsumerGroups(self.cg.config)
@@ -161,6 +173,7 @@ class ConsumerGroupMachine(RuleBasedStateMachine):
         """Every client keeps heartbeating and acknowledging: the group must settle with
         every subscribed partition owned by exactly one member."""
         live = [c for c in self.clients if c.member_id is not None]
+        self.now += 10_001  # a regex refresh is due: new topics must be picked up
         for _round in range(12):
             for c in live:
                 self.heartbeat(c.index, True)
@@ -185,6 +198,8 @@ class ConsumerGroupMachine(RuleBasedStateMachine):
         if not away:
             assert g.state == "Stable", (g.state, snapshot(self.cg))
         subscribed = {t for m in g.members.values() for t in m.subscription.subscribed_topic_names}
+        if any(m.subscription.subscribed_topic_regex for m in g.members.values()):
+            subscribed |= {t for t in self.image if t in ("a", "c")}  # REGEX's topics
         expected = {(tid, p) for name, (tid, n) in self.image.items() if name in subscribed
                     for p in range(n)}
         targets = [(t, p) for a in g.target.values() for t, ps in a.items() for p in ps]
