@@ -4,11 +4,11 @@
 
 from __future__ import annotations
 
-import time
-
 import pytest
 from confluent_kafka import Consumer
 from txbroker.protocol.messages import build, request_module
+
+from tests.integration.consumer_util import owned, poll_until
 
 API_VERSIONS = 18
 
@@ -39,20 +39,6 @@ def test_versions_and_group_version_feature(broker):
     assert finalized["group.version"] == (1, 1)
 
 
-def _owned(c) -> set[int]:
-    return {tp.partition for tp in c.assignment()}
-
-
-def _poll_until(consumers, predicate, timeout: float = 40) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        for c in consumers:
-            c.poll(0.05)
-        if predicate():
-            return True
-    return False
-
-
 def test_two_members_split_then_one_takes_all(broker):
     """A consumer gets every partition; a second one joins and each ends with half,
     never sharing one; the first leaves and the second has them all again."""
@@ -64,17 +50,17 @@ def test_two_members_split_then_one_takes_all(broker):
     shared = []
     try:
         a.subscribe([topic])
-        assert _poll_until([a], lambda: _owned(a) == {0, 1, 2, 3})
+        assert poll_until([a], lambda: owned(a) == {0, 1, 2, 3})
         b.subscribe([topic])
 
         def halves():
-            if _owned(a) & _owned(b):
-                shared.append((_owned(a), _owned(b)))
-            return len(_owned(a)) == 2 and len(_owned(b)) == 2
+            if owned(a) & owned(b):
+                shared.append((owned(a), owned(b)))
+            return len(owned(a)) == 2 and len(owned(b)) == 2
 
-        assert _poll_until([a, b], halves), (_owned(a), _owned(b))
+        assert poll_until([a, b], halves), (owned(a), owned(b))
         a.close()
-        assert _poll_until([b], lambda: _owned(b) == {0, 1, 2, 3})
+        assert poll_until([b], lambda: owned(b) == {0, 1, 2, 3})
         assert not shared
     finally:
         b.close()
@@ -97,13 +83,13 @@ def test_transactional_offsets_with_member_epochs(broker):
                          "transactional.id": topic + "-tid"})
     try:
         first.subscribe([topic])
-        assert _poll_until([first], lambda: _owned(first) == {0, 1})
+        assert poll_until([first], lambda: owned(first) == {0, 1})
         old = first.consumer_group_metadata()
         second.subscribe([topic])
-        assert _poll_until([first, second],
-                           lambda: len(_owned(first)) == 1 == len(_owned(second)))
-        kept, = _owned(first)
-        given, = _owned(second)
+        assert poll_until([first, second],
+                           lambda: len(owned(first)) == 1 == len(owned(second)))
+        kept, = owned(first)
+        given, = owned(second)
         producer.init_transactions(30)
 
         def send(offsets, metadata):
@@ -150,13 +136,13 @@ def test_admin_sees_a_consumer_protocol_group(broker):
                   "group.protocol": "consumer", "client.id": "cp-admin-client"})
     try:
         c.subscribe([topic])
-        assert _poll_until([c], lambda: _owned(c) == {0, 1})
+        assert poll_until([c], lambda: owned(c) == {0, 1})
 
         def listed(types):
             r = broker.admin.list_consumer_groups(types=types, request_timeout=30).result()
             return {g.group_id: g for g in r.valid}
 
-        assert _poll_until([c], lambda: getattr(
+        assert poll_until([c], lambda: getattr(
             listed({ConsumerGroupType.CONSUMER}).get(group), "state", None)
             == ConsumerGroupState.STABLE)
         g = listed({ConsumerGroupType.CONSUMER})[group]
@@ -201,20 +187,20 @@ def test_static_member_restart_keeps_its_assignment(broker):
     moved = []
     try:
         a.subscribe([topic])
-        assert _poll_until([a], lambda: _owned(a) == {0, 1, 2, 3})
+        assert poll_until([a], lambda: owned(a) == {0, 1, 2, 3})
         b.subscribe([topic])
-        assert _poll_until([a, b], lambda: len(_owned(a)) == 2 == len(_owned(b)))
-        mine, theirs = _owned(a), _owned(b)
+        assert poll_until([a, b], lambda: len(owned(a)) == 2 == len(owned(b)))
+        mine, theirs = owned(a), owned(b)
         a.close()
         a = member("a")
         a.subscribe([topic])
 
         def back():
-            if _owned(b) != theirs:
-                moved.append(_owned(b))
-            return _owned(a) == mine
+            if owned(b) != theirs:
+                moved.append(owned(b))
+            return owned(a) == mine
 
-        assert _poll_until([a, b], back), (_owned(a), mine)
+        assert poll_until([a, b], back), (owned(a), mine)
         assert not moved, moved
     finally:
         a.close()
@@ -235,9 +221,9 @@ def test_regex_subscription_picks_up_a_new_topic(broker):
                   "group.protocol": "consumer"})
     try:
         c.subscribe([f"^{prefix}.*"])
-        assert _poll_until([c], lambda: len(c.assignment()) == 2)
+        assert poll_until([c], lambda: len(c.assignment()) == 2)
         broker.create_topic(prefix + "-two", 1)
-        assert _poll_until([c], lambda: len(c.assignment()) == 3, timeout=40)
+        assert poll_until([c], lambda: len(c.assignment()) == 3, timeout=40)
         assert {tp.topic for tp in c.assignment()} == {prefix, prefix + "-two"}
     finally:
         c.close()

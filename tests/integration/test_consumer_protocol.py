@@ -1,16 +1,17 @@
 """KIP-848 consumer-protocol groups with a real client: confluent-kafka (librdkafka)
 with ``group.protocol=consumer`` against the in-process broker. Join and read, a second
 member takes half, a leaving member's partitions move, commits read back, and a broker
-restart keeps epochs and assignments."""
+restart keeps epochs and assignments. Exactly-once offsets (TxnOffsetCommit with member
+epochs), static members and regex pick-up run against Kafka too, in
+tests/differential/test_consumer_protocol.py."""
 
 from __future__ import annotations
-
-import time
 
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 
 from .clients import Msg, produce, unique_topic
+from .consumer_util import owned, poll_until
 
 CONFIG = {
     "offsets.topic.num.partitions": "4",
@@ -30,23 +31,6 @@ def consumer(bootstrap: str, group: str, **extra) -> Consumer:
             "auto.offset.reset": "earliest", "enable.auto.commit": False}
     conf.update(extra)
     return Consumer(conf)
-
-
-def poll_until(consumers, predicate, timeout: float = 20, sink=None) -> bool:
-    """Poll every consumer in turn (they only heartbeat while polled) until predicate()."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        for c in consumers:
-            m = c.poll(0.05)
-            if m is not None and sink is not None and m.error() is None:
-                sink.append(m)
-        if predicate():
-            return True
-    return False
-
-
-def owned(c: Consumer) -> set[int]:
-    return {tp.partition for tp in c.assignment()}
 
 
 def group_state(txbroker, group: str):
@@ -138,72 +122,6 @@ def test_restart_keeps_epochs_and_assignment(txbroker):
         assert group_state(txbroker, group)[:2] == before[:2]
     finally:
         c.close()
-
-
-def test_transactional_offsets_with_member_epochs(txbroker):
-    """Exactly-once with a consumer-protocol group: send_offsets_to_transaction carries
-    the member epoch (TxnOffsetCommit). KIP-1251 (Kafka 4.3): metadata of an older epoch
-    still commits a partition the member has held since then, but not one it gave up
-    (ILLEGAL_GENERATION, abortable); after the member left, UNKNOWN_MEMBER_ID."""
-    from confluent_kafka import KafkaError, KafkaException
-
-    from .txn_util import TxnProducer, offset_fetch, wait_state
-    from .wire_util import connect
-
-    topic = unique_topic("cp-eos")
-    txbroker.create_topic(topic, 2)
-    out = unique_topic("cp-eos-out")
-    txbroker.create_topic(out, 1)
-    group = unique_topic("g-eos")
-    first = consumer(txbroker.bootstrap, group)
-    second = None
-    producer = TxnProducer("confluent", txbroker.bootstrap, unique_topic("cp-eos-tid"))
-    raw = connect(txbroker)
-    try:
-        first.subscribe([topic])
-        assert poll_until([first], lambda: owned(first) == {0, 1})
-        old = first.consumer_group_metadata()
-        second = consumer(txbroker.bootstrap, group)
-        second.subscribe([topic])
-        assert poll_until([first, second], lambda: len(owned(first)) == 1 == len(owned(second)))
-        kept, = owned(first)
-        given, = owned(second)
-        producer.init()
-
-        producer.begin()
-        producer.send(out, b"a")
-        with pytest.raises(KafkaException) as excinfo:
-            producer.send_offsets({(topic, given): 5}, old)
-        err = excinfo.value.args[0]
-        assert err.code() == KafkaError.ILLEGAL_GENERATION, err
-        assert err.txn_requires_abort() and not err.fatal(), err
-        producer.abort()
-        wait_state(txbroker, producer.transactional_id, ["CompleteAbort"])
-
-        producer.begin()
-        producer.send(out, b"b")
-        producer.send_offsets({(topic, kept): 7}, old)  # held since the old epoch
-        producer.send_offsets({(topic, kept): 8}, first.consumer_group_metadata())
-        producer.commit()
-        wait_state(txbroker, producer.transactional_id, ["CompleteCommit"])
-        assert offset_fetch(raw, group, [(topic, kept), (topic, given)]) == {
-            (topic, kept): (0, 8), (topic, given): (0, -1)}
-
-        current = first.consumer_group_metadata()
-        first.close()  # leaves the group (epoch -1)
-        first = None
-        producer.begin()
-        producer.send(out, b"c")
-        with pytest.raises(KafkaException) as excinfo:
-            producer.send_offsets({(topic, kept): 9}, current)
-        assert excinfo.value.args[0].code() == KafkaError.UNKNOWN_MEMBER_ID
-        producer.abort()
-    finally:
-        producer.close()
-        for c in (first, second):
-            if c is not None:
-                c.close()
-        raw.close()
 
 
 def test_regex_subscription_and_an_invalid_regex(txbroker):

@@ -13,13 +13,13 @@ import time
 
 import pytest
 from confluent_kafka import Consumer
-from confluent_kafka.admin import AdminClient, NewTopic
 from txbroker.protocol.messages import build, request_module
 from txbroker.testing import BrokerProcess
 
 from tests.helpers import RawClient
 
 from .clients import unique_topic
+from .consumer_util import create_topic, owned, poll_until
 
 CONFIG = {
     "offsets.topic.num.partitions": "4",
@@ -33,36 +33,13 @@ CONSUMER_GROUP_DESCRIBE = 69
 
 @pytest.fixture
 def broker(tmp_path):
-    proc = BrokerProcess(str(tmp_path / "data"), CONFIG)
-    proc.start()
-    try:
+    with BrokerProcess(str(tmp_path / "data"), CONFIG) as proc:
         yield proc
-    finally:
-        proc.kill()
-
-
-def create_topic(bootstrap: str, name: str, partitions: int) -> None:
-    admin = AdminClient({"bootstrap.servers": bootstrap})  # alive until the answer
-    admin.create_topics([NewTopic(name, partitions, 1)])[name].result(15)
 
 
 def consumer(bootstrap: str, group: str) -> Consumer:
     return Consumer({"bootstrap.servers": bootstrap, "group.id": group,
                      "group.protocol": "consumer", "auto.offset.reset": "earliest"})
-
-
-def owned(c: Consumer) -> set[int]:
-    return {tp.partition for tp in c.assignment()}
-
-
-def poll_until(consumers, predicate, timeout: float = 30) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        for c in consumers:
-            c.poll(0.05)
-        if predicate():
-            return True
-    return False
 
 
 def describe(broker, group: str):
