@@ -23,6 +23,7 @@ from txbroker.protocol.errors import KafkaError
 
 from ..internal_topic import OFFSETS_TOPIC, append_error_code, append_records, map_storage_error
 from .consumer_state import HeartbeatRequest, HeartbeatResult, Record
+from .offsets import ExpiryRule
 from .records import encode_group_metadata_key
 
 log = logging.getLogger("txbroker.coordinator.group.coordinator")
@@ -132,6 +133,24 @@ class ConsumerGroupShell:
         if plog is not None:
             await self.logs.flusher.wait_acked(plog, last + 1)
         return error if werr == _E.none.value else werr
+
+    def offset_expiry_rule(self, group_id: str) -> ExpiryRule | None:
+        """How a group's offsets expire: a consumer group's (Kafka's ConsumerGroup)
+        count from each commit, except for the topics its members subscribe to, which
+        never expire; a classic group's as its state says."""
+        g = self.consumer.groups.get(group_id)
+        if g is None:
+            return self.state.offset_expiry_rule(group_id)
+        return ExpiryRule(keep_topics=frozenset(g.subscribed_topic_names()))
+
+    async def cleanup_consumer_groups(self) -> list[str]:
+        """Remove the consumer groups without members and offsets (Kafka's periodic
+        cleanup, after offsets expiry); returns their ids."""
+        doomed = [g.group_id for g in self.consumer.groups.values()
+                  if not g.members and not self.offsets.has_offsets(g.group_id)]
+        for group_id in doomed:
+            await self.delete_consumer_group(group_id)
+        return doomed
 
     def consumer_listing(self) -> list[tuple[str, str]]:
         """(group id, state) of every consumer group."""

@@ -566,8 +566,9 @@ class GroupCoordinator(ConsumerGroupShell):
     async def expire_offsets(self, now: int | None = None) -> int:
         now = now_ms() if now is None else now
         keys = self.offsets.expire(now, self.config.offsets_retention_ms,
-                                   self.state.offset_expiry_rule)
+                                   self.offset_expiry_rule)
         groups = self.state.cleanup_groups(self.offsets.has_offsets)
+        groups += await self.cleanup_consumer_groups()
         if keys or groups:
             await self._write_tombstones(keys, groups)
             log.info("expired %d offset(s); removed %d empty group(s)", len(keys), len(groups))

@@ -7,6 +7,8 @@ tests/differential/test_consumer_protocol.py."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 
@@ -62,10 +64,17 @@ def test_join_read_and_commit(txbroker):
         assert {tp.partition: tp.offset for tp in back} == {0: 5, 1: 5}
         state = group_state(txbroker, group)
         assert state[2] == "Stable" and len(state[3]) == 1
+        # A week and more later: the offsets of a subscribed topic do not expire.
+        future = int(time.time() * 1000) + 8 * 24 * 3600 * 1000
+        assert txbroker.call(lambda b: b.groups.expire_offsets(future)) == 0
     finally:
         c.close()
-    # close() sent a leave (epoch -1): the group is Empty, its offsets stay.
+    # close() sent a leave (epoch -1): the group is Empty, its offsets stay...
     assert group_state(txbroker, group)[2] == "Empty"
+    assert txbroker.call(lambda b: b.groups.expire_offsets()) == 0
+    # ...until the retention has passed since their commit; then the group goes too.
+    assert txbroker.call(lambda b: b.groups.expire_offsets(future)) == 2
+    assert group_state(txbroker, group) is None
 
 
 def test_second_member_takes_half_and_leaver_partitions_move(txbroker):
