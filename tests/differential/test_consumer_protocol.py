@@ -230,7 +230,7 @@ def test_regex_subscription_picks_up_a_new_topic(broker):
     m = request_module(68, 1)
     client = broker.raw()
     try:
-        broker.wait_coordinator(group + "-bad")
+        broker.wait_coordinator(group + "-bad", key_type=0)
         r = client.request(68, 1, build(
             m.ConsumerGroupHeartbeatRequest, group_id=group + "-bad",
             member_id=str(uuid.uuid4()), member_epoch=0,
@@ -241,3 +241,44 @@ def test_regex_subscription_picks_up_a_new_topic(broker):
     assert int(r.error_code) == 128, r
     assert r.error_message.startswith("SubscribedTopicRegex `(a` is not a valid regular "
                                       "expression: "), r
+
+
+def test_offset_commit_and_fetch_v10_by_topic_id(broker):
+    """OffsetCommit v10 and OffsetFetch v10 name topics by id: a simple commit (member
+    epoch -1) is read back by id; an id no topic has is UNKNOWN_TOPIC_ID."""
+    import uuid
+
+    from tests.integration.wire_util import metadata_request
+
+    topic = broker.topic("cp-v10", partitions=2)
+    group = topic + "-g"
+    broker.wait_coordinator(group, key_type=0)
+    client = broker.raw()
+    try:
+        md = client.request(3, 12, metadata_request([topic]))
+        (tid,) = [t.topic_id for t in md.topics if t.name == topic]
+        ghost = uuid.uuid4()
+        oc = request_module(8, 10)
+        r = client.request(8, 10, build(
+            oc.OffsetCommitRequest, group_id=group, generation_id_or_member_epoch=-1,
+            member_id="", group_instance_id=None, topics=tuple(
+                build(oc.OffsetCommitRequestTopic, topic_id=t, partitions=(build(
+                    oc.OffsetCommitRequestPartition, partition_index=1, committed_offset=42,
+                    committed_leader_epoch=-1, committed_metadata="m"),))
+                for t in (tid, ghost))))
+        # Kafka answers the unknown ids first, then what the coordinator wrote.
+        assert [(t.topic_id, [(int(p.partition_index), int(p.error_code)) for p in t.partitions])
+                for t in r.topics] == [(ghost, [(1, 100)]), (tid, [(1, 0)])]
+        of = request_module(9, 10)
+        r = client.request(9, 10, build(of.OffsetFetchRequest, require_stable=True, groups=(
+            build(of.OffsetFetchRequestGroup, group_id=group, member_id=None, member_epoch=-1,
+                  topics=tuple(build(of.OffsetFetchRequestTopics, topic_id=t,
+                                     partition_indexes=(0, 1)) for t in (tid, ghost))),)))
+        (g,) = r.groups
+        assert int(g.error_code) == 0
+        got = {(t.topic_id, int(p.partition_index)): (int(p.committed_offset), int(p.error_code))
+               for t in g.topics for p in t.partitions}
+        assert got == {(tid, 0): (-1, 0), (tid, 1): (42, 0),
+                       (ghost, 0): (-1, 100), (ghost, 1): (-1, 100)}
+    finally:
+        client.close()
