@@ -156,3 +156,14 @@ def test_offset_commit_checks_member_epoch_and_kip_1251():
     # metadata always.
     assert check("g", "", None, -1, False, 9, [(A, 0)]) == UNKNOWN_MEMBER
     assert check("g", "", None, -1, True, 5, [(A, 0)]) == 0
+
+
+def test_group_size_is_bounded():
+    """group.consumer.max.size: a member beyond it is GROUP_MAX_SIZE_REACHED and leaves
+    no trace; members already in keep heartbeating."""
+    cg = ConsumerGroups(ConsumerGroupConfig(max_size=1))
+    r1 = hb(cg, "m1", 0)
+    r2 = hb(cg, "m2", 0)
+    assert (r2.error, r2.records) == (81, [])
+    assert set(cg.groups["g"].members) == {"m1"}
+    assert hb(cg, "m1", r1.member_epoch, {}).error == 0
