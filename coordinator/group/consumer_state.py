@@ -127,7 +127,9 @@ class ConsumerGroups:
                 if m is None:
                     existing = g.members.get(req.member_id)
                     return existing if existing is not None else self._new_member(g, req.member_id)
-                if m.member_epoch != STATIC_LEAVE_EPOCH and m.member_id != req.member_id:
+                # As Kafka: the instance id is taken until its member left with epoch -2
+                # (even by the same member id: it must wait for its session to end).
+                if m.member_epoch != STATIC_LEAVE_EPOCH:
                     raise Refused(_E.unreleased_instance_id,
                                   f"Static member {req.member_id} with instance id "
                                   f"{req.instance_id} cannot join the group because the instance "

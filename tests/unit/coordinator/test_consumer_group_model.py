@@ -41,10 +41,12 @@ class Client:
         self.pending: dict | None = None  # an assignment received, not yet applied
         self.topics = TOPICS if index % 2 == 0 else TOPICS[:1]
         self.regex = REGEX if index == 1 else None
+        self.full_next = False  # after a lost answer the client sends a full request
         self.incarnation = 0
 
     def reset(self) -> None:
         self.member_id, self.epoch, self.owned, self.pending = None, 0, {}, None
+        self.full_next = False
 
 
 def snapshot(cg: ConsumerGroups):
@@ -71,12 +73,15 @@ class ConsumerGroupMachine(RuleBasedStateMachine):
         self.group_epochs = (0, 0)
 
     def _send(self, c: Client, epoch: int, owned):
+        full = epoch == 0 or c.full_next
+        if full and owned is None:
+            owned = dict(c.owned)
         req = HeartbeatRequest(
             group_id=GROUP, member_id=c.member_id or "", member_epoch=epoch,
             instance_id=f"static-{c.index}" if c.index == STATIC else None,
-            rebalance_timeout_ms=SESSION if epoch == 0 else -1,
-            subscribed_topic_names=(() if c.regex else c.topics) if epoch == 0 else None,
-            subscribed_topic_regex=c.regex if epoch == 0 else None,
+            rebalance_timeout_ms=SESSION if full else -1,
+            subscribed_topic_names=(() if c.regex else c.topics) if full else None,
+            subscribed_topic_regex=c.regex if full else None,
             owned=owned, client_id=f"c{c.index}")
         r = self.cg.heartbeat(self.now, req, self.image)
         self.log.extend(r.records)
@@ -91,10 +96,11 @@ class ConsumerGroupMachine(RuleBasedStateMachine):
     @rule(i=st.integers(0, CLIENTS - 1))
     def join(self, i):
         c = self.clients[i]
-        if c.member_id is not None:
+        if c.member_id is not None and c.epoch != 0:
             return
-        c.incarnation += 1
-        c.member_id = f"m{i}-{c.incarnation}"
+        if c.member_id is None:
+            c.incarnation += 1
+            c.member_id = f"m{i}-{c.incarnation}"
         r = self._send(c, 0, {})
         if r.error:
             assert r.error == 111, r  # UNRELEASED_INSTANCE_ID: the static id is still held
@@ -103,17 +109,34 @@ class ConsumerGroupMachine(RuleBasedStateMachine):
         c.epoch = r.member_epoch
         c.pending = r.assignment
 
-    @rule(i=st.integers(0, CLIENTS - 1), ack=st.booleans())
-    def heartbeat(self, i, ack):
+    @rule(i=st.integers(0, CLIENTS - 1), ack=st.booleans(), report=st.booleans(),
+          lost=st.booleans())
+    def heartbeat(self, i, ack, report=True, lost=False):
+        """``report``: the owned partitions are sent (librdkafka leaves them out when
+        unchanged); ``lost``: the answer never reaches the client."""
         c = self.clients[i]
         if c.member_id is None:
             return
+        if c.epoch == 0:
+            self.join(i)  # fenced before: it rejoins under its member id
+            return
         if ack and c.pending is not None:
             c.owned, c.pending = c.pending, None
-        r = self._send(c, c.epoch, dict(c.owned))
+        r = self._send(c, c.epoch, dict(c.owned) if report or c.pending is None else None)
+        if lost:
+            # As the Java client and librdkafka: after a failed heartbeat the next one is
+            # full (all fields), so the answer carries the whole assignment again.
+            c.full_next = True
+            return
+        c.full_next = False
         if r.error:
             assert r.error in FENCED, r
-            c.reset()  # the client drops its partitions and rejoins later
+            # The client drops its partitions and rejoins with epoch 0 under the same
+            # member id (a static one leaves with -2 first: its instance id would be
+            # UNRELEASED_INSTANCE_ID until its session ended).
+            if c.index == STATIC and self._alive(c):
+                assert self._send(c, -2, None).error == 0
+            c.epoch, c.owned, c.pending, c.full_next = 0, {}, None, False
             return
         assert r.member_epoch >= c.epoch
         c.epoch = r.member_epoch
