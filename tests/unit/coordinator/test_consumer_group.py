@@ -167,3 +167,21 @@ def test_group_size_is_bounded():
     assert (r2.error, r2.records) == (81, [])
     assert set(cg.groups["g"].members) == {"m1"}
     assert hb(cg, "m1", r1.member_epoch, {}).error == 0
+
+
+def test_member_that_does_not_revoke_in_time_is_removed():
+    """A member told to revoke partitions that keeps reporting them past its rebalance
+    timeout is fenced out; its partitions then go to the member waiting for them."""
+    cg = ConsumerGroups(ConsumerGroupConfig(session_timeout_ms=60_000))
+    r1 = hb(cg, "m1", 0, now=0, rebalance=500)
+    r1 = hb(cg, "m1", r1.member_epoch, {A: frozenset(range(4))}, now=10)
+    r2 = hb(cg, "m2", 0, now=20)
+    all_of_a = {A: frozenset(range(4))}
+    hb(cg, "m1", r1.member_epoch, all_of_a, now=30)  # told to revoke two: deadline 530
+    assert cg.groups["g"].members["m1"].state.name == "UNREVOKED_PARTITIONS"
+    hb(cg, "m1", r1.member_epoch, all_of_a, now=400)  # still owns them: no new deadline
+    assert cg.next_wake_ms() == 530
+    assert [why for _g, _r, why in cg.tick(530)] == [
+        "member m1 of group g failed to revoke its partitions within its rebalance timeout"]
+    r2 = hb(cg, "m2", r2.member_epoch, {}, now=531)
+    assert r2.assignment == all_of_a
