@@ -20,7 +20,6 @@ import logging
 import os
 import time
 
-from txbroker.coordinator.group.consumer_state import ConsumerGroupConfig
 from txbroker.storage.durable_file import write_durably
 
 log = logging.getLogger(__name__)
@@ -90,20 +89,3 @@ class FinalizedFeatures:
         for name, level in updates.items():
             log.info("finalized feature %s is now at level %d (epoch %d)", name, level,
                      self.epoch)
-
-
-def consumer_group_config(config) -> ConsumerGroupConfig:
-    """The consumer-protocol groups' settings from the broker keys; as Kafka, an interval
-    or timeout outside its min/max keys is a configuration error."""
-    def bounded(name: str) -> int:
-        value = config.get(f"group.consumer.{name}")
-        lo = config.get(f"group.consumer.min.{name}")
-        hi = config.get(f"group.consumer.max.{name}")
-        if not lo <= value <= hi:
-            raise ValueError(f"group.consumer.{name}={value} must be within "
-                             f"group.consumer.min.{name}={lo} and group.consumer.max.{name}={hi}")
-        return value
-
-    return ConsumerGroupConfig(heartbeat_interval_ms=bounded("heartbeat.interval.ms"),
-                               session_timeout_ms=bounded("session.timeout.ms"),
-                               max_size=config.get("group.consumer.max.size"))
