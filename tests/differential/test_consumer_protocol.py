@@ -282,3 +282,41 @@ def test_offset_commit_and_fetch_v10_by_topic_id(broker):
                        (ghost, 0): (-1, 100), (ghost, 1): (-1, 100)}
     finally:
         client.close()
+
+
+def test_kafka_consumer_groups_tool_on_a_consumer_protocol_group(broker, jvm_classes, tmp_path):
+    """Kafka's console consumer with group.protocol=consumer reads and commits; then
+    kafka-consumer-groups lists the group, describes its offsets and its state (the
+    Admin client's describeConsumerGroups: ConsumerGroupDescribe) and deletes it."""
+    from confluent_kafka import Producer
+
+    from tests.differential.jvm import run_tools
+
+    b = ["--bootstrap-server", broker.bootstrap]
+    topic = broker.topic("cp-tool")
+    group = topic + "-g"
+    p = Producer({"bootstrap.servers": broker.bootstrap})
+    for v in ("v1", "v2", "v3"):
+        p.produce(topic, v.encode(), partition=0)
+    p.flush(30)
+    r = run_tools(jvm_classes, tmp_path / "run", [
+        ["kafka-console-consumer", *b, "--topic", topic, "--from-beginning", "--group", group,
+         "--max-messages", "3", "--timeout-ms", "20000",
+         "--consumer-property", "group.protocol=consumer"],
+        ["kafka-consumer-groups", *b, "--list", "--type", "consumer"],
+        ["kafka-consumer-groups", *b, "--describe", "--group", group],
+        ["kafka-consumer-groups", *b, "--describe", "--group", group, "--state"],
+        ["kafka-consumer-groups", *b, "--delete", "--group", group],
+    ])
+    for result in r:
+        assert result.exit == 0, result
+    consumed, listed, described, state, deleted = r
+    assert "Processed a total of 3 messages" in consumed.output
+    assert [group, "Consumer"] in [line.split() for line in listed.lines()], listed.output
+    row = [line.split() for line in described.lines() if line.startswith(group)]
+    # GROUP TOPIC PARTITION CURRENT-OFFSET LOG-END-OFFSET LAG CONSUMER-ID HOST CLIENT-ID
+    assert [x[1:6] for x in row] == [[topic, "0", "3", "3", "0"]], described.output
+    srow = [line.split() for line in state.lines() if line.startswith(group)]
+    # GROUP COORDINATOR (ID) ASSIGNMENT-STRATEGY STATE #MEMBERS
+    assert [x[-3:] for x in srow] == [["uniform", "Empty", "0"]], state.output
+    assert deleted.lines() == [f"Deletion of requested consumer groups ('{group}') was successful."]
