@@ -21,10 +21,18 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 from txbroker.protocol.errors import KafkaError
 
-from ..internal_topic import OFFSETS_TOPIC, append_error_code, append_records, map_storage_error
+from ..internal_topic import (
+    OFFSETS_TOPIC,
+    append_error_code,
+    append_records,
+    iter_partition_batches,
+    map_storage_error,
+    partition_for,
+)
+from .consumer_records import ConsumerRecordKey
 from .consumer_state import HeartbeatRequest, HeartbeatResult, Record
 from .offsets import ExpiryRule
-from .records import encode_group_metadata_key
+from .records import decode_key, encode_group_metadata_key
 
 log = logging.getLogger("txbroker.coordinator.group.coordinator")
 
@@ -71,9 +79,35 @@ class ConsumerGroupShell:
             plog = self._partition(group_id)
             return plog, append_records(plog, records).last_offset, _E.none.value
         except (KafkaError, OSError) as e:
-            # The in-memory state keeps the change (Kafka reverts it): logged loudly.
-            log.error("cannot persist consumer group %s: %r", group_id, e)
+            log.error("cannot persist consumer group %s: %r; reloading it from %s",
+                      group_id, e, OFFSETS_TOPIC)
+            self._reload_consumer_group(group_id)
             return None, -1, map_storage_error(append_error_code(e))
+
+    def _reload_consumer_group(self, group_id: str) -> None:
+        """Memory back to the log after a failed write: the group's records replayed
+        (a scan of its __consumer_offsets partition, only on this rare path)."""
+        records = []
+        plog = self.logs.get_log(OFFSETS_TOPIC, partition_for(
+            group_id, self.logs.topics[OFFSETS_TOPIC].partitions)) \
+            if OFFSETS_TOPIC in self.logs.topics else None
+        try:
+            for header, recs in (iter_partition_batches(plog, plog.log_start_offset)
+                                 if plog is not None else ()):
+                if header.is_control:
+                    continue
+                for rec in recs:
+                    if rec.key is None:
+                        continue
+                    try:
+                        key = decode_key(rec.key)
+                    except ValueError:
+                        continue
+                    if isinstance(key, ConsumerRecordKey) and key.group_id == group_id:
+                        records.append((key, rec.value))
+        except (KafkaError, OSError, ValueError) as e:
+            log.error("cannot read back consumer group %s: %r", group_id, e)
+        self.consumer.reload(group_id, records, int(time.time() * 1000))
 
     async def consumer_heartbeat(self, req: HeartbeatRequest) -> HeartbeatResult:
         """ConsumerGroupHeartbeat: answered once its records are durable."""

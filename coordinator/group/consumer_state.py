@@ -454,6 +454,20 @@ class ConsumerGroups:
                 m.rebalance_deadline = None
                 self._arm(now_ms, g, m)
 
+    def reload(self, group_id: str, records, now_ms: int) -> None:
+        """Replace a group by the replay of its durable ``records`` ((key, value) in log
+        order, only this group's): after a write failed, memory goes back to what the
+        log holds, as Kafka reverts a failed write."""
+        fresh = ConsumerGroups(self.config)
+        for key, value in records:
+            fresh.replay(key, value)
+        self.groups.pop(group_id, None)
+        g = fresh.groups.get(group_id)
+        if g is not None:
+            self.groups[group_id] = g
+            for m in g.members.values():
+                self._arm(now_ms, g, m)
+
     # -- offsets, admin ------------------------------------------------------------------
 
     def validate_offset_commit(self, group_id: str, *args) -> int:

@@ -170,3 +170,48 @@ def test_regex_subscription_and_an_invalid_regex(txbroker):
     finally:
         c.close()
         raw.close()
+
+
+def test_failed_write_leaves_the_group_as_the_log_has_it(txbroker):
+    """A heartbeat whose records cannot be appended (the disk fails) is answered with
+    Kafka's mapped error (NOT_COORDINATOR for a storage error) and the group in memory
+    goes back to what __consumer_offsets holds: the join never happened."""
+    import datetime
+    import uuid
+
+    from txbroker.coordinator.group import consumer_coordinator
+    from txbroker.protocol.messages import build, request_module
+
+    from .wire_util import connect
+
+    topic = unique_topic("cp-fail")
+    txbroker.create_topic(topic, 2)
+    group = unique_topic("g-fail")
+    m = request_module(68, 1)
+    raw = connect(txbroker)
+
+    def join(member_id):
+        return raw.request(68, 1, build(
+            m.ConsumerGroupHeartbeatRequest, group_id=group, member_id=member_id,
+            member_epoch=0, rebalance_timeout=datetime.timedelta(seconds=5),
+            subscribed_topic_names=(topic,), topic_partitions=()))
+
+    real = consumer_coordinator.append_records
+
+    def failing(plog, records, **kw):
+        raise OSError(5, "Input/output error")
+
+    try:
+        first = str(uuid.uuid4())
+        assert int(join(first).error_code) == 0
+        before = group_state(txbroker, group)
+        txbroker.call(lambda b: setattr(consumer_coordinator, "append_records", failing))
+        r = join(str(uuid.uuid4()))
+        assert int(r.error_code) == 16, r  # NOT_COORDINATOR: the client looks again
+        txbroker.call(lambda b: setattr(consumer_coordinator, "append_records", real))
+        assert group_state(txbroker, group) == before
+        assert int(join(str(uuid.uuid4())).error_code) == 0
+        assert len(group_state(txbroker, group)[3]) == 2
+    finally:
+        consumer_coordinator.append_records = real
+        raw.close()
