@@ -1,5 +1,8 @@
 """Finalized feature levels (KIP-584): what ApiVersions advertises and UpdateFeatures
-changes. txbroker has one feature, Kafka's ``transaction.version`` (0-2).
+changes. txbroker has two features, Kafka's ``transaction.version`` (0-2) and
+``group.version`` (0-1: level 1 enables the consumer group protocol of KIP-848,
+ConsumerGroupHeartbeat and ConsumerGroupDescribe; finalized at 1 as Kafka 4.3.1 does on
+a new cluster).
 
 Kafka keeps the finalized levels in its metadata log: ``kafka-storage format
 --feature transaction.version=N`` writes the first level, and UpdateFeatures
@@ -23,8 +26,9 @@ log = logging.getLogger(__name__)
 
 FEATURES_FILE = "finalized-features.json"
 TRANSACTION_VERSION = "transaction.version"  # Kafka's feature name
-# Supported levels per feature (Kafka 4.3's range for transaction.version).
-SUPPORTED: dict[str, tuple[int, int]] = {TRANSACTION_VERSION: (0, 2)}
+GROUP_VERSION = "group.version"
+# Supported levels per feature (Kafka 4.3's ranges).
+SUPPORTED: dict[str, tuple[int, int]] = {TRANSACTION_VERSION: (0, 2), GROUP_VERSION: (0, 1)}
 
 
 class FinalizedFeatures:
@@ -33,7 +37,8 @@ class FinalizedFeatures:
 
     def __init__(self, data_dir: str, transaction_version: int) -> None:
         self.path = os.path.join(data_dir, FEATURES_FILE)
-        self.levels: dict[str, int] = {TRANSACTION_VERSION: transaction_version}
+        self.levels: dict[str, int] = {TRANSACTION_VERSION: transaction_version,
+                                        GROUP_VERSION: 1}
         # Clients keep the finalized features of the highest epoch they saw: the start
         # time (ms) orders the levels of this broker's incarnations, and every update
         # takes a larger one.

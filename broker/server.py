@@ -16,6 +16,7 @@ import socket
 import ssl
 import time
 
+from txbroker.coordinator.group.consumer_state import ConsumerGroupConfig
 from txbroker.coordinator.group.coordinator import GroupCoordinator, GroupCoordinatorConfig
 from txbroker.coordinator.group.state import GroupConfig
 from txbroker.coordinator.producer_ids import ProducerIdManager
@@ -191,6 +192,7 @@ class Broker:
                 initial_rebalance_delay_ms=config.get("group.initial.rebalance.delay.ms"),
                 max_size=config.get("group.max.size"),
             ),
+            consumer=_consumer_group_config(config),
         ))
         self.faults = FaultInjector(self.crash)
         self.faults.arm_from_config(config.get("txbroker.fault.points"))
@@ -626,3 +628,21 @@ class Broker:
         if session.close_after_response:
             return CloseAfter(out or b"")
         return out
+
+
+def _consumer_group_config(config: BrokerConfig) -> ConsumerGroupConfig:
+    """The consumer-protocol groups' settings (KIP-848) from the broker keys; as Kafka,
+    an interval or timeout outside its min/max keys is a configuration error."""
+    def bounded(name: str) -> int:
+        value = config.get(f"group.consumer.{name}")
+        lo = config.get(f"group.consumer.min.{name}")
+        hi = config.get(f"group.consumer.max.{name}")
+        if not lo <= value <= hi:
+            raise ConfigError(f"group.consumer.{name}={value} must be within "
+                              f"group.consumer.min.{name}={lo} and "
+                              f"group.consumer.max.{name}={hi}")
+        return value
+
+    return ConsumerGroupConfig(heartbeat_interval_ms=bounded("heartbeat.interval.ms"),
+                               session_timeout_ms=bounded("session.timeout.ms"),
+                               max_size=config.get("group.consumer.max.size"))

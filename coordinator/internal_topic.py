@@ -95,3 +95,15 @@ def iter_partition_batches(plog: PartitionLog, start: int
             yield header, decode_records(data, pos)
             pos += header.size
         offset = result.next_offset
+
+
+def map_storage_error(code: ErrorCode) -> int:
+    """How Kafka's group coordinator maps append errors for its clients."""
+    E = ErrorCode
+    if code in (E.not_enough_replicas, E.request_timed_out, E.unknown_topic_or_partition):
+        return E.coordinator_not_available.value
+    if code in (E.not_leader_or_follower, E.kafka_storage_error):
+        return E.not_coordinator.value
+    if code in (E.message_too_large, E.record_list_too_large, E.invalid_fetch_size):
+        return E.unknown_server_error.value
+    return code.value

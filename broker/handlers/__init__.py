@@ -24,8 +24,8 @@ HANDLER_TABLE: dict[int, tuple[str, int, int, int]] = {
     1: ("fetch", 4, 12, 4),
     2: ("list_offsets", 1, 7, 1),
     3: ("metadata", 0, 12, 0),
-    8: ("offset_commit", 2, 9, 2),
-    9: ("offset_fetch", 1, 9, 1),
+    8: ("offset_commit", 2, 10, 2),
+    9: ("offset_fetch", 1, 10, 1),
     10: ("find_coordinator", 0, 6, 0),
     11: ("join_group", 0, 7, 0),
     12: ("heartbeat", 0, 4, 0),
@@ -63,6 +63,8 @@ HANDLER_TABLE: dict[int, tuple[str, int, int, int]] = {
     61: ("describe_producers", 0, 0, 0),
     65: ("describe_transactions", 0, 0, 0),
     66: ("list_transactions", 0, 1, 0),
+    68: ("consumer_group_heartbeat", 0, 1, 0),
+    69: ("consumer_group_describe", 0, 1, 0),
     75: ("describe_topic_partitions", 0, 0, 0),
 }
 

@@ -48,16 +48,24 @@ def client_host(peer: str) -> str:
     return "/" + peer.rsplit(":", 1)[0]
 
 
-def commit_entries(request) -> list:
+def names_by_topic_id(ctx) -> dict:
+    """topic id -> name, for the versions that name topics by id (OffsetCommit and
+    OffsetFetch v10); built per request, as Produce v13 does."""
+    return {info.topic_id: name for name, info in ctx.broker.logs.topics.items()}
+
+
+def commit_entries(request, names: dict | None = None) -> list:
     """The (topic, partition, offset, leader epoch, metadata) entries of an
-    OffsetCommit or TxnOffsetCommit request."""
+    OffsetCommit or TxnOffsetCommit request; with ``names`` (v10) topics are named by
+    id, and an unknown id gives the topic name "" (UNKNOWN_TOPIC_ID for the caller)."""
     from txbroker.coordinator.group.coordinator import OffsetCommitEntry
 
     entries = []
     for topic in request.topics:
+        name = topic.name if names is None else names.get(topic.topic_id, "")
         for p in topic.partitions:
             epoch = getattr(p, "committed_leader_epoch", -1)
-            entries.append(OffsetCommitEntry(topic.name, p.partition_index, p.committed_offset,
+            entries.append(OffsetCommitEntry(name, p.partition_index, p.committed_offset,
                                              epoch if epoch is not None and epoch >= 0 else None,
                                              p.committed_metadata))
     return entries

@@ -1,5 +1,6 @@
 """ListGroups (key 16), with the states filter of v4 (KIP-518) and the types filter of
-v5 (KIP-848): every group here is a classic group."""
+v5 (KIP-848): classic groups (type "classic") and consumer-protocol groups (type
+"consumer", protocol type "consumer", states Empty/Assigning/Reconciling/Stable)."""
 
 from __future__ import annotations
 
@@ -18,15 +19,21 @@ async def handle(ctx, request):
     if not groups.loaded:
         return build(ctx.response_type, throttle_time=ZERO,
                      error_code=ErrorCode.coordinator_load_in_progress, groups=())
-    listing = groups.state.list_groups(getattr(request, "states_filter", None) or None)
-    types = getattr(request, "types_filter", None)
-    if types and "classic" not in {t.lower() for t in types}:
-        listing = []
+    states = getattr(request, "states_filter", None) or None
+    listing = [(g.group_id, g.protocol_type, g.state, "classic")
+               for g in groups.state.list_groups(states)]
+    wanted = {s.lower() for s in states or ()}
+    listing += [(group_id, "consumer", state, "consumer")
+                for group_id, state in groups.consumer_listing()
+                if not wanted or state.lower() in wanted]
+    types = {t.lower() for t in getattr(request, "types_filter", None) or ()}
+    if types:
+        listing = [g for g in listing if g[3] in types]
     if ctx.broker.authorizer is not None and not ctx.authorize_cluster(DESCRIBE,
                                                                       log_denied=False):
         # Kafka: DESCRIBE on the cluster lists all; else each group needs DESCRIBE.
-        listing = [g for g in listing if ctx.authorize(DESCRIBE, GROUP, g.group_id,
-                                                       log_denied=False)]
-    out = tuple(build(ctx.schema.ListedGroup, group_id=g.group_id, protocol_type=g.protocol_type,
-                      group_state=g.state, group_type="classic") for g in listing)
+        listing = [g for g in listing if ctx.authorize(DESCRIBE, GROUP, g[0], log_denied=False)]
+    out = tuple(build(ctx.schema.ListedGroup, group_id=group_id, protocol_type=protocol_type,
+                      group_state=state, group_type=group_type)
+                for group_id, protocol_type, state, group_type in listing)
     return build(ctx.response_type, throttle_time=ZERO, error_code=ErrorCode.none, groups=out)

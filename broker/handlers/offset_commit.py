@@ -1,23 +1,38 @@
-"""OffsetCommit (key 8): member and simple (assign()-style) offset commits."""
+"""OffsetCommit (key 8): member and simple (assign()-style) offset commits; v9 carries
+the member epoch of a consumer-protocol group (KIP-848), v10 names topics by id
+(UNKNOWN_TOPIC_ID for an id no topic has)."""
 
 from __future__ import annotations
 
 from txbroker.protocol.errors import ErrorCode
 from txbroker.protocol.messages import build
 
-from ._groups import ZERO, code, commit_entries, may_read_group, ms, split_commit_entries
+from ._groups import (
+    ZERO,
+    code,
+    commit_entries,
+    may_read_group,
+    ms,
+    names_by_topic_id,
+    split_commit_entries,
+)
 
 API_KEY = 8
 MIN_VERSION = 2
-MAX_VERSION = 9
+MAX_VERSION = 10
+TOPIC_IDS_SINCE = 10
 
 
 async def handle(ctx, request):
-    entries = commit_entries(request)
+    names = names_by_topic_id(ctx) if ctx.version >= TOPIC_IDS_SINCE else None
+    entries = commit_entries(request, names)
     if not may_read_group(ctx, request.group_id):
         denied = ErrorCode.group_authorization_failed.value
-        return _answer(ctx, request, {(e.topic, e.partition): denied for e in entries})
-    entries, denied = split_commit_entries(ctx, entries)
+        return _answer(ctx, request, {(e.topic, e.partition): denied for e in entries}, names)
+    unknown = {(e.topic, e.partition): ErrorCode.unknown_topic_id.value
+               for e in entries if not e.topic}
+    entries, denied = split_commit_entries(ctx, [e for e in entries if e.topic])
+    denied.update(unknown)
     retention = getattr(request, "retention_time", None)
     retention_ms = ms(retention) if retention is not None else -1
     results = await ctx.broker.groups.commit_offsets(
@@ -27,15 +42,22 @@ async def handle(ctx, request):
         group_instance_id=getattr(request, "group_instance_id", None),
         entries=entries, api_version=ctx.version,
         retention_ms=retention_ms if retention_ms >= 0 else None) if entries else {}
-    return _answer(ctx, request, {**results, **denied})
+    return _answer(ctx, request, {**results, **denied}, names)
 
 
-def _answer(ctx, request, results: dict):
+def _answer(ctx, request, results: dict, names: dict | None):
     schema = ctx.schema
-    topics = tuple(
-        build(schema.OffsetCommitResponseTopic, name=topic.name, partitions=tuple(
+    topics = []
+    ordered = request.topics
+    if names is not None:  # as Kafka: the topics of unknown ids first
+        ordered = sorted(ordered, key=lambda t: t.topic_id in names)
+    for topic in ordered:
+        name = topic.name if names is None else names.get(topic.topic_id, "")
+        partitions = tuple(
             build(schema.OffsetCommitResponsePartition, partition_index=p.partition_index,
-                  error_code=code(results[(topic.name, p.partition_index)]))
-            for p in topic.partitions))
-        for topic in request.topics)
+                  error_code=code(results[(name, p.partition_index)]))
+            for p in topic.partitions)
+        key = {"name": name} if names is None else {"topic_id": topic.topic_id}
+        topics.append(build(schema.OffsetCommitResponseTopic, partitions=partitions, **key))
+    topics = tuple(topics)
     return build(ctx.response_type, throttle_time=ZERO, topics=topics)

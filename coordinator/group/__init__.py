@@ -1,4 +1,5 @@
-"""Classic consumer-group coordinator: sans-IO state machine, offsets store, records.
+"""Group coordinator: sans-IO state machines (classic groups and KIP-848 consumer
+groups), offsets store, records.
 
 ``state``             GroupCoordinatorState: the request entry points (JoinGroup, SyncGroup,
                       Heartbeat, LeaveGroup, offset checks, Describe/List/DeleteGroups).
@@ -10,6 +11,11 @@
 ``offsets``           OffsetStore: committed and pending transactional offsets.
 ``records``           versioned msgpack encoding of the ``__consumer_offsets`` records.
 ``coordinator``       the async shell that drives them.
+``consumer_*``        KIP-848 consumer-protocol groups: ``consumer_state`` (all of them:
+                      ConsumerGroupHeartbeat, timers, records, replay), ``consumer_group``
+                      (one group, reconciliation), ``consumer_assignors``,
+                      ``consumer_checks``, ``consumer_regex`` with ``topic_regex``,
+                      ``consumer_records`` and ``consumer_coordinator`` (the shell's part).
 """
 
 from txbroker.coordinator.group.offsets import CommittedOffset, ExpiryRule, OffsetStore

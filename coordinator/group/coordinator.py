@@ -31,14 +31,19 @@ from ..internal_topic import (
     append_records,
     ensure_internal_topic,
     iter_partition_batches,
+    map_storage_error,
     partition_for,
     partition_log_for,
 )
 from ..wake_timer import TaskSet, WakeTimer
+from .consumer_coordinator import ConsumerGroupShell
+from .consumer_records import ConsumerRecordKey
+from .consumer_state import ConsumerGroupConfig, ConsumerGroups
 from .offsets import OffsetStore
 from .records import (
     OffsetKey,
     OffsetValue,
+    decode_key,
     encode_group_metadata_key,
     encode_offset_key,
     encode_offset_value,
@@ -70,6 +75,7 @@ class GroupCoordinatorConfig:
     offsets_retention_check_interval_ms: int = 600000  # offsets.retention.check.interval.ms
     offset_metadata_max_bytes: int = 4096  # offset.metadata.max.bytes
     group: GroupConfig | None = None
+    consumer: ConsumerGroupConfig | None = None
 
 
 @dataclass
@@ -81,12 +87,15 @@ class OffsetCommitEntry:
     metadata: str | None
 
 
-class GroupCoordinator:
+class GroupCoordinator(ConsumerGroupShell):
     def __init__(self, logs: LogManager, config: GroupCoordinatorConfig) -> None:
         self.logs = logs
         self.config = config
         self.state = GroupCoordinatorState(config.group or GroupConfig(), self._new_member_id)
         self.offsets = OffsetStore()
+        # KIP-848 consumer-protocol groups, beside the classic ones (one group id names
+        # a group of one type at a time).
+        self.consumer = ConsumerGroups(config.consumer or ConsumerGroupConfig())
         # __consumer_offsets partitions still loading: their groups answer
         # COORDINATOR_LOAD_IN_PROGRESS, the others are served (Kafka loads each group
         # coordinator partition on its own).
@@ -155,10 +164,12 @@ class GroupCoordinator:
             # The groups with offsets only (no group record) exist too, Empty.
             groups = set(self.offsets.groups())
             for group in groups - known:
-                self.state.ensure_group(group)
+                if group not in self.consumer.groups:
+                    self.state.ensure_group(group)
             known = groups
             self._loading.discard(p)
             await asyncio.sleep(0)  # serve the groups of this partition now
+        self.consumer.loaded(now_ms())
         self._reschedule()
         log.info("group coordinator loaded %d record(s) from %s in %.2fs: %d group(s)",
                  records, OFFSETS_TOPIC, time.monotonic() - started, len(self.state.group_ids()))
@@ -179,6 +190,11 @@ class GroupCoordinator:
                     continue
                 try:
                     if self.offsets.replay(rec.key, rec.value, pid) is None:
+                        key = decode_key(rec.key)
+                        if isinstance(key, ConsumerRecordKey):
+                            self.consumer.replay(key, rec.value)
+                            records += 1
+                            continue
                         effects = self.state.replay(rec.key, rec.value, now_ms())
                         if effects is not None:
                             self._apply(effects)
@@ -223,7 +239,7 @@ class GroupCoordinator:
             last = append_records(plog, [(request.key, request.value)]).last_offset
         except (KafkaError, OSError) as e:
             log.error("cannot persist group %s: %r", request.group_id, e)
-            error = _map_storage_error(append_error_code(e))
+            error = map_storage_error(append_error_code(e))
         self._spawn(self._after_durable(plog, last, request.write_id, error))
 
     async def _after_durable(self, plog: PartitionLog | None, last: int, write_id: int,
@@ -236,10 +252,16 @@ class GroupCoordinator:
         self._tasks.spawn(coro)
 
     def _reschedule(self) -> None:
-        self._timer.set(self.state.next_wake_ms())
+        wakes = [w for w in (self.state.next_wake_ms(), self.consumer.next_wake_ms())
+                 if w is not None]
+        self._timer.set(min(wakes) if wakes else None)
 
     def _tick(self) -> None:
-        self._apply(self.state.tick(now_ms()))
+        now = now_ms()
+        for group_id, records, why in self.consumer.tick(now):
+            log.info("%s: removed (group epoch bumped)", why)
+            self._append_consumer_records(group_id, records)
+        self._apply(self.state.tick(now))
 
     async def _await_token(self, token: int, fut: asyncio.Future):
         try:
@@ -256,6 +278,13 @@ class GroupCoordinator:
                    supports_skip_assignment: bool = False) -> JoinResult:
         if not self.is_ready(group_id):
             return JoinResult(_E.coordinator_load_in_progress.value, member_id=member_id)
+        if self.is_consumer_group(group_id):
+            if await self.delete_consumer_group(group_id) != _E.none.value:
+                # Mixed classic/consumer groups are not implemented (docs/compatibility.md).
+                log.warning("JoinGroup of %r refused: it is a consumer-protocol group with "
+                            "members", group_id)
+                return JoinResult(_E.inconsistent_group_protocol.value, member_id=member_id)
+            log.info("empty consumer group %r converted to a classic group", group_id)
         self.ensure_offsets_topic()
         token = next(self._tokens)
         fut = asyncio.get_running_loop().create_future()
@@ -310,8 +339,11 @@ class GroupCoordinator:
         if not self.is_ready(group_id):
             return dict.fromkeys(keys, _E.coordinator_load_in_progress.value)
         self.ensure_offsets_topic()
-        error = self.state.validate_offset_commit(group_id, generation_id, member_id,
-                                                  group_instance_id, now_ms(), api_version)
+        error = self.consumer_commit_error(group_id, member_id, group_instance_id, generation_id,
+                                           False, api_version, entries)
+        if error is None:
+            error = self.state.validate_offset_commit(group_id, generation_id, member_id,
+                                                      group_instance_id, now_ms(), api_version)
         self._reschedule()
         if error != _E.none.value:
             return dict.fromkeys(keys, error)
@@ -326,7 +358,7 @@ class GroupCoordinator:
                 await self.logs.flusher.wait_acked(plog, last + 1)
             except (KafkaError, OSError) as err:
                 log.error("cannot store offsets of group %s: %r", group_id, err)
-                code = _map_storage_error(append_error_code(err))
+                code = map_storage_error(append_error_code(err))
                 for e, _v in accepted:
                     results[(e.topic, e.partition)] = code
                 return results
@@ -367,8 +399,11 @@ class GroupCoordinator:
         if not self.is_ready(group_id):
             return dict.fromkeys(keys, _E.coordinator_load_in_progress.value)
         self.ensure_offsets_topic()
-        error = self.state.validate_txn_offset_commit(group_id, generation_id, member_id,
-                                                      group_instance_id, now_ms())
+        error = self.consumer_commit_error(group_id, member_id, group_instance_id, generation_id,
+                                           True, 0, entries)
+        if error is None:
+            error = self.state.validate_txn_offset_commit(group_id, generation_id, member_id,
+                                                          group_instance_id, now_ms())
         self._reschedule()
         if error != _E.none.value:
             return dict.fromkeys(keys, error)
@@ -383,7 +418,7 @@ class GroupCoordinator:
                 await self.logs.flusher.wait_acked(plog, last + 1)
             except OSError as err:
                 log.error("cannot store transactional offsets of group %s: %r", group_id, err)
-                code = _map_storage_error(_E.kafka_storage_error)
+                code = map_storage_error(_E.kafka_storage_error)
                 for e, _v in accepted:
                     results[(e.topic, e.partition)] = code
                 return results
@@ -465,7 +500,10 @@ class GroupCoordinator:
             if not group_id:
                 results[group_id] = _E.invalid_group_id.value
                 continue
-            error = self.state.delete_group(group_id)
+            if self.is_consumer_group(group_id):
+                error = await self.delete_consumer_group(group_id)
+            else:
+                error = self.state.delete_group(group_id)
             results[group_id] = error
             if error == _E.none.value:
                 keys += self.offsets.delete_group(group_id)
@@ -528,20 +566,13 @@ class GroupCoordinator:
     async def expire_offsets(self, now: int | None = None) -> int:
         now = now_ms() if now is None else now
         keys = self.offsets.expire(now, self.config.offsets_retention_ms,
-                                   self.state.offset_expiry_rule)
+                                   self.offset_expiry_rule)
         groups = self.state.cleanup_groups(self.offsets.has_offsets)
+        groups += await self.cleanup_consumer_groups()
         if keys or groups:
             await self._write_tombstones(keys, groups)
             log.info("expired %d offset(s); removed %d empty group(s)", len(keys), len(groups))
         return len(keys)
 
 
-def _map_storage_error(code: ErrorCode) -> int:
-    # How Kafka's coordinator maps append errors for its clients.
-    if code in (_E.not_enough_replicas, _E.request_timed_out, _E.unknown_topic_or_partition):
-        return _E.coordinator_not_available.value
-    if code in (_E.not_leader_or_follower, _E.kafka_storage_error):
-        return _E.not_coordinator.value
-    if code in (_E.message_too_large, _E.record_list_too_large, _E.invalid_fetch_size):
-        return _E.unknown_server_error.value
-    return code.value
+

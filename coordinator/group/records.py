@@ -25,6 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from txbroker.coordinator.group.consumer_records import ConsumerRecordKey, decode_consumer_key
 from txbroker.coordinator.record_codec import as_bytes, as_int, as_str, pack, unpack_array
 
 FORMAT_VERSION = 0
@@ -118,8 +119,9 @@ def encode_key(key: GroupMetadataKey | OffsetKey) -> bytes:
     return encode_offset_key(key.group_id, key.topic, key.partition)
 
 
-def decode_key(data: bytes) -> GroupMetadataKey | OffsetKey:
-    """Tell the two record kinds apart and decode the key."""
+def decode_key(data: bytes) -> GroupMetadataKey | OffsetKey | ConsumerRecordKey:
+    """Tell the record kinds apart and decode the key (consumer-protocol groups' kinds:
+    ``consumer_records.py``)."""
     arr = unpack_array(data, "key")
     if arr[0] != FORMAT_VERSION:
         # Keys cannot evolve (see the module docstring): any other version is foreign.
@@ -131,6 +133,9 @@ def decode_key(data: bytes) -> GroupMetadataKey | OffsetKey:
         return GroupMetadataKey(as_str(arr[2], "group id"))
     if kind == _KIND_OFFSET and len(arr) == 5:
         return OffsetKey(as_str(arr[2], "group id"), as_str(arr[3], "topic"), as_int(arr[4], "partition"))
+    consumer = decode_consumer_key(arr)
+    if consumer is not None:
+        return consumer
     raise ValueError(f"key: unknown kind {kind!r} / length {len(arr)}")
 
 

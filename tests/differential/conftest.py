@@ -32,6 +32,9 @@ COMMON_CONFIG = {
     "transaction.state.log.num.partitions": "4",
     "group.initial.rebalance.delay.ms": "0",
     "group.min.session.timeout.ms": "1000",
+    # Consumer-protocol (KIP-848) members heartbeat every 0.5 s instead of 5 s.
+    "group.consumer.heartbeat.interval.ms": "500",
+    "group.consumer.min.heartbeat.interval.ms": "100",
     "transaction.abort.timed.out.transaction.cleanup.interval.ms": "1000",
 }
 

@@ -26,16 +26,10 @@ STEPS = [
 def test_java_clients(broker, jvm_classes):
     steps = run_java_clients(jvm_classes, broker.bootstrap, unique("java"))
     assert list(steps) == STEPS, steps
-    # group.protocol=consumer (KIP-848) needs ConsumerGroupHeartbeat, which txbroker does
-    # not offer: the Java consumer fails the way it fails on any broker without it (a
-    # fatal UnsupportedVersionException from poll), and the classic protocol works.
-    ok, detail = steps.pop("consumer.groupProtocolConsumer")
-    if broker.is_kafka:
-        assert ok, detail
-    else:
-        assert not ok
-        assert "UnsupportedVersionException" in detail
-        assert "CONSUMER_GROUP_HEARTBEAT" in detail
+    # group.protocol=consumer (KIP-848): the Java consumer joins through
+    # ConsumerGroupHeartbeat and reads, on both brokers.
+    ok, detail = steps["consumer.groupProtocolConsumer"]
+    assert ok, detail
     failed = {name: detail for name, (ok, detail) in steps.items() if not ok}
     assert not failed, failed
     # Kafka 4.3.1 reports every group's type from ListGroups v5; so does txbroker now.

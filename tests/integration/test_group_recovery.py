@@ -17,6 +17,7 @@ from txbroker.protocol.messages import build, request_module
 from tests.helpers import BrokerProcess, RawClient, wait_until
 
 from .clients import Msg, produce
+from .consumer_util import create_topic
 from .group_util import GROUP_CONFIG, Feed, History, check_history, errors_of
 from .group_worker import KAFKA_PYTHON_POLL_MS, Events, Member, WorkerConfig
 
@@ -37,13 +38,6 @@ def group_broker(tmp_path):
         yield proc
     finally:
         proc.kill()
-
-
-def _create_topic(bootstrap: str, name: str) -> None:
-    from confluent_kafka.admin import AdminClient, NewTopic
-
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    admin.create_topics([NewTopic(name, PARTITIONS, 1)])[name].result(15)
 
 
 def _member_commit_kafka_python(bootstrap: str, topic: str, group: str) -> None:
@@ -194,7 +188,7 @@ def _resume(client: str, bootstrap: str, topic: str, group: str,
                                          ("confluent", "term"), ("kafka-python", "term")])
 def test_committed_offsets_survive_restart(group_broker, topic, client, stop):
     bootstrap = group_broker.bootstrap
-    _create_topic(bootstrap, topic)
+    create_topic(bootstrap, topic, PARTITIONS)
     produce("confluent", bootstrap, topic,
             [Msg(None, b"v%d" % i, partition=i % PARTITIONS)
              for i in range(PARTITIONS * PER_PARTITION)], acks="all")
@@ -257,7 +251,7 @@ def test_group_lives_through_broker_sigkill(group_broker, topic):
     restarted on the same port: they carry on (the group and its offsets were
     reloaded), nothing is lost and nothing committed before the crash is read again."""
     bootstrap = group_broker.bootstrap
-    _create_topic(bootstrap, topic)
+    create_topic(bootstrap, topic, PARTITIONS)
     group = f"g-{topic}-{uuid.uuid4().hex[:6]}"
     events = Events()
     history = History(events)

@@ -267,7 +267,7 @@ public class JavaClients {
                     .describedGroups().get(prefix + "-ctp").get(20, TimeUnit.SECONDS);
                 return "state=" + d.groupState() + " type=" + d.type();
             });
-            // KIP-848: the consumer protocol needs ConsumerGroupHeartbeat (key 68).
+            // KIP-848: the consumer protocol (ConsumerGroupHeartbeat, key 68).
             step("consumer.groupProtocolConsumer", () -> {
                 try (KafkaConsumer<String, String> c = consumer(bootstrap, prefix + "-848",
                         Map.of("group.protocol", "consumer"))) {

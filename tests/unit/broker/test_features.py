@@ -15,7 +15,7 @@ def test_configured_level_until_an_update_then_the_stored_one(tmp_path):
     f.finalize({TRANSACTION_VERSION: 1})
     assert f.level(TRANSACTION_VERSION) == 1 and f.epoch > epoch
     assert json.loads((tmp_path / FEATURES_FILE).read_text()) == {
-        "version": 1, "levels": {TRANSACTION_VERSION: 1}}
+        "version": 1, "levels": {"group.version": 1, TRANSACTION_VERSION: 1}}
     # A later start: the stored level wins over the configured one, whatever it is.
     for configured in (0, 2):
         assert FinalizedFeatures(str(tmp_path), configured).level(TRANSACTION_VERSION) == 1

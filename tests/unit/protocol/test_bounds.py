@@ -72,6 +72,10 @@ ABORTING_FRAMES = {
     + HUGE_COMPACT_COUNT,
     "Produce v9": _header(0, 9, True) + b"\x00" + struct.pack(">hi", -1, 1000)
     + HUGE_COMPACT_COUNT,
+    # KIP-848: group id, member id, epoch 0, no instance/rack id, rebalance timeout, then
+    # a subscription of 2^32 topic names.
+    "ConsumerGroupHeartbeat v1": _header(68, 1, True) + b"\x02g\x02m"
+    + struct.pack(">i", 0) + b"\x00\x00" + struct.pack(">i", 1000) + HUGE_COMPACT_COUNT,
 }
 
 

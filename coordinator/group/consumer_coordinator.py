@@ -1,0 +1,194 @@
+"""The async shell's part for consumer-protocol groups (KIP-848): drives
+:class:`~txbroker.coordinator.group.consumer_state.ConsumerGroups`, appends the
+records it returns to ``__consumer_offsets`` and answers a heartbeat once they are
+durable. Mixed into :class:`~txbroker.coordinator.group.coordinator.GroupCoordinator`.
+
+A group id names one group type at a time: a heartbeat for a group that is a classic
+group with members is refused with GROUP_ID_NOT_FOUND ("not a consumer group"); an
+Empty classic group (offsets only) becomes a consumer group, as in Kafka. Mixed
+classic/consumer groups (online migration) are not implemented: a classic JoinGroup
+to a consumer group with members gets INCONSISTENT_GROUP_PROTOCOL.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+from txbroker.protocol.errors import KafkaError
+
+from ..internal_topic import (
+    OFFSETS_TOPIC,
+    append_error_code,
+    append_records,
+    iter_partition_batches,
+    map_storage_error,
+    partition_for,
+)
+from .consumer_records import ConsumerRecordKey
+from .consumer_state import HeartbeatRequest, HeartbeatResult, Record
+from .offsets import ExpiryRule
+from .records import decode_key, encode_group_metadata_key
+
+log = logging.getLogger("txbroker.coordinator.group.coordinator")
+
+_E = ErrorCode
+
+
+class TopicImage(Mapping[str, tuple[uuid.UUID, int]]):
+    """The topics as the assignors see them: name -> (topic id, partitions), read from
+    the log manager on lookup (no copy per heartbeat)."""
+
+    def __init__(self, topics: Mapping[str, Any]) -> None:
+        self._topics = topics
+
+    def __getitem__(self, name: str) -> tuple[uuid.UUID, int]:
+        info = self._topics[name]
+        if info.internal:
+            raise KeyError(name)
+        return info.topic_id, info.partitions
+
+    def __iter__(self) -> Iterator[str]:
+        return (n for n, i in self._topics.items() if not i.internal)
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+
+class ConsumerGroupShell:
+    """Consumer-protocol entry points of the group coordinator (see the module docstring)."""
+
+    def topic_image(self) -> TopicImage:
+        return TopicImage(self.logs.topics)
+
+    def topic_names(self) -> dict[uuid.UUID, str]:
+        return {i.topic_id: n for n, i in self.logs.topics.items()}
+
+    def is_consumer_group(self, group_id: str) -> bool:
+        return group_id in self.consumer.groups
+
+    def _append_consumer_records(self, group_id: str, records: list[Record]):
+        """Append now (in call order); returns (partition log, last offset, error)."""
+        if not records:
+            return None, -1, _E.none.value
+        try:
+            plog = self._partition(group_id)
+            return plog, append_records(plog, records).last_offset, _E.none.value
+        except (KafkaError, OSError) as e:
+            log.error("cannot persist consumer group %s: %r; reloading it from %s",
+                      group_id, e, OFFSETS_TOPIC)
+            self._reload_consumer_group(group_id)
+            return None, -1, map_storage_error(append_error_code(e))
+
+    def _reload_consumer_group(self, group_id: str) -> None:
+        """Memory back to the log after a failed write: the group's records replayed
+        (a scan of its __consumer_offsets partition, only on this rare path)."""
+        records = []
+        plog = self.logs.get_log(OFFSETS_TOPIC, partition_for(
+            group_id, self.logs.topics[OFFSETS_TOPIC].partitions)) \
+            if OFFSETS_TOPIC in self.logs.topics else None
+        try:
+            for header, recs in (iter_partition_batches(plog, plog.log_start_offset)
+                                 if plog is not None else ()):
+                if header.is_control:
+                    continue
+                for rec in recs:
+                    if rec.key is None:
+                        continue
+                    try:
+                        key = decode_key(rec.key)
+                    except ValueError:
+                        continue
+                    if isinstance(key, ConsumerRecordKey) and key.group_id == group_id:
+                        records.append((key, rec.value))
+        except (KafkaError, OSError, ValueError) as e:
+            log.error("cannot read back consumer group %s: %r", group_id, e)
+        self.consumer.reload(group_id, records, int(time.time() * 1000))
+
+    async def consumer_heartbeat(self, req: HeartbeatRequest) -> HeartbeatResult:
+        """ConsumerGroupHeartbeat: answered once its records are durable."""
+        if not self.is_ready(req.group_id):
+            return HeartbeatResult(_E.coordinator_load_in_progress.value)
+        self.ensure_offsets_topic()
+        now = int(time.time() * 1000)
+        pre: list[Record] = []
+        classic = self.state.describe(req.group_id) if req.group_id else None
+        if classic is not None and classic.exists:
+            if classic.members or self.state.delete_group(req.group_id) != _E.none.value:
+                return HeartbeatResult(_E.group_id_not_found.value,
+                                       f"Group {req.group_id} is not a consumer group.")
+            # An Empty classic group (offsets only) becomes a consumer group, as in Kafka.
+            log.info("empty classic group %r converted to a consumer group", req.group_id)
+            pre.append((encode_group_metadata_key(req.group_id), None))
+        known = req.group_id in self.consumer.groups
+        epoch_before = self.consumer.groups[req.group_id].group_epoch if known else 0
+        result = self.consumer.heartbeat(now, req, self.topic_image())
+        self._reschedule()
+        plog, last, error = self._append_consumer_records(req.group_id, pre + result.records)
+        if error != _E.none.value:
+            return HeartbeatResult(error)
+        g = self.consumer.groups.get(req.group_id)
+        if g is not None and g.group_epoch != epoch_before:
+            log.info("consumer group %r: group epoch %d, %d member(s), state %s (member %s, "
+                     "epoch %d)", req.group_id, g.group_epoch, len(g.members), g.state,
+                     result.member_id, req.member_epoch)
+        if plog is not None:
+            await self.logs.flusher.wait_acked(plog, last + 1)
+        return result
+
+    def consumer_commit_error(self, group_id: str, member_id: str, instance_id: str | None,
+                              member_epoch: int, transactional: bool, api_version: int,
+                              entries) -> int | None:
+        """The OffsetCommit/TxnOffsetCommit check for a consumer group; None if
+        ``group_id`` is not one."""
+        if group_id not in self.consumer.groups:
+            return None
+        topics = self.logs.topics
+        partitions = [(topics[e.topic].topic_id if e.topic in topics else None, e.partition)
+                      for e in entries]
+        return self.consumer.validate_offset_commit(group_id, member_id, instance_id,
+                                                    member_epoch, transactional, api_version,
+                                                    partitions)
+
+    def consumer_fetch_error(self, group_id: str, member_id: str | None,
+                             member_epoch: int) -> int:
+        """OffsetFetch v9+ with a member id and epoch, for a consumer group."""
+        if group_id not in self.consumer.groups:
+            return _E.none.value
+        return self.consumer.validate_offset_fetch(group_id, member_id, member_epoch)
+
+    async def delete_consumer_group(self, group_id: str) -> int:
+        error, records = self.consumer.delete_group(group_id)
+        plog, last, werr = self._append_consumer_records(group_id, records)
+        if plog is not None:
+            await self.logs.flusher.wait_acked(plog, last + 1)
+        return error if werr == _E.none.value else werr
+
+    def offset_expiry_rule(self, group_id: str) -> ExpiryRule | None:
+        """How a group's offsets expire: a consumer group's (Kafka's ConsumerGroup)
+        count from each commit, except for the topics its members subscribe to, which
+        never expire; a classic group's as its state says."""
+        g = self.consumer.groups.get(group_id)
+        if g is None:
+            return self.state.offset_expiry_rule(group_id)
+        return ExpiryRule(keep_topics=frozenset(g.subscribed_topic_names()))
+
+    async def cleanup_consumer_groups(self) -> list[str]:
+        """Remove the consumer groups without members and offsets (Kafka's periodic
+        cleanup, after offsets expiry); returns their ids."""
+        doomed = [g.group_id for g in self.consumer.groups.values()
+                  if not g.members and not self.offsets.has_offsets(g.group_id)]
+        for group_id in doomed:
+            await self.delete_consumer_group(group_id)
+        return doomed
+
+    def consumer_listing(self) -> list[tuple[str, str]]:
+        """(group id, state) of every consumer group."""
+        return [(g.group_id, g.state) for g in self.consumer.groups.values()]
+
+
+__all__ = ["ConsumerGroupShell", "OFFSETS_TOPIC", "TopicImage"]
