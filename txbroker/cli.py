@@ -1,6 +1,7 @@
 """The ``txbroker`` command (and ``python -m txbroker``): ``serve`` runs the broker
 (broker/main.py); ``topics``, ``groups``, ``transactions``, ``users`` and ``acls`` are
-Kafka-style admin tools (tools/) that talk to any Kafka broker over the wire.
+Kafka-style admin tools (tools/) that talk to any Kafka broker over the wire; ``faults``
+talks to a txbroker's admin HTTP endpoint.
 
 This module is the one place that knows both: the broker does not import the tools and
 the tools do not import the broker. ``serve`` builds only its own parser and imports
@@ -77,13 +78,14 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     s.add_argument("--log-level", default="INFO", help=f"{', '.join(LOG_LEVELS)} (default: INFO)")
     if command == "serve":
         return parser
-    from txbroker.tools import acls, groups, topics, transactions, users
+    from txbroker.tools import acls, faults, groups, topics, transactions, users
 
     topics.add_parser(sub)
     groups.add_parser(sub)
     transactions.add_parser(sub)
     users.add_parser(sub)
     acls.add_parser(sub)
+    faults.add_parser(sub)
     return parser
 
 
@@ -120,6 +122,10 @@ def main(argv: list[str] | None = None) -> int:
         return run(args)
     if args.command == "users":
         from txbroker.tools.users import run
+
+        return run(args)
+    if args.command == "faults":
+        from txbroker.tools.faults import run
 
         return run(args)
     return 2
