@@ -131,7 +131,10 @@ def with_partition_errors(api_key: int, version: int, paths: PartitionPaths, ser
                    for key, parts in entries.items())
     if served is not None:
         return dataclasses.replace(served, **{paths.resp_topics: topics})
-    return blank(rtype, **{paths.resp_topics: topics})
+    top = {paths.resp_topics: topics}
+    if "session_id" in _fields(rtype):
+        top["session_id"] = 0  # Fetch: no session, as the fetch handler answers
+    return blank(rtype, **top)
 
 
 def error_response(api_key: int, version: int, request: Any, code: int) -> Any:

@@ -113,6 +113,8 @@ class FaultTable:
         """Install faults of a broker this one replaces (a restart): same ids, counts."""
         for fault in faults:
             if fault.active and fault.spec.kind != "point":
+                while fault.id in self._faults:  # (the handles hold the object, not the id)
+                    fault.id = f"f{next(self._ids)}"
                 self._insert(fault)
 
     def _install(self, spec: FaultSpec) -> Fault:
@@ -256,7 +258,7 @@ class FaultTable:
         names: dict[Any, str] = {}
         if paths is not None:
             parts = pf.request_partitions(paths, request)
-            if paths.req_name == "topic_id":
+            if paths.req_name == "topic_id" and bucket.by_topic:
                 by_id = self._topic_names()
                 names = {key: by_id.get(key, "") for key, _ in parts}
         candidates = list(bucket.any_topic)

@@ -208,7 +208,8 @@ class BrokerThread(SecuredBrokerAccess):
         assert self.broker is not None
         bound = ",".join(f"{lst.name}://{lst.spec.host}:{lst.port}" for lst in self.broker.listeners)
         self.config.set("txbroker.fault.points", self.broker.faults.config_text(), "restart")
-        kept = self.broker.faults.active()
+        kept = self.broker.faults.active()  # with those from txbroker.faults, counts kept
+        self.config.set("txbroker.faults", "", "restart")
         self.stop()
         self.config.set("listeners", bound, "restart")
         self.start()

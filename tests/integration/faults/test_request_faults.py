@@ -217,3 +217,21 @@ def test_points_are_listed_with_request_faults(txbroker):
     assert listed[point.id]["point"] == "before_markers" and listed[request.id]["api"] == "EndTxn"
     point.remove()
     assert txbroker.faults.armed == {}
+
+
+def test_fetch_partition_errors_and_faults_kept_across_a_restart(txbroker):
+    txbroker.create_topic("reads", 2)
+    _produce(txbroker.bootstrap, "reads", [0, 1], 3)
+    fault = txbroker.faults.add(profile="leader_moved", topic="reads", partition=1, count=3)
+    txbroker.restart()  # the fault stays installed, its counts with it
+    consumer = Consumer({"bootstrap.servers": txbroker.bootstrap, "group.id": "g",
+                         "enable.auto.commit": False, **{
+                             k: v for k, v in FAST.items() if k != "linger.ms"}})
+    consumer.assign([TopicPartition("reads", 0, 0), TopicPartition("reads", 1, 0)])
+    values = []
+    deadline = time.monotonic() + 30
+    while len(values) < 6 and time.monotonic() < deadline:
+        values += [m.value() for m in consumer.consume(10, timeout=0.5) if m.error() is None]
+    consumer.close()
+    assert sorted(values) == sorted(b"%d-%d" % (p, i) for p in (0, 1) for i in range(3))
+    assert fault.fired == 3 and not fault.active
