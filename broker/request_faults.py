@@ -10,6 +10,7 @@ one dict lookup per topic of a request of their API.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import logging
 from collections.abc import Callable, Iterable, Mapping
@@ -338,7 +339,11 @@ class FaultTable:
             session = ctx.session
             if session.held is None:
                 session.held = asyncio.get_running_loop().create_future()
-            await session.held  # cancelled when the connection ends (connection.py)
+            # Cancelled when the connection ends (connection.py); bounded all the same
+            # (a connection whose reader waits on this Fetch would not see the client go).
+            idle = ctx.broker.config.get("connections.max.idle.ms") / 1000
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(session.held), idle)
             raise CloseConnection
         return response
 
