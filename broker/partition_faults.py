@@ -124,9 +124,12 @@ def with_partition_errors(api_key: int, version: int, paths: PartitionPaths, ser
         for topic in getattr(served, paths.resp_topics):
             entries.setdefault(getattr(topic, paths.resp_name), []).extend(
                 getattr(topic, paths.resp_parts))
+    # A failed Fetch partition carries empty records, not null ones, as Kafka's
+    # (librdkafka cannot parse a null record set).
+    extra = {"records": b""} if "records" in _fields(part_cls) else {}
     for (key, index), code in errors.items():
         entries.setdefault(key, []).append(blank(
-            part_cls, **{paths.resp_index: index, paths.resp_error: ErrorCode(code)}))
+            part_cls, **{paths.resp_index: index, paths.resp_error: ErrorCode(code)}, **extra))
     topics = tuple(blank(topic_cls, **{paths.resp_name: key, paths.resp_parts: tuple(parts)})
                    for key, parts in entries.items())
     if served is not None:

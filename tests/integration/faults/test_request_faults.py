@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import re
 import time
 
@@ -219,14 +220,28 @@ def test_points_are_listed_with_request_faults(txbroker):
     assert txbroker.faults.armed == {}
 
 
+class _ClientLog(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(record.getMessage())
+
+
 def test_fetch_partition_errors_and_faults_kept_across_a_restart(txbroker):
     txbroker.create_topic("reads", 2)
     _produce(txbroker.bootstrap, "reads", [0, 1], 3)
-    fault = txbroker.faults.add(profile="leader_moved", topic="reads", partition=1, count=3)
+    fault = txbroker.faults.add(api="Fetch", topic="reads", partition=1,
+                                error="NOT_LEADER_OR_FOLLOWER", count=3)
     txbroker.restart()  # the fault stays installed, its counts with it
+    client_log = _ClientLog()
+    logger = logging.getLogger("test-fetch-faults")
+    logger.addHandler(client_log)
     consumer = Consumer({"bootstrap.servers": txbroker.bootstrap, "group.id": "g",
                          "enable.auto.commit": False, **{
-                             k: v for k, v in FAST.items() if k != "linger.ms"}})
+                             k: v for k, v in FAST.items() if k != "linger.ms"}},
+                        logger=logger)
     consumer.assign([TopicPartition("reads", 0, 0), TopicPartition("reads", 1, 0)])
     values = []
     deadline = time.monotonic() + 30
@@ -235,3 +250,5 @@ def test_fetch_partition_errors_and_faults_kept_across_a_restart(txbroker):
     consumer.close()
     assert sorted(values) == sorted(b"%d-%d" % (p, i) for p in (0, 1) for i in range(3))
     assert fault.fired == 3 and not fault.active
+    # The failed partition's answer is one librdkafka reads (empty records, not null).
+    assert not [line for line in client_log.lines if "parse failure" in line]

@@ -120,3 +120,14 @@ def test_unknown_ids():
 ])
 def test_transaction_outcomes_follow_the_markers(batches, expected):
     assert transaction_outcomes(batches) == expected
+
+
+def test_output_from_an_aborted_input_is_a_g1a_and_order_can_be_waived():
+    inputs, log, reads, offsets = _history()
+    log.append(LogRecord("in-aborted-1", "out", 1, 60, COMMITTED))
+    reads.append(Read("in-aborted-1", "out", 1, 60))
+    report = check(inputs, log, reads, group_offsets=offsets, aborted_inputs={"in-aborted-1"})
+    assert report.counts == {"G1a": 1}
+    swapped = [Read(r.id, r.topic, r.partition, 100 - r.offset) for r in reads[:12]]
+    assert check(inputs, log, swapped, group_offsets=offsets).counts.get("nonmonotonic")
+    assert check(inputs, log, swapped, group_offsets=offsets, check_order=False).ok
