@@ -24,14 +24,14 @@ from pathlib import Path
 from typing import Any
 
 from ..broker_process import BrokerProcess
-from .checker import InputRecord, Read, Report, check
+from .checker import ABORTED, InputRecord, Read, Report, check
 from .history import read_log
 from .supervisor import Instances
 
 POWER_LOSS_POINTS = ("after_prepare_durable", "before_markers", "after_first_marker",
                      "before_complete")
 COUNTED = ("instance kill", "instance exit", "broker crash", "power loss", "broker restart",
-           "request fault")
+           "request fault", "feeder restart")
 # Request faults a chaos run draws from, by profile (each installed with a small count).
 FAULT_PROFILES: dict[str, list[dict[str, Any]]] = {
     "none": [],
@@ -122,9 +122,11 @@ def run(command: Sequence[str], *, input: str, output: str, instances: int = 2,
                     FAULT_PROFILES[faults])
         _calm(broker, event)
         feeder.join()
-        if feeder.failures:
-            raise RuntimeError(f"feeding {input} failed: {feeder.failures[:3]}")
-        inputs = feeder.inputs
+        for failure in feeder.restarts:
+            event(f"feeder restart: {failure}")
+        written = read_log(broker.bootstrap, input)
+        inputs = [InputRecord(r.id, r.topic, r.partition, r.offset) for r in written
+                  if r.id is not None and r.id.startswith("in-") and r.outcome != ABORTED]
         report.stall = _quiesce(broker, pipeline, group, input, stall_timeout, event)
         pipeline.stop()
         offsets = _group_offsets(broker.bootstrap, group, input)
@@ -132,6 +134,10 @@ def run(command: Sequence[str], *, input: str, output: str, instances: int = 2,
         report.check = check(inputs, read_log(broker.bootstrap, output), reads,
                              group_offsets=offsets, aborted_inputs=aborted,
                              check_order=check_order)
+        in_log = {r.id for r in inputs}
+        for rid in sorted(feeder.acknowledged - in_log):  # the broker lost an input
+            report.check.add("lost-write", {"id": rid, "input": "acknowledged to the "
+                                                              "feeder, not in the input log"})
         report.records = len(inputs)
         report.seconds = time.monotonic() - started
         return report
@@ -267,35 +273,46 @@ def _partitions(client, topic: str) -> int:
 
 class Feeder(threading.Thread):
     """Feeds ``count`` records keyed in-N over ``seconds``, through broker crashes (an
-    idempotent producer retries until each is acknowledged); ``inputs`` their places."""
+    idempotent producer retries until each is acknowledged). A fatal producer error
+    (the faults reach the feeder too) starts a new producer that goes on with the next
+    ids: the records in flight may or may not be in the log, and the input log, not
+    this list, says what the input is. ``acknowledged``: ids the broker acknowledged
+    (each must be in the input log)."""
 
     def __init__(self, bootstrap: str, topic: str, count: int, seconds: float) -> None:
         super().__init__(name="chaos-feeder", daemon=True)
         self.bootstrap, self.topic, self.count, self.seconds = bootstrap, topic, count, seconds
-        self.inputs: list[InputRecord] = []
-        self.failures: list[str] = []
+        self.acknowledged: set[str] = set()
+        self.restarts: list[str] = []
+
+    def _producer(self):
+        return _confluent().Producer({
+            "bootstrap.servers": self.bootstrap, "enable.idempotence": True, "linger.ms": 5,
+            "message.timeout.ms": 600_000, "metadata.recovery.strategy": "none"})
+
+    def _placed(self, err, msg) -> None:
+        if err is None:
+            self.acknowledged.add(msg.key().decode())
 
     def run(self) -> None:
         ck = _confluent()
-        producer = ck.Producer({"bootstrap.servers": self.bootstrap, "enable.idempotence": True,
-                                "linger.ms": 5, "message.timeout.ms": 600_000,
-                                "metadata.recovery.strategy": "none"})
-
-        def placed(err, msg) -> None:
-            if err is not None:
-                self.failures.append(str(err))
-            else:
-                self.inputs.append(InputRecord(msg.key().decode(), self.topic,
-                                               msg.partition(), msg.offset()))
-
+        producer = self._producer()
         started = time.monotonic()
-        for i in range(self.count):
-            due = started + self.seconds * i / self.count
-            while time.monotonic() < due:
-                producer.poll(max(min(due - time.monotonic(), 0.05), 0))
-            producer.produce(self.topic, key=f"in-{i}", value=b"%d" % i, on_delivery=placed)
-        while producer.flush(1):
-            pass
+        i = 0
+        while i < self.count:
+            try:
+                due = started + self.seconds * i / self.count
+                while time.monotonic() < due:
+                    producer.poll(max(min(due - time.monotonic(), 0.05), 0))
+                producer.produce(self.topic, key=f"in-{i}", value=b"%d" % i,
+                                 on_delivery=self._placed)
+                i += 1
+                if i == self.count:
+                    while producer.flush(1):
+                        pass
+            except ck.KafkaException as e:
+                self.restarts.append(str(e.args[0]))
+                producer = self._producer()
 
 
 def _end_offsets(bootstrap: str, topic: str) -> dict[tuple[str, int], int]:
