@@ -69,6 +69,14 @@ def test_cli_adds_lists_and_removes_faults_of_a_broker_process(secured_process, 
     assert rc == 0 and "removed 0 fault(s)" in out
 
 
+def test_the_broker_process_fixture_takes_faults(broker_process):
+    fault = broker_process.faults.add(api="ApiVersions", close=True, count=2)
+    producer = Producer({"bootstrap.servers": broker_process.bootstrap})
+    assert "__consumer_offsets" not in producer.list_topics(timeout=30).topics
+    assert fault.fired == 2 and not fault.active
+    assert broker_process.faults.list()[0]["fired"] == 2
+
+
 def test_broker_process_faults_through_the_admin_endpoint(secured_process):
     proc, _token = secured_process
     fault = proc.faults.add(api="ApiVersions", delay_ms=1, count=1)
