@@ -7,6 +7,10 @@ GET /metrics  Prometheus text format (broker/metrics.py; docs/operations.md list
 GET /topics   JSON: topics with partitions, offsets and config overrides
 GET /         the web console (broker/console/, docs/console.md) unless
               admin.http.console.enable is false
+POST /faults  install faults (a JSON object or a list; docs/fault-injection.md); GET
+              /faults lists them with their counts, GET/DELETE /faults/{id} reads or
+              removes one, DELETE /faults removes all. On a non-loopback address they
+              need the bearer token: faults are a test tool, not for strangers
 
 Loopback only unless ``admin.http.host`` says otherwise. It can serve HTTPS
 (``admin.http.ssl.*``, optionally asking for client certificates) and require a bearer
@@ -36,6 +40,7 @@ if TYPE_CHECKING:
     import asyncio
 
     from .config import BrokerConfig
+    from .request_faults import FaultTable
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +51,7 @@ class AdminSource(MetricsSource, Protocol):
 
     config: BrokerConfig
     stopping: asyncio.Event
+    faults: FaultTable
 
 
 def render_metrics(broker: MetricsSource) -> str:
@@ -123,7 +129,8 @@ def _is_loopback(host: str) -> bool:
 
 
 def build_app(broker: AdminSource, token: BearerToken | None = None,
-              console_auth: console.ConsoleAuth | None = None) -> web.Application:
+              console_auth: console.ConsoleAuth | None = None,
+              host: str = "127.0.0.1") -> web.Application:
     """The endpoint's routes; the console's too when ``console_auth`` is given."""
     async def health(_request: web.Request) -> web.Response:
         if broker.stopping.is_set():
@@ -174,7 +181,66 @@ def build_app(broker: AdminSource, token: BearerToken | None = None,
     app.router.add_get("/topics", topics)
     if console_auth is not None:
         console.add_routes(app, broker, console_auth)
+    add_fault_routes(app, broker, token is not None or _is_loopback(host))
     return app
+
+
+def add_fault_routes(app: web.Application, broker: AdminSource, allowed: bool) -> None:
+    """/faults: install, list and remove faults (broker/request_faults.py). ``allowed``:
+    the endpoint has a token or listens on loopback only."""
+
+    def refused(request: web.Request) -> web.Response | None:
+        # Without a token only a loopback endpoint changes faults: anyone who can reach
+        # it runs on this machine already.
+        if allowed:
+            return None
+        log.warning("admin HTTP: refused %s %s from %s: faults on a non-loopback endpoint "
+                    "need admin.http.auth.token.file", request.method, request.path,
+                    request.remote)
+        return web.Response(status=403, text="faults on a non-loopback admin endpoint need "
+                                             "admin.http.auth.token.file\n")
+
+    async def add(request: web.Request) -> web.Response:
+        if (denied := refused(request)) is not None:
+            return denied
+        try:
+            specs = await request.json()
+        except ValueError as e:
+            return web.Response(status=400, text=f"the body is not JSON: {e}\n")
+        try:
+            faults = broker.faults.add_json(specs)
+        except ValueError as e:
+            log.info("admin HTTP: fault refused: %s", e)
+            return web.Response(status=400, text=f"{e}\n")
+        return web.json_response([f.describe() for f in faults], status=201)
+
+    async def listing(request: web.Request) -> web.Response:
+        if (denied := refused(request)) is not None:
+            return denied
+        return web.json_response([f.describe() for f in broker.faults.list()])
+
+    async def one(request: web.Request) -> web.Response:
+        if (denied := refused(request)) is not None:
+            return denied
+        fault_id = request.match_info["fault_id"]
+        fault = (broker.faults.remove(fault_id) if request.method == "DELETE"
+                 else broker.faults.get(fault_id))
+        if fault is None:
+            return web.Response(status=404, text=f"no fault {fault_id}\n")
+        return web.json_response(fault.describe())
+
+    async def clear(request: web.Request) -> web.Response:
+        if (denied := refused(request)) is not None:
+            return denied
+        removed = len(broker.faults.active())
+        broker.faults.clear()
+        return web.json_response({"removed": removed})
+
+    app.router.add_post("/faults", add)
+    app.router.add_get("/faults", listing)
+    app.router.add_delete("/faults", clear)
+    app.router.add_get("/faults/{fault_id}", one)
+    app.router.add_delete("/faults/{fault_id}", one)
 
 
 class AdminHttpServer:
@@ -198,16 +264,17 @@ class AdminHttpServer:
         return "https" if self.ssl_context is not None else "http"
 
     async def start(self) -> None:
-        self._runner = web.AppRunner(build_app(self.broker, self.token, self.console_auth),
-                                     access_log=None)
+        app = build_app(self.broker, self.token, self.console_auth, self.host)
+        self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.host, self.port, ssl_context=self.ssl_context)
         await site.start()
         server = site._server  # the bound port when 0 was asked for
         if server is not None and server.sockets:
             self.port = server.sockets[0].getsockname()[1]
-        log.info("admin HTTP on %s://%s:%d (/health, /metrics, /topics%s)%s", self.scheme,
-                 self.host, self.port, ", console at /" if self.console_auth else "",
+        log.info("admin HTTP on %s://%s:%d (/health, /metrics, /topics, /faults%s)%s",
+                 self.scheme, self.host, self.port,
+                 ", console at /" if self.console_auth else "",
                  ", bearer token required" if self.token else "")
         if self.token is None and not _is_loopback(self.host):
             log.warning("admin HTTP on %s without admin.http.auth.token.file: anyone who "

@@ -186,6 +186,16 @@ def _fault_points(text: str) -> str:
     return str(text).strip()
 
 
+def _faults(text: str) -> str:
+    from .fault_spec import load_fault_specs
+
+    try:
+        load_fault_specs(text)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+    return str(text).strip()
+
+
 def _authorizer_class(text: str) -> str:
     value = str(text).strip()
     if value and value not in ACCEPTED_AUTHORIZERS:
@@ -392,6 +402,11 @@ BROKER_KEYS: dict[str, BrokerKey] = {
                   "before_end_txn, after_prepare_durable, before_markers, after_first_marker, "
                   "before_complete, drop_end_txn_response and actions crash, power_loss, "
                   "delay:MS, drop, expire (docs/fault-injection.md)"),
+        BrokerKey("txbroker.faults", "", _faults,
+                  "faults installed at start-up, for tests: inline JSON (a fault object or a "
+                  "list of them) or the path of a JSON file, e.g. [{\"api\": \"Produce\", "
+                  "\"topic\": \"orders\", \"error\": \"NOT_LEADER_OR_FOLLOWER\", "
+                  "\"count\": 3}] (docs/fault-injection.md)"),
         BrokerKey("shutdown.timeout.ms", "30000", _int,
                   "how long a clean shutdown waits for in-flight requests"),
         # Partition storms (issue 14): bounds checked before anything is created.

@@ -147,6 +147,8 @@ class Connection:
         finally:
             self.closing = True
             self._queued.set()
+            if self.session.held is not None:
+                self.session.held.cancel()  # a dropped answer (fault): nothing to wait for
             try:
                 await asyncio.wait_for(writer_task, self.broker.shutdown_timeout)
             except (TimeoutError, asyncio.CancelledError):

@@ -25,7 +25,6 @@ if TYPE_CHECKING:
     from txbroker.coordinator.group.coordinator import GroupCoordinator
     from txbroker.coordinator.producer_ids import ProducerIdManager
     from txbroker.coordinator.transaction.coordinator import TransactionCoordinator
-    from txbroker.coordinator.transaction.faults import FaultInjector
     from txbroker.protocol.errors import ErrorCode
     from txbroker.storage.manager import LogManager
 
@@ -77,6 +76,8 @@ class Session:
     sasl_server: Any = None  # the mechanism's state machine (broker/security/sasl.py)
     # Set by a handler whose answer must be the connection's last (a failed authentication).
     close_after_response: bool = False
+    # A "drop" fault's answer waits on this until the connection ends (request_faults.py).
+    held: asyncio.Future | None = None
 
 
 class DenialLog:
@@ -108,6 +109,13 @@ class DenialLog:
                       api_name(ctx.header.api_key), s.peer, self.interval)
 
 
+class FaultPoints(Protocol):
+    """What handlers use of the broker's faults (request_faults.FaultTable, which imports
+    this module): the commit-protocol points."""
+
+    async def hit(self, point: str, **kwargs: Any) -> bool: ...
+
+
 class RunningBroker(Protocol):
     """The running broker as handlers see it (``ctx.broker``): what they may use of
     broker/server.py's Broker, which has all of it. A Protocol rather than an import of
@@ -120,7 +128,7 @@ class RunningBroker(Protocol):
     transactions: TransactionCoordinator
     producer_ids: ProducerIdManager
     features: FinalizedFeatures
-    faults: FaultInjector
+    faults: FaultPoints
     authorizer: Authorizer | None
     acl_store: AclStore | None
     scram_credentials: ScramCredentialStore | None

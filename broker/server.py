@@ -50,10 +50,12 @@ from .context import (
     RequestContext,
     Session,
 )
+from .fault_spec import load_fault_specs
 from .features import TRANSACTION_VERSION, FinalizedFeatures
 from .handlers import HANDLERS, accepts, api_versions, supported_versions
 from .listeners import Listener, build_listeners
 from .metrics import BrokerMetrics
+from .request_faults import FaultTable
 from .security.acl_store import AclStore, AclStoreError, load_acls
 from .security.authorizer import Authorizer, parse_super_users
 
@@ -194,8 +196,14 @@ class Broker:
             ),
             consumer=_consumer_group_config(config),
         ))
-        self.faults = FaultInjector(self.crash)
-        self.faults.arm_from_config(config.get("txbroker.fault.points"))
+        injector = FaultInjector(self.crash)
+        injector.arm_from_config(config.get("txbroker.fault.points"))
+        # Request, connection and commit-protocol faults (request_faults.py). fault_apis
+        # is its index by API key: empty, it costs a request one truth test.
+        self.faults = FaultTable(injector, topic_names=lambda: {
+            info.topic_id: name for name, info in self.logs.topics.items()})
+        self.fault_apis = self.faults.by_api
+        self.faults.add_json(load_fault_specs(config.get("txbroker.faults")))
         self.transactions = TransactionCoordinator(
             self.logs, self.groups, self.producer_ids, TxnCoordinatorConfig(
                 state_log_partitions=config.get("transaction.state.log.num.partitions"),
@@ -207,7 +215,7 @@ class Broker:
                         "transaction.abort.timed.out.transaction.cleanup.interval.ms"),
                     remove_expired_check_interval_ms=config.get(
                         "transaction.remove.expired.transaction.cleanup.interval.ms"),
-                )), self.faults)
+                )), injector)
         # The finalized feature levels (ApiVersions, UpdateFeatures): the configured
         # transaction.version until an UpdateFeatures stored another in the data dir.
         try:
@@ -465,6 +473,10 @@ class Broker:
         if self.stopping.is_set():
             writer.close()
             return
+        if self.faults.connection_faults and self.faults.refuse_connection():
+            log.info("fault: refusing a connection on listener %s", listener.name)
+            writer.transport.abort()
+            return
         peer = writer.get_extra_info("peername")
         peer_text = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
         session = Session(peer_text, peer[0] if isinstance(peer, tuple) else str(peer),
@@ -620,7 +632,10 @@ class Broker:
         name = api_name(api_key)
         self.request_counts[name] = self.request_counts.get(name, 0) + 1
         ctx = RequestContext(self, header, session)
-        response = await HANDLERS[api_key].handle(ctx, request)
+        if self.fault_apis and api_key in self.fault_apis:
+            response = await self.faults.apply(ctx, request, HANDLERS[api_key])
+        else:
+            response = await HANDLERS[api_key].handle(ctx, request)
         out = None if response is None else encode_response(api_key, version, correlation_id,
                                                             response)
         self.metrics.request_done(api_key, version, started, len(frame), response, out,

@@ -20,11 +20,12 @@ import sys
 import threading
 from collections.abc import Mapping, Sequence
 
+from .faults import HttpFaults
 from .security import SecuredBrokerAccess, SecuritySetup
 
 READY = re.compile(r"ready: listening on (\S+):(\d+)")
 LISTENER = re.compile(r"listener (\S+) \((\S+)\) on (\S+):(\d+)")
-ADMIN_HTTP = re.compile(r"admin HTTP on (https?://\S+:\d+) ")
+ADMIN_HTTP = re.compile(r"admin HTTP on (https?)://(\S+):(\d+) ")
 
 
 class BrokerProcess(SecuredBrokerAccess):
@@ -44,6 +45,8 @@ class BrokerProcess(SecuredBrokerAccess):
         self.port = 0
         self.host = "127.0.0.1"
         self.output: list[str] = []
+        # The admin endpoint's base URL (the console is at its /), with admin.http.port set.
+        self.admin_url: str | None = None
         self._reader: threading.Thread | None = None
 
     @property
@@ -78,6 +81,9 @@ class BrokerProcess(SecuredBrokerAccess):
             assert self.proc is not None and self.proc.stdout is not None
             for line in self.proc.stdout:
                 self.output.append(line)
+                admin = ADMIN_HTTP.search(line)
+                if admin:
+                    self.admin_url = f"{admin.group(1)}://{admin.group(2)}:{admin.group(3)}"
                 m = READY.search(line)
                 if m:
                     self.port = int(m.group(2))
@@ -118,17 +124,23 @@ class BrokerProcess(SecuredBrokerAccess):
         if self._reader:
             self._reader.join(5)
 
+    @property
+    def faults(self) -> HttpFaults:
+        """Install faults through the admin endpoint (docs/fault-injection.md); the broker
+        needs ``admin.http.port`` (0: any free port), and the token of
+        ``admin.http.auth.token.file`` is sent when that is set."""
+        if self.admin_url is None:
+            raise RuntimeError("faults on a broker process go through its admin endpoint: "
+                               "start it with the override admin.http.port=0")
+        token = None
+        path = self.overrides.get("admin.http.auth.token.file")
+        if path:
+            with open(path) as f:
+                token = f.read().strip()
+        return HttpFaults(self.admin_url, token)
+
     def log_text(self) -> str:
         return "".join(self.output)
-
-    @property
-    def admin_url(self) -> str | None:
-        """The admin endpoint's base URL (the console is at its /), if it logged one."""
-        for line in reversed(self.output):
-            m = ADMIN_HTTP.search(line)
-            if m:
-                return m.group(1)
-        return None
 
     def __enter__(self) -> BrokerProcess:
         return self.start()

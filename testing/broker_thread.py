@@ -23,6 +23,7 @@ from collections.abc import Mapping, Sequence
 from txbroker.broker.config import load_config
 from txbroker.broker.server import Broker
 
+from .faults import BrokerFaults
 from .security import SecuredBrokerAccess, SecuritySetup
 from .thread_safe_ast import serialize_ast_parse
 
@@ -151,11 +152,12 @@ class BrokerThread(SecuredBrokerAccess):
         return self.call(lambda b: self._partition(b, topic, partition).log_start_offset)
 
     @property
-    def faults(self):
-        """Arm fault points: ``txbroker.faults.arm("before_complete", "crash")`` (the call
-        is thread-safe enough: arming only sets a dict entry the loop reads)."""
+    def faults(self) -> BrokerFaults:
+        """Install faults (docs/fault-injection.md): ``txbroker.faults.add(api="Produce",
+        error="NOT_LEADER_OR_FOLLOWER", count=3)``, ``txbroker.faults.arm("before_complete",
+        "crash")``; each call runs on the broker's loop."""
         assert self.broker is not None
-        return self.broker.faults
+        return BrokerFaults(self.call)
 
     @property
     def crashed(self) -> bool:
@@ -201,13 +203,18 @@ class BrokerThread(SecuredBrokerAccess):
     def restart(self) -> BrokerThread:
         """Stop (or, after a crash fault, clean up) and start again on the same data
         directory and port; clients reconnect as they would to a restarted Kafka broker.
-        Fault points that have not fired stay armed; those that fired do not come back."""
+        Fault points that have not fired stay armed; those that fired do not come back.
+        Request and connection faults stay installed, with their counts."""
         assert self.broker is not None
         bound = ",".join(f"{lst.name}://{lst.spec.host}:{lst.port}" for lst in self.broker.listeners)
         self.config.set("txbroker.fault.points", self.broker.faults.config_text(), "restart")
+        kept = self.broker.faults.active()  # with those from txbroker.faults, counts kept
+        self.config.set("txbroker.faults", "", "restart")
         self.stop()
         self.config.set("listeners", bound, "restart")
-        return self.start()
+        self.start()
+        self.call(lambda broker: broker.faults.adopt(kept))
+        return self
 
     def stop(self) -> None:
         if self._loop is not None and self._stopped is not None and self._thread is not None:

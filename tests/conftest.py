@@ -40,8 +40,9 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 @pytest.fixture
 def broker_process(tmp_path):
-    """A broker as a real OS process (python -m txbroker serve) on an ephemeral port."""
-    proc = BrokerProcess(str(tmp_path / "data"))
+    """A broker as a real OS process (python -m txbroker serve) on an ephemeral port,
+    with its admin endpoint on (loopback): ``broker_process.faults`` installs faults."""
+    proc = BrokerProcess(str(tmp_path / "data"), {"admin.http.port": "0"})
     proc.start()
     try:
         yield proc

@@ -1,6 +1,7 @@
 """The ``txbroker`` command (and ``python -m txbroker``): ``serve`` runs the broker
 (broker/main.py); ``topics``, ``groups``, ``transactions``, ``users`` and ``acls`` are
-Kafka-style admin tools (tools/) that talk to any Kafka broker over the wire.
+Kafka-style admin tools (tools/) that talk to any Kafka broker over the wire; ``faults``
+talks to a txbroker's admin HTTP endpoint.
 
 This module is the one place that knows both: the broker does not import the tools and
 the tools do not import the broker. ``serve`` builds only its own parser and imports
@@ -77,14 +78,74 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     s.add_argument("--log-level", default="INFO", help=f"{', '.join(LOG_LEVELS)} (default: INFO)")
     if command == "serve":
         return parser
-    from txbroker.tools import acls, groups, topics, transactions, users
+    from txbroker.tools import acls, faults, groups, topics, transactions, users
 
     topics.add_parser(sub)
     groups.add_parser(sub)
     transactions.add_parser(sub)
     users.add_parser(sub)
     acls.add_parser(sub)
+    faults.add_parser(sub)
+    _add_chaos_parser(sub)
     return parser
+
+
+def _add_chaos_parser(sub) -> None:
+    c = sub.add_parser(
+        "chaos", help="run your pipeline under fire and check it exactly-once",
+        description="Start a broker, feed --input with uniquely keyed records, run N "
+                    "instances of COMMAND (TXBROKER_BOOTSTRAP, TXBROKER_INSTANCE, "
+                    "TXBROKER_INPUT, TXBROKER_OUTPUT, TXBROKER_GROUP in their environment), "
+                    "SIGKILL and restart them, crash the broker, inject request faults, "
+                    "then check --output (docs/testing-your-pipeline.md). Exits 1 on any "
+                    "anomaly or stall.")
+    c.add_argument("--input", required=True, help="input topic (created if missing)")
+    c.add_argument("--output", required=True, help="output topic (created if missing)")
+    c.add_argument("--instances", type=int, default=2, help="pipeline instances (default: 2)")
+    c.add_argument("--duration", type=float, default=60, help="seconds of faults (default: 60)")
+    c.add_argument("--records", type=int, default=2000, help="input records (default: 2000)")
+    c.add_argument("--partitions", type=int, default=2,
+                   help="partitions of topics it creates (default: 2)")
+    c.add_argument("--group", default="chaos-pipeline",
+                   help="the pipeline's consumer group, whose offsets are checked "
+                        "(default: chaos-pipeline, also in TXBROKER_GROUP)")
+    c.add_argument("--interval", type=float, default=2.0,
+                   help="mean seconds between faults (default: 2)")
+    c.add_argument("--faults", default="default", help="request-fault profile: default, none")
+    c.add_argument("--no-broker-crashes", action="store_true")
+    c.add_argument("--no-power-loss", action="store_true")
+    c.add_argument("--no-order", action="store_true",
+                   help="the pipeline does not keep per-partition order: do not check it")
+    c.add_argument("--stall-timeout", type=float, default=60,
+                   help="seconds without progress that make a stall (default: 60)")
+    c.add_argument("--seed", type=int, help="random seed of the fault schedule")
+    c.add_argument("--data-dir", help="where the broker and instance logs go (default: a "
+                                      "temporary directory)")
+    c.add_argument("pipeline", nargs=argparse.REMAINDER, metavar="-- COMMAND",
+                   help="the pipeline command, after --")
+
+
+def _run_chaos(args) -> int:
+    from txbroker.chaos import run
+
+    command = args.pipeline[1:] if args.pipeline[:1] == ["--"] else args.pipeline
+    if not command:
+        print("txbroker chaos: give the pipeline command after --", file=sys.stderr)
+        return 2
+    import signal
+
+    def terminate(signum, frame):  # clean up (instances, broker) as after Ctrl-C
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, terminate)
+    report = run(command, input=args.input, output=args.output, instances=args.instances,
+                 duration=args.duration, records=args.records, partitions=args.partitions,
+                 group=args.group, interval=args.interval, faults=args.faults,
+                 broker_crashes=not args.no_broker_crashes, power_loss=not args.no_power_loss,
+                 check_order=not args.no_order, stall_timeout=args.stall_timeout,
+                 seed=args.seed, data_dir=args.data_dir)
+    print(report.text())
+    return 0 if report.ok else 1
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -120,6 +181,12 @@ def main(argv: list[str] | None = None) -> int:
         return run(args)
     if args.command == "users":
         from txbroker.tools.users import run
+
+        return run(args)
+    if args.command == "chaos":
+        return _run_chaos(args)
+    if args.command == "faults":
+        from txbroker.tools.faults import run
 
         return run(args)
     return 2

@@ -79,6 +79,8 @@ class FaultInjector:
         self._crash = crash
         self.armed: dict[str, str] = {}
         self.fired: list[str] = []
+        # Told each point that fires (the broker's fault table counts it).
+        self.on_fired: Callable[[str], None] | None = None
 
     def arm(self, point: str, action: str = "crash") -> None:
         check_fault_point(point, action)
@@ -107,6 +109,8 @@ class FaultInjector:
         if action is None:
             return False
         self.fired.append(point)
+        if self.on_fired is not None:
+            self.on_fired(point)
         log.warning("fault point %s fired: %s", point, action)
         if action.startswith("delay:"):
             await asyncio.sleep(int(action.split(":", 1)[1]) / 1000)

@@ -1,0 +1,367 @@
+"""``txbroker chaos`` / ``txbroker.chaos.run(...)``: run the user's pipeline against a
+broker under fire, then check its output (docs/testing-your-pipeline.md).
+
+A broker process is started (admin endpoint on, for faults), the input and output
+topics created, the input fed with uniquely keyed records (and records of aborted
+transactions, which no read_committed pipeline may pass on). For ``duration`` seconds
+pipeline instances are SIGKILLed and restarted, the broker crashed (SIGKILL) or made
+to lose power at a commit-protocol point and restarted, and request faults injected
+from a profile. Then, faults off, the run waits for quiescence judged by progress
+(the group's committed offsets reach the input's end; no progress for
+``stall_timeout`` is a stall, reported with its reason) and checks the output
+(checker.py). Needs confluent-kafka (the feeder and the read_committed reader).
+"""
+
+from __future__ import annotations
+
+import random
+import tempfile
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..broker_process import BrokerProcess
+from .checker import ABORTED, InputRecord, Read, Report, check
+from .history import read_log
+from .supervisor import Instances
+
+POWER_LOSS_POINTS = ("after_prepare_durable", "before_markers", "after_first_marker",
+                     "before_complete")
+COUNTED = ("instance kill", "instance exit", "broker crash", "power loss", "broker restart",
+           "request fault", "feeder restart")
+# Request faults a chaos run draws from, by profile (each installed with a small count).
+FAULT_PROFILES: dict[str, list[dict[str, Any]]] = {
+    "none": [],
+    "default": [
+        {"profile": "leader_moved"},
+        {"profile": "coordinator_moved"},
+        {"profile": "coordinator_loading"},
+        {"api": "Produce", "drop": True},
+        {"api": "Fetch", "close": True},
+        {"api": "EndTxn", "drop": True},
+        {"api": "TxnOffsetCommit", "error": "COORDINATOR_LOAD_IN_PROGRESS"},
+        {"api": "*", "delay_ms": 300},
+    ],
+}
+
+
+@dataclass
+class ChaosReport:
+    check: Report | None
+    stall: str | None = None
+    timeline: list[tuple[float, str]] = field(default_factory=list)
+    counts: dict[str, int] = field(default_factory=dict)
+    records: int = 0
+    seconds: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return self.stall is None and self.check is not None and self.check.ok
+
+    def text(self) -> str:
+        lines = ["txbroker chaos: " + ("OK" if self.ok else "FAILED")]
+        lines.append("faults: " + ", ".join(f"{k} {v}" for k, v in self.counts.items()))
+        if self.seconds:
+            lines.append(f"throughput: {self.records} records in {self.seconds:.1f}s "
+                         f"({self.records / self.seconds:.0f}/s, quiescence included)")
+        if self.stall:
+            lines.append(f"STALL: {self.stall}")
+        if self.check is not None:
+            lines.append(self.check.text())
+        lines.append("timeline:")
+        lines += [f"  {t:7.2f}s {event}" for t, event in self.timeline]
+        return "\n".join(lines)
+
+
+def run(command: Sequence[str], *, input: str, output: str, instances: int = 2,
+        duration: float = 60, records: int = 2000, partitions: int = 2,
+        aborted_records: int = 20, group: str = "chaos-pipeline", interval: float = 2.0,
+        broker_crashes: bool = True, power_loss: bool = True, faults: str = "default",
+        stall_timeout: float = 60, seed: int | None = None, data_dir: str | None = None,
+        check_order: bool = True, log=print) -> ChaosReport:
+    """Run ``command`` as ``instances`` pipeline instances under fire; a ChaosReport."""
+    if faults not in FAULT_PROFILES:
+        raise ValueError(f"unknown fault profile {faults!r} ({', '.join(FAULT_PROFILES)})")
+    rng = random.Random(seed)
+    work = Path(data_dir or tempfile.mkdtemp(prefix="txbroker-chaos-"))
+    broker = BrokerProcess(str(work / "broker"), {"admin.http.port": "0",
+                                                  "group.initial.rebalance.delay.ms": "0"})
+    broker.start()
+    started = time.monotonic()
+    report = ChaosReport(None)
+
+    def event(text: str) -> None:
+        report.timeline.append((time.monotonic() - started, text))
+        kind = text.split(":")[0]
+        if kind in COUNTED:
+            report.counts[kind] = report.counts.get(kind, 0) + 1
+        log(f"[{time.monotonic() - started:7.2f}s] {text}")
+
+    pipeline = Instances(command, instances, {
+        "TXBROKER_BOOTSTRAP": broker.bootstrap, "TXBROKER_INPUT": input,
+        "TXBROKER_OUTPUT": output, "TXBROKER_GROUP": group}, work)
+    try:
+        _create_topics(broker.bootstrap, (input, output), partitions)
+        aborted = _feed_aborted(broker.bootstrap, input, aborted_records)
+        feeder = Feeder(broker.bootstrap, input, records, duration * 0.8)
+        feeder.start()
+        log(f"feeding {records} records to {input} over {duration * 0.8:.0f}s (and "
+            f"{len(aborted)} in aborted transactions); {instances} instance(s) of: "
+            f"{' '.join(command)}")
+        pipeline.start_all()
+        deadline = started + duration
+        while time.monotonic() < deadline:
+            time.sleep(min(rng.expovariate(1 / interval), max(deadline - time.monotonic(), 0)))
+            _supervise(broker, pipeline, event)
+            if time.monotonic() >= deadline:
+                break
+            _strike(rng, broker, pipeline, event, broker_crashes, power_loss,
+                    FAULT_PROFILES[faults])
+        _calm(broker, event)
+        feeder.join()
+        for failure in feeder.restarts:
+            event(f"feeder restart: {failure}")
+        written = read_log(broker.bootstrap, input)
+        inputs = [InputRecord(r.id, r.topic, r.partition, r.offset) for r in written
+                  if r.id is not None and r.id.startswith("in-") and r.outcome != ABORTED]
+        report.stall = _quiesce(broker, pipeline, group, input, stall_timeout, event)
+        pipeline.stop()
+        offsets = _group_offsets(broker.bootstrap, group, input)
+        reads = _read_committed(broker.bootstrap, output)
+        report.check = check(inputs, read_log(broker.bootstrap, output), reads,
+                             group_offsets=offsets, aborted_inputs=aborted,
+                             check_order=check_order)
+        in_log = {r.id for r in inputs}
+        for rid in sorted(feeder.acknowledged - in_log):  # the broker lost an input
+            report.check.add("lost-write", {"id": rid, "input": "acknowledged to the "
+                                                              "feeder, not in the input log"})
+        report.records = len(inputs)
+        report.seconds = time.monotonic() - started
+        return report
+    finally:
+        pipeline.stop()
+        if broker.running:
+            broker.terminate()
+        (work / "broker.log").write_text(broker.log_text())
+
+
+def _supervise(broker: BrokerProcess, pipeline: Instances, event) -> None:
+    """Restart what died: the broker (a power-loss point fired) and instances that
+    exited by themselves."""
+    if not broker.running:
+        code = broker.wait(30)
+        broker.start()
+        event(f"broker restart: it had exited with {code}")
+    for instance, code in pipeline.restart_exited():
+        event(f"instance exit: instance {instance} exited with {code}, restarted")
+
+
+def _strike(rng: random.Random, broker: BrokerProcess, pipeline: Instances, event,
+            broker_crashes: bool, power_loss: bool, profile: list[dict[str, Any]]) -> None:
+    choices = ["kill"] * 3
+    if broker_crashes:
+        choices.append("crash")
+    if power_loss:
+        choices.append("power")
+    if profile:
+        choices += ["fault"] * 2
+    what = rng.choice(choices)
+    if what == "kill":
+        instance = rng.randrange(pipeline.count)
+        pipeline.kill(instance)
+        event(f"instance kill: SIGKILL instance {instance}, restarted")
+    elif what == "crash":
+        broker.kill()
+        broker.start()
+        event("broker crash: SIGKILL, restarted")
+    elif what == "power":
+        point = rng.choice(POWER_LOSS_POINTS)
+        broker.faults.arm(point, "power_loss")
+        event(f"power loss: armed at {point} (the next commit there)")
+    else:
+        spec = {**rng.choice(profile), "count": rng.randint(1, 3)}
+        try:
+            broker.faults.add(spec)
+            event(f"request fault: {spec}")
+        except (RuntimeError, OSError) as e:  # the broker went down meanwhile
+            event(f"request fault: not installed ({e})")
+
+
+def _calm(broker: BrokerProcess, event) -> None:
+    if not broker.running:
+        broker.wait(30)
+        broker.start()
+        event("broker restart: for quiescence")
+    broker.faults.clear()
+    event("faults off: waiting for quiescence")
+
+
+def _quiesce(broker: BrokerProcess, pipeline: Instances, group: str, topic: str,
+             stall_timeout: float, event) -> str | None:
+    """Wait until the group has committed the input's end; the stall's reason if it
+    stops making progress for ``stall_timeout`` seconds first."""
+    ends = _end_offsets(broker.bootstrap, topic)
+    last, last_change = None, time.monotonic()
+    while True:
+        _supervise(broker, pipeline, event)
+        committed = _group_offsets(broker.bootstrap, group, topic)
+        if all(committed.get(tp, 0) >= end for tp, end in ends.items()):
+            event("quiescent: every input offset committed")
+            return None
+        progress = sum(committed.values())
+        if progress != last:
+            last, last_change = progress, time.monotonic()
+        elif time.monotonic() - last_change > stall_timeout:
+            behind = {f"{t}-{p}": f"{committed.get((t, p), 0)}/{end}"
+                      for (t, p), end in ends.items()}
+            return (f"no progress for {stall_timeout:.0f}s: group {group} committed "
+                    f"{behind} of {topic}; instances alive "
+                    f"{sum(p.poll() is None for p in pipeline.procs.values())}/{pipeline.count}"
+                    f" (a classic group waits out session.timeout.ms of a killed member: "
+                    f"use static membership, group.instance.id, or a short session timeout)")
+        time.sleep(0.5)
+
+
+# --- clients (confluent-kafka) ----------------------------------------------------------
+
+
+def _confluent():
+    try:
+        import confluent_kafka
+    except ImportError:
+        raise RuntimeError("txbroker chaos needs confluent-kafka (pip install "
+                           "confluent-kafka) for its feeder and reader") from None
+    return confluent_kafka
+
+
+def _create_topics(bootstrap: str, topics: Sequence[str], partitions: int) -> None:
+    ck = _confluent()
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    existing = admin.list_topics(timeout=30).topics
+    new = [NewTopic(t, partitions) for t in dict.fromkeys(topics) if t not in existing]
+    for future in admin.create_topics(new).values() if new else ():
+        try:
+            future.result(30)
+        except ck.KafkaException as e:
+            if e.args[0].code() != ck.KafkaError.TOPIC_ALREADY_EXISTS:
+                raise
+
+
+def _feed_aborted(bootstrap: str, topic: str, count: int) -> set[str]:
+    """``count`` records keyed aborted-N, each in a transaction that aborts."""
+    ck = _confluent()
+    txn = ck.Producer({"bootstrap.servers": bootstrap, "transactional.id": "chaos-feeder"})
+    txn.init_transactions(30)
+    keys = set()
+    for i in range(count):
+        txn.begin_transaction()
+        txn.produce(topic, key=f"aborted-{i}", value=b"x", partition=i % _partitions(txn, topic))
+        txn.flush(30)
+        txn.abort_transaction(30)
+        keys.add(f"aborted-{i}")
+    return keys
+
+
+def _partitions(client, topic: str) -> int:
+    return len(client.list_topics(topic, timeout=30).topics[topic].partitions)
+
+
+class Feeder(threading.Thread):
+    """Feeds ``count`` records keyed in-N over ``seconds``, through broker crashes (an
+    idempotent producer retries until each is acknowledged). A fatal producer error
+    (the faults reach the feeder too) starts a new producer that goes on with the next
+    ids: the records in flight may or may not be in the log, and the input log, not
+    this list, says what the input is. ``acknowledged``: ids the broker acknowledged
+    (each must be in the input log)."""
+
+    def __init__(self, bootstrap: str, topic: str, count: int, seconds: float) -> None:
+        super().__init__(name="chaos-feeder", daemon=True)
+        self.bootstrap, self.topic, self.count, self.seconds = bootstrap, topic, count, seconds
+        self.acknowledged: set[str] = set()
+        self.restarts: list[str] = []
+
+    def _producer(self):
+        return _confluent().Producer({
+            "bootstrap.servers": self.bootstrap, "enable.idempotence": True, "linger.ms": 5,
+            "message.timeout.ms": 600_000, "metadata.recovery.strategy": "none"})
+
+    def _placed(self, err, msg) -> None:
+        if err is None:
+            self.acknowledged.add(msg.key().decode())
+
+    def run(self) -> None:
+        ck = _confluent()
+        producer = self._producer()
+        started = time.monotonic()
+        i = 0
+        while i < self.count:
+            try:
+                due = started + self.seconds * i / self.count
+                while time.monotonic() < due:
+                    producer.poll(max(min(due - time.monotonic(), 0.05), 0))
+                producer.produce(self.topic, key=f"in-{i}", value=b"%d" % i,
+                                 on_delivery=self._placed)
+                i += 1
+                if i == self.count:
+                    while producer.flush(1):
+                        pass
+            except ck.KafkaException as e:
+                self.restarts.append(str(e.args[0]))
+                producer = self._producer()
+
+
+def _end_offsets(bootstrap: str, topic: str) -> dict[tuple[str, int], int]:
+    ck = _confluent()
+    consumer = ck.Consumer({"bootstrap.servers": bootstrap, "group.id": "chaos-checker"})
+    try:
+        meta = consumer.list_topics(topic, timeout=30).topics[topic]
+        return {(topic, p): consumer.get_watermark_offsets(ck.TopicPartition(topic, p),
+                                                           timeout=30)[1]
+                for p in meta.partitions}
+    finally:
+        consumer.close()
+
+
+def _group_offsets(bootstrap: str, group: str, topic: str) -> dict[tuple[str, int], int]:
+    ck = _confluent()
+    consumer = ck.Consumer({"bootstrap.servers": bootstrap, "group.id": group})
+    try:
+        meta = consumer.list_topics(topic, timeout=30).topics[topic]
+        tps = [ck.TopicPartition(topic, p) for p in meta.partitions]
+        return {(topic, tp.partition): max(tp.offset, 0)
+                for tp in consumer.committed(tps, timeout=30)}
+    finally:
+        consumer.close()
+
+
+def _read_committed(bootstrap: str, topic: str) -> list[Read]:
+    """The output as a read_committed consumer sees it, to its last stable offsets."""
+    ck = _confluent()
+    consumer = ck.Consumer({"bootstrap.servers": bootstrap, "group.id": "chaos-checker",
+                            "enable.auto.commit": False, "isolation.level": "read_committed"})
+    try:
+        meta = consumer.list_topics(topic, timeout=30).topics[topic]
+        tps = [ck.TopicPartition(topic, p, 0) for p in meta.partitions]
+        consumer.assign(tps)
+        ends = {p: consumer.get_watermark_offsets(ck.TopicPartition(topic, p), timeout=30)[1]
+                for p in meta.partitions}
+        reads: list[Read] = []
+        deadline = time.monotonic() + 120
+        while any(ends[tp.partition] > 0 and tp.offset < ends[tp.partition]
+                  for tp in consumer.position(tps)):
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"reading {topic}: not at its end after 120 s")
+            for msg in consumer.consume(500, timeout=0.2):
+                if msg.error() is None:
+                    key = msg.key()
+                    reads.append(Read(None if key is None else key.decode(errors="replace"),
+                                      topic, msg.partition(), msg.offset(),
+                                      at=time.monotonic()))
+        return reads
+    finally:
+        consumer.close()

@@ -1,0 +1,91 @@
+"""``txbroker faults add|list|remove`` and the admin endpoint's /faults against a broker
+process, with its bearer token (docs/fault-injection.md, docs/tools.md)."""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.request
+
+import pytest
+from confluent_kafka import Producer
+from txbroker.testing import BrokerProcess
+
+from txbroker.cli import main
+
+
+def _cli(capsys, *args: str, token_file: str | None, url: str) -> tuple[int, str, str]:
+    """The command's exit code, stdout and stderr (run in this process: `txbroker` is
+    cli.main)."""
+    argv = ["faults", *args, "--admin-url", url]
+    if token_file:
+        argv += ["--token-file", token_file]
+    capsys.readouterr()
+    rc = main(argv)
+    out = capsys.readouterr()
+    return rc, out.out, out.err
+
+
+@pytest.fixture
+def secured_process(tmp_path):
+    token = tmp_path / "token"
+    token.write_text("s3cret\n")
+    token.chmod(0o600)
+    proc = BrokerProcess(str(tmp_path / "data"), {"admin.http.port": "0",
+                                                  "admin.http.auth.token.file": str(token)})
+    proc.start()
+    try:
+        yield proc, str(token)
+    finally:
+        proc.kill()
+
+
+def test_cli_adds_lists_and_removes_faults_of_a_broker_process(secured_process, capsys):
+    proc, token = secured_process
+    url = proc.admin_url
+    rc, _out, err = _cli(capsys, "list", token_file=None, url=url)
+    assert rc == 1 and "HTTP 401" in err
+    rc, out, err = _cli(capsys, "add", "--api", "Produce", "--topic", "cli", "--partition", "0",
+                 "--error", "NOT_LEADER_OR_FOLLOWER", "--count", "2",
+                 token_file=token, url=url)
+    assert rc == 0, err
+    fault_id = out.splitlines()[1].split()[0]
+    rc, _out, err = _cli(capsys, "add", "--api", "Produce", "--error", "NO_SUCH_ERROR",
+                         token_file=token, url=url)
+    assert rc == 1 and "unknown Kafka error 'NO_SUCH_ERROR'" in err
+
+    reports = []
+    producer = Producer({"bootstrap.servers": proc.bootstrap, "retry.backoff.ms": 20,
+                         "topic.metadata.refresh.fast.interval.ms": 50})
+    for i in range(3):
+        producer.produce("cli", value=b"%d" % i, on_delivery=lambda e, m: reports.append(e))
+    assert producer.flush(30) == 0
+    assert reports == [None] * 3
+
+    rc, out, _err = _cli(capsys, "list", "--output", "json", token_file=token, url=url)
+    (fault,) = json.loads(out)
+    assert (fault["id"], fault["fired"], fault["active"]) == (fault_id, 2, False)
+    rc, out, _err = _cli(capsys, "remove", "--all", token_file=token, url=url)
+    assert rc == 0 and "removed 0 fault(s)" in out
+
+
+def test_the_broker_process_fixture_takes_faults(broker_process):
+    fault = broker_process.faults.add(api="ApiVersions", close=True, count=2)
+    producer = Producer({"bootstrap.servers": broker_process.bootstrap})
+    assert "__consumer_offsets" not in producer.list_topics(timeout=30).topics
+    assert fault.fired == 2 and not fault.active
+    assert broker_process.faults.list()[0]["fired"] == 2
+
+
+def test_broker_process_faults_through_the_admin_endpoint(secured_process):
+    proc, _token = secured_process
+    fault = proc.faults.add(api="ApiVersions", delay_ms=1, count=1)
+    producer = Producer({"bootstrap.servers": proc.bootstrap})
+    producer.list_topics(timeout=10)
+    assert fault.fired == 1 and not fault.active
+    with pytest.raises(ValueError, match="in-process faults only"):
+        proc.faults.add(api="Produce", callable="print")
+    request = urllib.request.Request(proc.admin_url + "/faults", method="GET")
+    with pytest.raises(urllib.error.HTTPError) as no_token:
+        urllib.request.urlopen(request, timeout=10)
+    assert no_token.value.code == 401
