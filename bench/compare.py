@@ -170,6 +170,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                     help="exit 1 when a median ratio is below this (default 0.9)")
     ap.add_argument("--out", type=Path, default=DEFAULT_OUT,
                     help="output directory (or a .json/.md file name)")
+    ap.add_argument("--this-override", action="append", default=[], metavar="KEY=VALUE",
+                    help="a broker config override for this checkout's broker only (e.g. "
+                         "txbroker.faults=... to price installed faults); repeatable")
     args = ap.parse_args(argv)
     if not args.base:
         ap.error("--base is required (or set BASE): the commit to compare with")
@@ -177,6 +180,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     bad = [k for k in args.only if k not in LOADS]
     if bad or not args.only:
         ap.error(f"--only takes a subset of {','.join(LOADS)}, not {args.only}")
+    if any("=" not in o for o in args.this_override):
+        ap.error("--this-override takes KEY=VALUE")
     if args.rounds < 1 or args.messages < 1 or args.txn_seconds <= 0 or args.threshold <= 0:
         ap.error("--rounds, --messages, --txn-seconds and --threshold must be positive")
     return args
@@ -217,8 +222,10 @@ def free_port() -> int:
 class ServedBroker:
     """One tree's broker as its own process (stdout and stderr to ``log``)."""
 
-    def __init__(self, side: str, tree: Path, data: Path, log: Path) -> None:
+    def __init__(self, side: str, tree: Path, data: Path, log: Path,
+                 overrides: Sequence[str] = ()) -> None:
         self.side, self.tree, self.data, self.log = side, tree, data, log
+        self.overrides = list(overrides)
         self.port = free_port()
         self.proc: subprocess.Popen | None = None
         self._log_file: IO[bytes] | None = None
@@ -232,7 +239,8 @@ class ServedBroker:
         self._log_file = self.log.open("wb")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", module, "serve", "--host", "127.0.0.1",
-             "--port", str(self.port), "--data-dir", str(self.data)],
+             "--port", str(self.port), "--data-dir", str(self.data),
+             *(arg for o in self.overrides for arg in ("--override", o))],
             cwd=self.tree, env=tree_env(self.tree), stdout=self._log_file,
             stderr=subprocess.STDOUT)
 
@@ -542,6 +550,8 @@ def render_markdown(rep: dict[str, Any]) -> str:
         f"{o['messages']:,} records of 1 KiB per produce round and in the read_committed "
         f"topic; transactions for {o['txn_seconds']:g} s; wall time "
         f"{rep['wall_seconds']:.0f} s",
+        *([f"- this checkout's broker ran with {o['this_overrides']} config override(s) "
+           "(`--this-override`, see the command)"] if o.get("this_overrides") else []),
         "- **ratio > 1 is better for this checkout in every row**: throughput this/base, "
         "fixture start time base/this (lower time is better); it is the median of the "
         "per-round ratios. Both brokers share the machine: read 0.9-1.1 as no change.",
@@ -590,8 +600,9 @@ def run(args: argparse.Namespace, command: str) -> tuple[int, dict[str, Any]]:
         print(f"this: {ROOT} ({machine['txbroker_commit']}); base: {args.base} = "
               f"{commit[:10]} {subject!r} in {tree}", flush=True)
         for side in SIDES:
-            brokers[side] = ServedBroker(side, trees[side], work / f"{side}-data",
-                                         work / f"{side}.log")
+            brokers[side] = ServedBroker(
+                side, trees[side], work / f"{side}-data", work / f"{side}.log",
+                args.this_override if side == "this" else ())
             brokers[side].start()
         for side in SIDES:
             brokers[side].wait_serving()
@@ -623,7 +634,8 @@ def run(args: argparse.Namespace, command: str) -> tuple[int, dict[str, Any]]:
                     "threshold": args.threshold, "value_size": 1024,
                     "partitions": clients.PARTITIONS,
                     "confluent_producer": clients.CONFLUENT_PRODUCER,
-                    "fill_records_per_transaction": FILL_PER_TXN},
+                    "fill_records_per_transaction": FILL_PER_TXN,
+                    "this_overrides": len(args.this_override)},
         "wall_seconds": round(time.monotonic() - started, 1),
         "rounds": rounds,
         "summary": summary,

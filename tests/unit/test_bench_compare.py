@@ -89,6 +89,10 @@ def test_arguments(monkeypatch):
     assert compare.parse_args([]).base == "HEAD~2"
     with pytest.raises(SystemExit):
         compare.parse_args(["--only", "produce,bogus"])
+    assert compare.parse_args(["--this-override", "a.b=1", "--this-override", "c=2"]
+                              ).this_override == ["a.b=1", "c=2"]
+    with pytest.raises(SystemExit):
+        compare.parse_args(["--this-override", "novalue"])
 
 
 def test_out_is_a_directory_or_a_file_name():
