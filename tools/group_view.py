@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from kio.schema.api_versions.v0 import request as av
 from kio.schema.consumer_group_describe.v0 import request as cgd
 from kio.schema.describe_groups.v5 import request as dsg
 from kio.schema.errors import ErrorCode
@@ -50,8 +51,17 @@ def _partitions(assignment) -> list[TP]:
     return sorted((t.topic_name, p) for t in assignment.topic_partitions for p in t.partitions)
 
 
+def _serves_consumer_group_describe(conn) -> bool:
+    # A broker before KIP-848 (Kafka < 3.7) closes the connection on an API it lacks.
+    resp = conn.request(18, 0, av.ApiVersionsRequest())
+    return any(k.api_key == 69 for k in resp.api_keys)
+
+
 def _consumer_group(cluster: Cluster, group: str) -> GroupView | None:
-    """The group from ConsumerGroupDescribe; None when it is not a consumer group."""
+    """The group from ConsumerGroupDescribe; None when it is not a consumer group (or
+    the broker has no consumer groups)."""
+    if not _serves_consumer_group_describe(cluster.coordinator(group)):
+        return None
     resp = cluster.coordinator(group).request(69, 0, cgd.ConsumerGroupDescribeRequest(
         group_ids=(group,), include_authorized_operations=False))
     [g] = resp.groups
