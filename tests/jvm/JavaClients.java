@@ -278,6 +278,40 @@ public class JavaClients {
                     return "consumed " + got.size();
                 }
             });
+            // KIP-848 + exactly-once: the offsets go with the member epoch in groupMetadata().
+            step("producer.sendOffsetsToTransaction.groupProtocolConsumer", () -> {
+                String group = prefix + "-848-ctp";
+                try (KafkaConsumer<String, String> c = consumer(bootstrap, group,
+                        Map.of("group.protocol", "consumer"));
+                     KafkaProducer<String, String> p = producer(bootstrap, prefix + "-848-tx")) {
+                    p.initTransactions();
+                    c.subscribe(List.of(in));
+                    // in-0 holds offsets 4-9 (admin.deleteRecords moved its start to 4)
+                    List<ConsumerRecord<String, String>> got = pollUntil(c, 6, 20000);
+                    check(got.size() == 6, "consumed " + got.size());
+                    check(c.groupMetadata().generationId() > 0, "member epoch " + c.groupMetadata());
+                    p.beginTransaction();
+                    Map<TopicPartition, OffsetAndMetadata> offsets = new HashMap<>();
+                    for (ConsumerRecord<String, String> r : got) {
+                        p.send(new ProducerRecord<>(out, 1, r.key(), r.value()));
+                        offsets.put(new TopicPartition(r.topic(), r.partition()), new OffsetAndMetadata(r.offset() + 1));
+                    }
+                    p.sendOffsetsToTransaction(offsets, c.groupMetadata());
+                    p.commitTransaction();
+                }
+                Map<TopicPartition, OffsetAndMetadata> committed = Map.of();
+                long deadline = System.currentTimeMillis() + 15000;
+                while (System.currentTimeMillis() < deadline) {
+                    committed = admin.listConsumerGroupOffsets(group)
+                        .partitionsToOffsetAndMetadata().get(20, TimeUnit.SECONDS);
+                    if (committed.get(in0) != null) break;
+                    Thread.sleep(100);
+                }
+                check(committed.get(in0) != null && committed.get(in0).offset() == 10, "committed " + committed);
+                ConsumerGroupDescription d = admin.describeConsumerGroups(List.of(group))
+                    .describedGroups().get(group).get(20, TimeUnit.SECONDS);
+                return "type=" + d.type() + " committed=" + committed.get(in0).offset();
+            });
         }
         System.out.println("DONE failures=" + failures);
         System.exit(0);
