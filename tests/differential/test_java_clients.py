@@ -1,8 +1,8 @@
 """Kafka's Java clients (kafka-clients 4.3.1) against txbroker and Apache Kafka: the
 idempotent and transactional KafkaProducer (sendOffsetsToTransaction with the consumer's
-ConsumerGroupMetadata, also of a group.protocol=consumer member), a read_committed KafkaConsumer in a group, and the Admin calls
-of topics, configs, offsets, records and transactions (tests/jvm/JavaClients.java, one
-JVM for every step).
+ConsumerGroupMetadata, also of a group.protocol=consumer member), a read_committed
+KafkaConsumer in a group, and the Admin calls of topics, configs, offsets, records and
+transactions (tests/jvm/JavaClients.java, one JVM for every step).
 
 The Java producer uses transactions v2 (KIP-890) when the broker advertises the
 ``transaction.version`` feature at 2, as Kafka 4 and txbroker do by default
