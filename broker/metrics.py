@@ -346,11 +346,30 @@ def _partitions(out: _Text, broker: MetricsSource) -> None:
             out.sample(metric, {"topic": p.topic, "partition": p.partition}, getter(p))
 
 
+# Every state is sampled (0 when no group is in it), so a dashboard has its series.
+_CLASSIC_STATES = ("Empty", "PreparingRebalance", "CompletingRebalance", "Stable", "Dead")
+_CONSUMER_STATES = ("Empty", "Assigning", "Reconciling", "Stable")
+
+
 def _groups(out: _Text, broker: MetricsSource) -> None:
     groups = broker.groups
     out.family("txbroker_group_rebalances_total", "counter",
-               "Join phases completed (a new generation), all groups.")
-    out.sample("txbroker_group_rebalances_total", None, groups.rebalances)
+               "Rebalances by group protocol: classic, join phases completed (a new "
+               "generation); consumer (KIP-848), target assignments computed.")
+    out.sample("txbroker_group_rebalances_total", {"protocol": "classic"}, groups.rebalances)
+    out.sample("txbroker_group_rebalances_total", {"protocol": "consumer"},
+               groups.consumer.rebalances)
+    out.family("txbroker_groups", "gauge", "Groups by protocol and state (Kafka's "
+               "classic-group-count and consumer-group-count).")
+    for protocol, states, listing in (
+            ("classic", _CLASSIC_STATES, [(g.group_id, g.state)
+                                          for g in groups.state.list_groups()]),
+            ("consumer", _CONSUMER_STATES, groups.consumer_listing())):
+        counts = dict.fromkeys(states, 0)
+        for _group_id, state in listing:
+            counts[state] = counts.get(state, 0) + 1
+        for state, n in counts.items():
+            out.sample("txbroker_groups", {"protocol": protocol, "state": state}, n)
     rows = []
     for group in groups.offsets.groups():
         for (topic, partition), committed in sorted(groups.offsets.group_offsets(group).items()):

@@ -1,6 +1,8 @@
 """``txbroker groups list|describe|reset-offsets|delete``: kafka-consumer-groups.sh's
 commands and option names, over the Kafka protocol (ListGroups, FindCoordinator,
-DescribeGroups, OffsetFetch, ListOffsets, OffsetCommit, DeleteGroups).
+DescribeGroups, ConsumerGroupDescribe, OffsetFetch, ListOffsets, OffsetCommit,
+DeleteGroups). Groups of either protocol: classic, and consumer (KIP-848), whose
+members show their member epoch and current and target assignment with --verbose.
 
 describe shows, beside Kafka's LOG-END-OFFSET and LAG, the partition's last stable
 offset and the lag of a read_committed consumer (LSO - committed offset): with a
@@ -18,12 +20,10 @@ import datetime
 import sys
 
 from kio.schema.delete_groups.v2 import request as dg
-from kio.schema.describe_groups.v5 import request as dsg
 from kio.schema.errors import ErrorCode
 from kio.schema.list_groups.v4 import request as lg
 from kio.schema.offset_commit.v7 import request as oc
 from kio.schema.offset_fetch.v7 import request as of
-from txbroker.protocol.consumer_protocol import decode_consumer_assignment
 
 from .cluster_client import (
     EARLIEST,
@@ -38,17 +38,9 @@ from .cluster_client import (
     run_tool,
     table,
 )
+from .group_view import GroupView, describe_group, partition_list
 
 _INACTIVE = ("Empty", "Dead")
-
-
-def _describe(cluster: Cluster, group: str):
-    resp = cluster.coordinator(group).request(15, 5, dsg.DescribeGroupsRequest(
-        groups=(group,), include_authorized_operations=False))
-    [g] = resp.groups
-    if g.error_code != ErrorCode.none:
-        raise ToolError(f"cannot describe group {group!r}: {error_name(g.error_code)}")
-    return g
 
 
 def _committed(cluster: Cluster, group: str) -> dict[tuple[str, int], int]:
@@ -102,33 +94,49 @@ def cmd_describe(cluster: Cluster, args) -> int:
     for i, group in enumerate(_groups_of(cluster, args)):
         if i:
             echo("")
-        g = _describe(cluster, group)
+        g = describe_group(cluster, group)
         if args.state:
-            table([[group, f"{cluster.coordinator_id(group)}", g.protocol_data or None,
-                    g.group_state, len(g.members)]],
-                  ["GROUP", "COORDINATOR (ID)", "ASSIGNMENT-STRATEGY", "STATE", "#MEMBERS"])
+            _describe_state(cluster, g, args.verbose)
         elif args.members:
-            rows = []
-            for m in g.members:
-                assigned = decode_consumer_assignment(m.member_assignment)
-                row = [group, m.member_id, m.group_instance_id, m.client_host, m.client_id,
-                       len(assigned)]
-                if args.verbose:
-                    row.append(",".join(f"{t}-{p}" for t, p in sorted(assigned)) or None)
-                rows.append(row)
-            header = ["GROUP", "CONSUMER-ID", "GROUP-INSTANCE-ID", "HOST", "CLIENT-ID",
-                      "#PARTITIONS"]
-            table(rows, header + (["ASSIGNMENT"] if args.verbose else []))
+            _describe_members(g, args.verbose)
         else:
-            _describe_offsets(cluster, group, g)
+            _describe_offsets(cluster, g)
     return 0
 
 
-def _describe_offsets(cluster: Cluster, group: str, g) -> None:
-    owner = {}
+def _describe_state(cluster: Cluster, g: GroupView, verbose: bool) -> None:
+    # As Kafka's tool: --verbose adds the epochs (a classic group has none: "-").
+    row = [g.group_id, f"{cluster.coordinator_id(g.group_id)}", g.strategy, g.state]
+    header = ["GROUP", "COORDINATOR (ID)", "ASSIGNMENT-STRATEGY", "STATE"]
+    if verbose:
+        row += [g.group_epoch, g.assignment_epoch]
+        header += ["GROUP-EPOCH", "TARGET-ASSIGNMENT-EPOCH"]
+    table([row + [len(g.members)]], header + ["#MEMBERS"])
+
+
+def _describe_members(g: GroupView, verbose: bool) -> None:
+    header = ["GROUP", "CONSUMER-ID", "GROUP-INSTANCE-ID", "HOST", "CLIENT-ID", "#PARTITIONS"]
+    if verbose:
+        # Kafka's columns: a consumer-protocol member's epoch and its current and target
+        # assignment (the target's epoch is the group's assignment epoch); a classic
+        # member's assignment.
+        header += (["CURRENT-EPOCH", "CURRENT-ASSIGNMENT", "TARGET-EPOCH", "TARGET-ASSIGNMENT"]
+                   if g.consumer_protocol else ["ASSIGNMENT"])
+    rows = []
     for m in g.members:
-        for tp in decode_consumer_assignment(m.member_assignment):
-            owner[tp] = m
+        row = [g.group_id, m.member_id, m.instance_id, m.host, m.client_id, len(m.assigned)]
+        if verbose and g.consumer_protocol:
+            row += [m.member_epoch, partition_list(m.assigned), g.assignment_epoch,
+                    partition_list(m.target)]
+        elif verbose:
+            row.append(partition_list(m.assigned))
+        rows.append(row)
+    table(rows, header)
+
+
+def _describe_offsets(cluster: Cluster, g: GroupView) -> None:
+    group = g.group_id
+    owner = {tp: m for m in g.members for tp in m.assigned}
     committed = _committed(cluster, group)
     partitions = sorted(set(committed) | set(owner))
     if not partitions:
@@ -145,7 +153,7 @@ def _describe_offsets(cluster: Cluster, group: str, g) -> None:
         rows.append([group, tp[0], tp[1], current, end[tp],
                      None if current is None else max(end[tp] - current, 0),
                      stable[tp], None if current is None else max(stable[tp] - current, 0),
-                     m.member_id if m else None, m.client_host if m else None,
+                     m.member_id if m else None, m.host if m else None,
                      m.client_id if m else None])
     table(rows, ["GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG",
                  "LAST-STABLE-OFFSET", "READ-COMMITTED-LAG", "CONSUMER-ID", "HOST",
@@ -197,11 +205,11 @@ def cmd_reset_offsets(cluster: Cluster, args) -> int:
     groups = _groups_of(cluster, args)
     plans = []
     for group in groups:
-        g = _describe(cluster, group)
-        if g.group_state not in _INACTIVE:
+        g = describe_group(cluster, group)
+        if g.state not in _INACTIVE:
             # As Kafka's tool: a live member would overwrite the reset with its next commit.
             raise ToolError(f"assignments can only be reset if the group '{group}' is "
-                            f"inactive, but the current state is {g.group_state}")
+                            f"inactive, but the current state is {g.state}")
         committed = _committed(cluster, group)
         partitions = _reset_partitions(cluster, group, args, committed)
         if not partitions:
@@ -294,7 +302,9 @@ def add_parser(sub) -> None:
     view.add_argument("--offsets", action="store_true", help="per partition (the default)")
     view.add_argument("--members", action="store_true", help="per member")
     view.add_argument("--state", action="store_true", help="the group's state")
-    d.add_argument("--verbose", action="store_true", help="with --members: each assignment")
+    d.add_argument("--verbose", action="store_true",
+                   help="with --members: each assignment (consumer protocol: member epoch, "
+                        "current and target assignment); with --state: the group's epochs")
     r = gsub.add_parser("reset-offsets", help="move a group's committed offsets (a dry run "
                                               "unless --execute)")
     groups_option(r)

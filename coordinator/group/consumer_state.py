@@ -93,6 +93,8 @@ class ConsumerGroups:
         self.new_member_id = new_member_id
         self.groups: dict[str, ConsumerGroup] = {}
         self.regexes = consumer_regex.RegexCache()
+        # Target assignments computed (Kafka's consumer-group rebalance count), for /metrics.
+        self.rebalances = 0
         self._timers: list[tuple[int, int, str, str, str]] = []
         self._seq = itertools.count()
 
@@ -288,6 +290,7 @@ class ConsumerGroups:
                for mid, a in sorted(new.items()) if g.target.get(mid) != a]
         g.target = new
         g.assignment_epoch = g.group_epoch
+        self.rebalances += 1
         out.append(_rec(cr.TARGET_ASSIGNMENT_METADATA, g.group_id, "", g.assignment_epoch))
         return out
 

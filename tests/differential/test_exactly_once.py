@@ -32,12 +32,15 @@ PER_PARTITION = 20
 
 
 @pytest.mark.kafka_ci
-def test_consume_transform_produce_survives_a_killed_worker(broker):
+@pytest.mark.parametrize("group_protocol", ["classic", "consumer"])
+def test_consume_transform_produce_survives_a_killed_worker(broker, group_protocol):
     """A worker (tests/integration/txn_worker.py, confluent-kafka) is SIGKILLed after its
     third transaction produced its records and sent its offsets, before EndTxn; a new
     worker with the same transactional.id fences it, the open transaction is aborted,
     and the new worker finishes: read_committed readers see every input record in the
-    output exactly once and the group's committed offsets are the input's ends."""
+    output exactly once and the group's committed offsets are the input's ends. With
+    group.protocol=consumer (KIP-848) the offsets go with the member epoch; the killed
+    member keeps its partitions until group.consumer.session.timeout.ms (6 s here)."""
     source = broker.topic("eos-in", PARTITIONS)
     sink = broker.topic("eos-out", PARTITIONS)
     group, tid = unique("eos-group"), unique("eos-tid")
@@ -47,7 +50,8 @@ def test_consume_transform_produce_survives_a_killed_worker(broker):
              for i, v in enumerate(vs)])
     in_tps = [(source, p) for p in range(PARTITIONS)]
     out_tps = [(sink, p) for p in range(PARTITIONS)]
-    args = ["confluent", broker.bootstrap, source, sink, group, tid, "--batch", "7"]
+    args = ["confluent", broker.bootstrap, source, sink, group, tid, "--batch", "7",
+            "--group-protocol", group_protocol]
     raw = broker.raw()
     workers: list[Worker] = []
     try:
@@ -55,6 +59,11 @@ def test_consume_transform_produce_survives_a_killed_worker(broker):
         workers.append(first)
         positions = json.loads(first.wait_for("PAUSED", 90).split(" ", 1)[1])
         assert first.committed_records() == 14  # two transactions of 7
+        from confluent_kafka import ConsumerGroupType
+
+        d = broker.admin.describe_consumer_groups([group], request_timeout=30)[group].result()
+        assert d.type == (ConsumerGroupType.CONSUMER if group_protocol == "consumer"
+                          else ConsumerGroupType.CLASSIC), d
         # KIP-447: the open transaction's offsets are unstable for require_stable.
         stable = offset_fetch(raw, group, in_tps, require_stable=True)
         for p in positions:

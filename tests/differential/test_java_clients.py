@@ -1,8 +1,8 @@
 """Kafka's Java clients (kafka-clients 4.3.1) against txbroker and Apache Kafka: the
 idempotent and transactional KafkaProducer (sendOffsetsToTransaction with the consumer's
-ConsumerGroupMetadata), a read_committed KafkaConsumer in a group, and the Admin calls
-of topics, configs, offsets, records and transactions (tests/jvm/JavaClients.java, one
-JVM for every step).
+ConsumerGroupMetadata, also of a group.protocol=consumer member), a read_committed
+KafkaConsumer in a group, and the Admin calls of topics, configs, offsets, records and
+transactions (tests/jvm/JavaClients.java, one JVM for every step).
 
 The Java producer uses transactions v2 (KIP-890) when the broker advertises the
 ``transaction.version`` feature at 2, as Kafka 4 and txbroker do by default
@@ -20,6 +20,7 @@ STEPS = [
     "admin.listOffsets.readCommitted", "admin.listTransactions", "admin.describeTransactions",
     "admin.describeProducers+abortTransaction", "admin.fenceProducers", "admin.deleteRecords",
     "admin.listGroups", "admin.describeConsumerGroups", "consumer.groupProtocolConsumer",
+    "producer.sendOffsetsToTransaction.groupProtocolConsumer",
 ]
 
 
@@ -34,3 +35,6 @@ def test_java_clients(broker, jvm_classes):
     assert not failed, failed
     # Kafka 4.3.1 reports every group's type from ListGroups v5; so does txbroker now.
     assert steps["admin.listGroups"][1].startswith("type=Optional[Classic]")
+    # sendOffsetsToTransaction with a consumer-protocol member's groupMetadata().
+    assert steps["producer.sendOffsetsToTransaction.groupProtocolConsumer"][1] == (
+        "type=Consumer committed=10")

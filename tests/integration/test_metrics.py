@@ -177,3 +177,47 @@ def test_produce_errors_are_counted_from_the_fast_path(txbroker):
     f = scrape(txbroker)
     assert value(f, "txbroker_request_errors", "txbroker_request_errors_total", api="produce",
                  error="MESSAGE_TOO_LARGE") == 1
+
+
+def test_groups_and_rebalances_by_protocol(txbroker):
+    """A classic member and a consumer-protocol (KIP-848) member: groups are counted by
+    protocol and state, rebalances by protocol."""
+    from .consumer_util import owned, poll_until
+
+    txbroker.create_topic("m-groups", 2)
+
+    def groups(f, protocol, state):
+        return value(f, "txbroker_groups", protocol=protocol, state=state)
+
+    def rebalances(f, protocol):
+        return value(f, "txbroker_group_rebalances", "txbroker_group_rebalances_total",
+                     protocol=protocol)
+
+    before = scrape(txbroker)
+    assert groups(before, "consumer", "Assigning") == 0  # every state has its series
+    base = {(p, s): groups(before, p, s) for p, s in (("classic", "Stable"),
+                                                       ("consumer", "Stable"),
+                                                       ("consumer", "Empty"))}
+    conf = {"bootstrap.servers": txbroker.bootstrap, "enable.auto.commit": False}
+    classic = Consumer({**conf, "group.id": "m-classic", "session.timeout.ms": 6000,
+                        "heartbeat.interval.ms": 200})
+    modern = Consumer({**conf, "group.id": "m-consumer", "group.protocol": "consumer"})
+    try:
+        classic.subscribe(["m-groups"])
+        modern.subscribe(["m-groups"])
+        assert poll_until([classic, modern],
+                          lambda: owned(classic) == {0, 1} == owned(modern), timeout=60)
+        f = scrape_until(txbroker, lambda f: groups(f, "consumer", "Stable")
+                         == base["consumer", "Stable"] + 1
+                         and groups(f, "classic", "Stable") == base["classic", "Stable"] + 1)
+        assert groups(f, "classic", "Stable") == base["classic", "Stable"] + 1
+        assert groups(f, "consumer", "Stable") == base["consumer", "Stable"] + 1
+        assert rebalances(f, "classic") >= rebalances(before, "classic") + 1
+        assert rebalances(f, "consumer") >= rebalances(before, "consumer") + 1
+    finally:
+        classic.close()
+        modern.close()
+    # The consumer-protocol member left (epoch -1): its group is Empty.
+    f = scrape(txbroker)
+    assert groups(f, "consumer", "Empty") == base["consumer", "Empty"] + 1
+    assert groups(f, "consumer", "Stable") == base["consumer", "Stable"]

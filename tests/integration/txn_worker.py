@@ -2,13 +2,14 @@
 a process so a test can SIGKILL it mid-transaction:
 
     python -m tests.integration.txn_worker CLIENT BOOTSTRAP INPUT OUTPUT GROUP TXN_ID
-        [--batch N] [--pause-after K]
+        [--batch N] [--pause-after K] [--group-protocol consumer]
 
 It subscribes to INPUT in GROUP (read_committed), and for every batch of up to N
 records runs one transaction: for each input record it produces ``out:<value>``
 (same key) to the same partition of OUTPUT, sends the consumer's positions with
 send_offsets_to_transaction (AddOffsetsToTxn + TxnOffsetCommit) and commits.
-With ``--pause-after K`` the (K+1)-th transaction stops after its records are
+With ``--group-protocol consumer`` (confluent-kafka only) the consumer speaks KIP-848's
+protocol (its offsets carry the member epoch). With ``--pause-after K`` the (K+1)-th transaction stops after its records are
 acknowledged and its offsets sent, prints ``PAUSED {json positions}`` and sleeps:
 a test then inspects the open transaction and kills the process. When the
 worker owns every input partition and has reached their ends it prints ``DONE``
@@ -35,12 +36,17 @@ def say(*parts) -> None:
 def run_confluent(a) -> int:
     from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
-    consumer = Consumer({
+    conf = {
         "bootstrap.servers": a.bootstrap, "group.id": a.group,
         "isolation.level": "read_committed", "enable.auto.commit": False,
-        "auto.offset.reset": "earliest", "session.timeout.ms": 2000,
-        "heartbeat.interval.ms": 300, "fetch.wait.max.ms": 100,
-        "reconnect.backoff.max.ms": 500})
+        "auto.offset.reset": "earliest", "fetch.wait.max.ms": 100,
+        "reconnect.backoff.max.ms": 500}
+    if a.group_protocol == "consumer":
+        # KIP-848: the session timeout and heartbeat interval are the broker's.
+        conf["group.protocol"] = "consumer"
+    else:
+        conf.update({"session.timeout.ms": 2000, "heartbeat.interval.ms": 300})
+    consumer = Consumer(conf)
     producer = Producer({
         "bootstrap.servers": a.bootstrap, "transactional.id": a.tid,
         "transaction.timeout.ms": 30000, "linger.ms": 5, "reconnect.backoff.max.ms": 500})
@@ -147,6 +153,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--batch", type=int, default=10)
     p.add_argument("--pause-after", type=int, default=-1)
     p.add_argument("--run-timeout", type=float, default=60)
+    p.add_argument("--group-protocol", choices=["classic", "consumer"], default="classic")
     a = p.parse_args(argv)
     run = run_confluent if a.client == "confluent" else run_kafka_python
     return run(a)

@@ -86,6 +86,40 @@ public class JavaClients {
             .partitionResult(tp).get(20, TimeUnit.SECONDS).offset();
     }
 
+    // Consume n records of `in`, write them upper-cased to out-1 and commit their offsets
+    // in one transaction with the consumer's groupMetadata() (KIP-447; under KIP-848 it
+    // carries the member epoch).
+    static void consumeTransformProduce(KafkaConsumer<String, String> c, KafkaProducer<String, String> p,
+                                        String in, String out, int n) throws Exception {
+        p.initTransactions();
+        c.subscribe(List.of(in));
+        List<ConsumerRecord<String, String>> got = pollUntil(c, n, 20000);
+        check(got.size() == n, "consumed " + got.size());
+        p.beginTransaction();
+        Map<TopicPartition, OffsetAndMetadata> offsets = new HashMap<>();
+        for (ConsumerRecord<String, String> r : got) {
+            p.send(new ProducerRecord<>(out, 1, r.key(), r.value().toUpperCase()));
+            offsets.put(new TopicPartition(r.topic(), r.partition()), new OffsetAndMetadata(r.offset() + 1));
+        }
+        p.sendOffsetsToTransaction(offsets, c.groupMetadata());
+        p.commitTransaction();
+    }
+
+    // The group's committed offset of tp. It becomes visible with the marker in
+    // __consumer_offsets, which is written after commitTransaction returns.
+    static long committedOffset(Admin admin, String group, TopicPartition tp) throws Exception {
+        Map<TopicPartition, OffsetAndMetadata> committed = Map.of();
+        long deadline = System.currentTimeMillis() + 15000;
+        while (System.currentTimeMillis() < deadline) {
+            committed = admin.listConsumerGroupOffsets(group)
+                .partitionsToOffsetAndMetadata().get(20, TimeUnit.SECONDS);
+            if (committed.get(tp) != null) break;
+            Thread.sleep(100);
+        }
+        check(committed.get(tp) != null, "committed " + committed);
+        return committed.get(tp).offset();
+    }
+
     public static void main(String[] args) throws Exception {
         String bootstrap = args[0];
         String prefix = args[1];
@@ -174,31 +208,11 @@ public class JavaClients {
                 String group = prefix + "-ctp";
                 try (KafkaConsumer<String, String> c = consumer(bootstrap, group, Map.of());
                      KafkaProducer<String, String> p = producer(bootstrap, prefix + "-ctp-tx")) {
-                    p.initTransactions();
-                    c.subscribe(List.of(in));
-                    List<ConsumerRecord<String, String>> got = pollUntil(c, 10, 20000);
-                    check(got.size() == 10, "consumed " + got.size());
-                    p.beginTransaction();
-                    Map<TopicPartition, OffsetAndMetadata> offsets = new HashMap<>();
-                    for (ConsumerRecord<String, String> r : got) {
-                        p.send(new ProducerRecord<>(out, 1, r.key(), r.value().toUpperCase()));
-                        offsets.put(new TopicPartition(r.topic(), r.partition()), new OffsetAndMetadata(r.offset() + 1));
-                    }
-                    p.sendOffsetsToTransaction(offsets, c.groupMetadata());
-                    p.commitTransaction();
+                    consumeTransformProduce(c, p, in, out, 10);
                 }
-                // The offsets become visible with the marker in __consumer_offsets, which
-                // is written after commitTransaction returns.
-                Map<TopicPartition, OffsetAndMetadata> committed = Map.of();
-                long deadline = System.currentTimeMillis() + 15000;
-                while (System.currentTimeMillis() < deadline) {
-                    committed = admin.listConsumerGroupOffsets(group)
-                        .partitionsToOffsetAndMetadata().get(20, TimeUnit.SECONDS);
-                    if (committed.get(in0) != null) break;
-                    Thread.sleep(100);
-                }
-                check(committed.get(in0) != null && committed.get(in0).offset() == 10, "committed " + committed);
-                return "committed " + committed.get(in0).offset();
+                long committed = committedOffset(admin, group, in0);
+                check(committed == 10, "committed " + committed);
+                return "committed " + committed;
             });
 
             // An open transaction on out-0: the admin views of KIP-664 and the LSO.
@@ -277,6 +291,21 @@ public class JavaClients {
                     check(got.size() == 15, "consumed " + got.size());
                     return "consumed " + got.size();
                 }
+            });
+            // KIP-848 + exactly-once: the offsets go with the member epoch in groupMetadata().
+            step("producer.sendOffsetsToTransaction.groupProtocolConsumer", () -> {
+                String group = prefix + "-848-ctp";
+                try (KafkaConsumer<String, String> c = consumer(bootstrap, group,
+                        Map.of("group.protocol", "consumer"));
+                     KafkaProducer<String, String> p = producer(bootstrap, prefix + "-848-tx")) {
+                    // in-0 holds offsets 4-9 (admin.deleteRecords moved its start to 4)
+                    consumeTransformProduce(c, p, in, out, 6);
+                    check(c.groupMetadata().generationId() > 0, "member epoch " + c.groupMetadata());
+                }
+                long committed = committedOffset(admin, group, in0);
+                ConsumerGroupDescription d = admin.describeConsumerGroups(List.of(group))
+                    .describedGroups().get(group).get(20, TimeUnit.SECONDS);
+                return "type=" + d.type() + " committed=" + committed;
             });
         }
         System.out.println("DONE failures=" + failures);

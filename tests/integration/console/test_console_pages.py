@@ -18,7 +18,10 @@ GROUP = "g-<script>alert(1)</script>"
 
 @pytest.fixture
 def txbroker_config():
-    return {"admin.http.port": "0"}
+    return {"admin.http.port": "0",
+            # consumer-protocol members heartbeat fast (Kafka's default is 5 s)
+            "group.consumer.heartbeat.interval.ms": "200",
+            "group.consumer.min.heartbeat.interval.ms": "100"}
 
 
 @pytest.fixture
@@ -132,6 +135,50 @@ def test_group_lag_against_the_high_watermark_and_the_lso(txbroker, client):
         assert status == 200
         members = body.split('id="members"')[1].split("</table>")[0]
         assert "console-member" in members and "console-t-0, console-t-1" in members
+        assert '<span class="lag-hw">5</span>' in body  # 6 - 1
+        assert '<span class="lag-lso">3</span>' in body  # 4 - 1: the open transaction's two
+    finally:
+        consumer.close()
+    del producer
+
+
+def test_consumer_protocol_group_members_epochs_and_assignment(txbroker, client):
+    """A confluent-kafka member with group.protocol=consumer (KIP-848): the group list
+    and page show it with its epochs, assignor, the member's epoch and its current and
+    target assignment, and the lag of its committed offset."""
+    from tests.integration.consumer_util import owned, poll_until
+
+    producer = _pipeline(txbroker)
+    group = "cg-<b>848</b>"
+    consumer = Consumer({"bootstrap.servers": txbroker.bootstrap, "group.id": group,
+                         "group.protocol": "consumer", "client.id": "cp-member",
+                         "enable.auto.commit": False})
+
+    def stable():
+        g = txbroker.call(lambda b: b.groups.consumer.groups.get(group))
+        return g is not None and g.state == "Stable" and owned(consumer) == {0, 1}
+
+    consumer.subscribe(["console-t"])
+    try:
+        assert poll_until([consumer], stable, timeout=30)
+        consumer.commit(offsets=[TopicPartition("console-t", 0, 1)], asynchronous=False)
+        g = txbroker.call(lambda b: b.groups.consumer.groups.get(group))
+        [(member_id, m)] = g.members.items()
+        status, body = client.get("/console/groups")
+        assert status == 200 and html.escape(group) in body and group not in body
+        row = body.split(html.escape(group) + "</a>")[1].split("</tr>")[0]
+        assert "Stable" in row and "consumer (KIP-848)" in row
+        status, body = client.get("/console/groups/" + urllib.parse.quote(group, safe=""))
+        assert status == 200
+        head = body.split('class="kv"')[1].split("</table>")[0]
+        assert f"<th>Group epoch</th><td>{g.group_epoch}</td>" in head
+        assert f"<th>Assignment epoch</th><td>{g.assignment_epoch}</td>" in head
+        assert "<th>Assignor</th><td>uniform</td>" in head
+        members = body.split('id="members"')[1].split("</table>")[0]
+        cells = [c.split("</td>")[0] for c in members.split("<td>")[1:]]
+        assert cells[0] == html.escape(member_id) and cells[2] == "cp-member"
+        assert cells[4:] == [str(m.member_epoch), "console-t-0, console-t-1",
+                             "console-t-0, console-t-1"], cells
         assert '<span class="lag-hw">5</span>' in body  # 6 - 1
         assert '<span class="lag-lso">3</span>' in body  # 4 - 1: the open transaction's two
     finally:

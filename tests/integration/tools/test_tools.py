@@ -15,8 +15,8 @@ import pytest
 from confluent_kafka import Producer
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.structs import OffsetAndMetadata
+from txbroker.protocol.consumer_protocol import decode_consumer_assignment
 from txbroker.tools import cluster_client
-from txbroker.tools.groups import decode_consumer_assignment
 
 from tests.helpers import wait_until
 from txbroker.cli import main as cli_main
@@ -26,7 +26,10 @@ from ..clients import unique_topic
 
 @pytest.fixture
 def txbroker_config() -> dict[str, str]:
-    return {"group.initial.rebalance.delay.ms": "0"}
+    return {"group.initial.rebalance.delay.ms": "0",
+            # consumer-protocol members heartbeat fast (Kafka's default is 5 s)
+            "group.consumer.heartbeat.interval.ms": "200",
+            "group.consumer.min.heartbeat.interval.ms": "100"}
 
 
 def cli(*argv: str) -> subprocess.CompletedProcess:
@@ -236,6 +239,80 @@ def test_groups_describe_lag_reset_and_delete(txbroker, tmp_path):
     assert group not in cli("groups", "--bootstrap-server", b, "list").stdout.split()
     r = cli("groups", "--bootstrap-server", b, "describe", "--group", group)
     assert "has no active members and no committed offsets" in r.stdout
+
+
+def test_groups_describe_consumer_protocol_group(txbroker):
+    """A confluent-kafka member with group.protocol=consumer: describe shows the group
+    through ConsumerGroupDescribe (epochs, assignor, the member's epoch, current and
+    target assignment) and the lag against the HW and the LSO, where DescribeGroups
+    alone would show it Dead without members."""
+    from confluent_kafka import Consumer
+    from confluent_kafka import TopicPartition as TP
+
+    from ..consumer_util import owned, poll_until
+
+    b = txbroker.bootstrap
+    topic = unique_topic("tools-cp")
+    group = unique_topic("tools-cpg")
+    txbroker.create_topic(topic, 2)
+    producer = Producer({"bootstrap.servers": b})
+    for i in range(3):
+        producer.produce(topic, b"v%d" % i, partition=0)
+    producer.produce(topic, b"w", partition=1)
+    producer.flush(30)
+    txn = Producer({"bootstrap.servers": b, "transactional.id": unique_topic("tools-cp-tid")})
+    txn.init_transactions(30)
+    txn.begin_transaction()
+    txn.produce(topic, b"t0", partition=0)
+    txn.produce(topic, b"t1", partition=0)
+    txn.flush(30)  # partition 0: HW 5, LSO 3
+    c = Consumer({"bootstrap.servers": b, "group.id": group, "group.protocol": "consumer",
+                  "client.id": "cp-tools", "enable.auto.commit": False,
+                  "auto.offset.reset": "earliest"})
+
+    def stable():
+        g = txbroker.call(lambda broker: broker.groups.consumer.groups.get(group))
+        return g is not None and g.state == "Stable" and owned(c) == {0, 1}
+
+    try:
+        c.subscribe([topic])
+        assert poll_until([c], stable, timeout=30)
+        c.commit(offsets=[TP(topic, 0, 2), TP(topic, 1, 1)], asynchronous=False)
+        g = txbroker.call(lambda broker: broker.groups.consumer.groups.get(group))
+        [(member_id, m)] = g.members.items()
+        both = f"{topic}-0,{topic}-1"
+
+        r = cli("groups", "--bootstrap-server", b, "describe", "--group", group, "--members",
+                "--verbose")
+        assert r.returncode == 0, r.stderr
+        assert r.stdout.splitlines()[0].split() == [
+            "GROUP", "CONSUMER-ID", "GROUP-INSTANCE-ID", "HOST", "CLIENT-ID", "#PARTITIONS",
+            "CURRENT-EPOCH", "CURRENT-ASSIGNMENT", "TARGET-EPOCH", "TARGET-ASSIGNMENT"]
+        [row] = table_rows(r.stdout)
+        assert row[:3] == [group, member_id, "-"] and row[4:] == [
+            "cp-tools", "2", str(m.member_epoch), both, str(g.assignment_epoch), both], row
+
+        r = cli("groups", "--bootstrap-server", b, "describe", "--group", group, "--state",
+                "--verbose")
+        assert r.stdout.splitlines()[0].split()[-3:] == [
+            "GROUP-EPOCH", "TARGET-ASSIGNMENT-EPOCH", "#MEMBERS"]
+        assert table_rows(r.stdout)[0][-5:] == [
+            "uniform", "Stable", str(g.group_epoch), str(g.assignment_epoch), "1"]
+
+        r = cli("groups", "--bootstrap-server", b, "describe", "--group", group)
+        rows = {row[2]: row for row in table_rows(r.stdout)}
+        # committed 2, log end 5, LSO 3 (the open transaction's first offset)
+        assert rows["0"][3:9] == ["2", "5", "3", "3", "1", member_id], rows
+        assert rows["1"][3:9] == ["1", "1", "0", "1", "0", member_id], rows
+        assert rows["0"][-1] == "cp-tools"
+        r = cli("groups", "--bootstrap-server", b, "reset-offsets", "--group", group,
+                "--all-topics", "--to-earliest", "--execute")
+        assert r.returncode == 1 and "current state is Stable" in r.stderr
+    finally:
+        c.close()
+        txn.abort_transaction(30)
+    r = cli("groups", "--bootstrap-server", b, "describe", "--group", group, "--state")
+    assert table_rows(r.stdout)[0][-3:] == ["uniform", "Empty", "0"]
 
 
 def test_unreachable_cluster_and_bad_command_config_are_one_line(tmp_path):

@@ -1,0 +1,95 @@
+"""One group as ``txbroker groups describe`` shows it, whichever protocol it speaks.
+
+A classic group comes from DescribeGroups (its members' assignments are the consumer
+protocol's bytes). A consumer-protocol group (KIP-848) is Dead with no members to
+DescribeGroups, as on Kafka, so it is asked again with ConsumerGroupDescribe, which
+carries the epochs and each member's current and target assignment, as Kafka's
+kafka-consumer-groups.sh does through the Admin client.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kio.schema.api_versions.v0 import request as av
+from kio.schema.consumer_group_describe.v0 import request as cgd
+from kio.schema.describe_groups.v5 import request as dsg
+from kio.schema.errors import ErrorCode
+from txbroker.protocol.consumer_protocol import decode_consumer_assignment
+
+from .cluster_client import Cluster, ToolError, error_name
+
+TP = tuple[str, int]
+
+
+@dataclass
+class MemberView:
+    member_id: str
+    instance_id: str | None
+    host: str
+    client_id: str
+    assigned: list[TP]
+    member_epoch: int | None = None  # consumer protocol only
+    target: list[TP] | None = None  # consumer protocol only
+
+
+@dataclass
+class GroupView:
+    group_id: str
+    state: str
+    strategy: str | None  # classic: the chosen protocol; consumer: the server assignor
+    members: list[MemberView]
+    group_epoch: int | None = None  # consumer protocol only
+    assignment_epoch: int | None = None  # consumer protocol only
+
+    @property
+    def consumer_protocol(self) -> bool:
+        return self.group_epoch is not None
+
+
+def _partitions(assignment) -> list[TP]:
+    return sorted((t.topic_name, p) for t in assignment.topic_partitions for p in t.partitions)
+
+
+def _serves_consumer_group_describe(conn) -> bool:
+    # A broker before KIP-848 (Kafka < 3.7) closes the connection on an API it lacks.
+    resp = conn.request(18, 0, av.ApiVersionsRequest())
+    return any(k.api_key == 69 for k in resp.api_keys)
+
+
+def _consumer_group(cluster: Cluster, group: str) -> GroupView | None:
+    """The group from ConsumerGroupDescribe; None when it is not a consumer group (or
+    the broker has no consumer groups)."""
+    if not _serves_consumer_group_describe(cluster.coordinator(group)):
+        return None
+    resp = cluster.coordinator(group).request(69, 0, cgd.ConsumerGroupDescribeRequest(
+        group_ids=(group,), include_authorized_operations=False))
+    [g] = resp.groups
+    if g.error_code == ErrorCode.group_id_not_found:
+        return None
+    if g.error_code != ErrorCode.none:
+        raise ToolError(f"cannot describe group {group!r}: {error_name(g.error_code)}")
+    members = [MemberView(m.member_id, m.instance_id, m.client_host, m.client_id,
+                          _partitions(m.assignment), m.member_epoch,
+                          _partitions(m.target_assignment)) for m in g.members]
+    return GroupView(group, g.group_state, g.assignor_name or None, members,
+                     g.group_epoch, g.assignment_epoch)
+
+
+def describe_group(cluster: Cluster, group: str) -> GroupView:
+    resp = cluster.coordinator(group).request(15, 5, dsg.DescribeGroupsRequest(
+        groups=(group,), include_authorized_operations=False))
+    [g] = resp.groups
+    if g.error_code != ErrorCode.none:
+        raise ToolError(f"cannot describe group {group!r}: {error_name(g.error_code)}")
+    if g.group_state == "Dead" and not g.members:
+        found = _consumer_group(cluster, group)
+        if found is not None:
+            return found
+    members = [MemberView(m.member_id, m.group_instance_id, m.client_host, m.client_id,
+                          decode_consumer_assignment(m.member_assignment)) for m in g.members]
+    return GroupView(group, g.group_state, g.protocol_data or None, members)
+
+
+def partition_list(tps: list[TP] | None) -> str | None:
+    return None if tps is None else ",".join(f"{t}-{p}" for t, p in tps) or None
