@@ -111,7 +111,7 @@ def _add_chaos_parser(sub) -> None:
                         "(default: chaos-pipeline, also in TXBROKER_GROUP)")
     c.add_argument("--interval", type=float, default=2.0,
                    help="mean seconds between faults (default: 2)")
-    c.add_argument("--faults", default="default", help="request-fault profile: default, none")
+    c.add_argument("--faults", default="default", help="request-fault profile: default, lost_answers (Produce and EndTxn answers dropped), none")
     c.add_argument("--no-broker-crashes", action="store_true")
     c.add_argument("--no-power-loss", action="store_true")
     c.add_argument("--no-order", action="store_true",

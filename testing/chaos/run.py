@@ -45,6 +45,12 @@ FAULT_PROFILES: dict[str, list[dict[str, Any]]] = {
         {"api": "TxnOffsetCommit", "error": "COORDINATOR_LOAD_IN_PROGRESS"},
         {"api": "*", "delay_ms": 300},
     ],
+    # Answers lost on the way back (a network that drops them): the client retries what
+    # the broker already appended. Idempotence and transactions make that harmless.
+    "lost_answers": [
+        {"api": "Produce", "drop": True},
+        {"api": "EndTxn", "drop": True},
+    ],
 }
 
 

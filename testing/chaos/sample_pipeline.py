@@ -15,7 +15,10 @@ number), read_committed input, and ``metadata.recovery.strategy=none`` (reconnec
 the restarted broker instead of re-bootstrapping).
 
 Broken variants, each caught by the checker: ``--offsets-outside-transaction``
-(lost-write or duplicate), ``--read-uncommitted`` (G1a: aborted input processed).
+(lost-write or duplicate), ``--read-uncommitted`` (G1a: aborted input processed),
+``--no-idempotence`` (no transactions, ``enable.idempotence=false`` with retries, offsets
+committed after delivery: a retried Produce whose answer was lost is appended twice, and
+a killed instance's delivered but uncommitted records are produced again: duplicate).
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--offsets-outside-transaction", action="store_true")
     parser.add_argument("--read-uncommitted", action="store_true")
+    parser.add_argument("--no-idempotence", action="store_true")
     args = parser.parse_args(argv)
     from confluent_kafka import Consumer, Producer
 
@@ -44,10 +48,15 @@ def main(argv: list[str] | None = None) -> int:
                          "auto.offset.reset": "earliest",
                          "isolation.level": "read_uncommitted" if args.read_uncommitted
                          else "read_committed"})
+    consumer.subscribe([source])
+    if args.no_idempotence:
+        # request.timeout.ms short so that a lost answer is retried within a short run
+        return _at_least_once(consumer, Producer({**common, "enable.idempotence": False,
+                                                  "acks": "all", "retries": 10,
+                                                  "request.timeout.ms": 3000}), sink)
     producer = Producer({**common, "transactional.id": f"{group}-{instance}",
                          "transaction.timeout.ms": 10000})
     producer.init_transactions(30)
-    consumer.subscribe([source])
     while True:
         msgs = [m for m in consumer.consume(BATCH, timeout=0.5) if m.error() is None]
         if not msgs:
@@ -62,6 +71,20 @@ def main(argv: list[str] | None = None) -> int:
             producer.send_offsets_to_transaction(positions, consumer.consumer_group_metadata(),
                                                  30)
         producer.commit_transaction(30)
+
+
+def _at_least_once(consumer, producer, sink: str) -> int:
+    """The broken variant without transactions or idempotence: produce, wait for the
+    deliveries, then commit the consumer's offsets."""
+    while True:
+        msgs = [m for m in consumer.consume(BATCH, timeout=0.5) if m.error() is None]
+        if not msgs:
+            continue
+        for m in msgs:
+            producer.produce(sink, key=m.key(), value=m.value(), partition=m.partition())
+        if producer.flush(30):
+            return 1  # undelivered: exit, the supervisor restarts us
+        consumer.commit(asynchronous=False)
 
 
 if __name__ == "__main__":

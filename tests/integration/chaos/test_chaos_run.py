@@ -31,6 +31,18 @@ def test_a_read_uncommitted_pipeline_is_caught(tmp_path):
     assert report.check.counts == {"G1a": 5}, report.text()
 
 
+@pytest.mark.chaos
+def test_a_pipeline_without_idempotence_or_transactions_is_caught(tmp_path):
+    """Lost Produce answers (retried: appended twice) and instance kills (delivered but
+    not committed: produced again) duplicate its output."""
+    report = run([*SAMPLE, "--no-idempotence"], input="orders", output="payments",
+                 instances=2, duration=12, records=400, interval=1.0, seed=7,
+                 faults="lost_answers", broker_crashes=False, power_loss=False,
+                 data_dir=str(tmp_path))
+    assert not report.ok
+    assert report.check.counts.get("duplicate", 0) > 0, report.text()
+
+
 def test_the_command_needs_a_pipeline(capsys):
     assert main(["chaos", "--input", "a", "--output", "b"]) == 2
     assert "give the pipeline command after --" in capsys.readouterr().err
