@@ -83,6 +83,15 @@ logger.state.level=WARN
 """
 
 
+def file_tail(path: Path, lines: int = 60) -> str:
+    """The last ``lines`` lines of a JVM's log file."""
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return "(no log)"
+    return "".join(text.splitlines(keepends=True)[-lines:])
+
+
 def new_cluster_id() -> str:
     """A random cluster id, as ``kafka-storage random-uuid`` prints it."""
     return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
@@ -255,11 +264,7 @@ class KafkaProcess:
         raise RuntimeError("Kafka did not answer ApiVersions in time:\n" + self.log_tail())
 
     def log_tail(self, lines: int = 60) -> str:
-        try:
-            text = self.log_path.read_text(errors="replace")
-        except OSError:
-            return "(no log)"
-        return "".join(text.splitlines(keepends=True)[-lines:])
+        return file_tail(self.log_path, lines)
 
     def terminate(self, timeout: float = 60) -> int:
         """SIGTERM (Kafka's controlled shutdown); SIGKILL if it takes longer than ``timeout``."""
