@@ -123,6 +123,32 @@ def consume_as_group(bootstrap: str, group: str, topic: str, partitions: int,
     return values
 
 
+def committed_before(bootstrap: str, topic: str, partition: int, offset: int) -> int:
+    """How many committed records of the partition lie below ``offset``: where a group
+    at ``offset`` on txbroker stands on a copy that MM2 started from the beginning (the
+    target holds exactly the committed records, in order, from offset 0)."""
+    consumer = Consumer({"bootstrap.servers": bootstrap,
+                         "group.id": f"count-{uuid.uuid4().hex[:6]}",
+                         "enable.auto.commit": False, "isolation.level": "read_committed",
+                         "enable.partition.eof": True})
+    try:
+        consumer.assign([TopicPartition(topic, partition, OFFSET_BEGINNING)])
+        return sum(1 for m in _messages(consumer, 1, 60) if m.offset() < offset)
+    finally:
+        consumer.close()
+
+
+def commit_offsets(bootstrap: str, group: str, topic: str, offsets: dict[int, int]) -> None:
+    """Commit ``offsets`` for a group with no member (the seek of the hand-over)."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group,
+                         "enable.auto.commit": False})
+    try:
+        consumer.commit(offsets=[TopicPartition(topic, p, o) for p, o in offsets.items()],
+                        asynchronous=False)
+    finally:
+        consumer.close()
+
+
 def group_offsets(bootstrap: str, group: str, topic: str, partitions: int) -> dict[int, int]:
     """The group's committed offsets (partition -> offset; absent when none)."""
     from confluent_kafka import ConsumerGroupTopicPartitions
