@@ -93,8 +93,13 @@ def file_tail(path: Path, lines: int = 60) -> str:
 
 
 def new_cluster_id() -> str:
-    """A random cluster id, as ``kafka-storage random-uuid`` prints it."""
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    """A random cluster id, as ``kafka-storage random-uuid`` prints it: never starting
+    with "-" (Kafka's Uuid.randomUuid draws again too), which kafka-storage's argument
+    parser would take for an option (1 start in 64 failed so)."""
+    while True:
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not cluster_id.startswith("-"):
+            return cluster_id
 
 
 class KafkaProcess:
