@@ -5,9 +5,11 @@
 - Without ``read_committed``, records of aborted transactions are copied (MM2's source
   consumer defaults to read_uncommitted); with it, they are not.
 - Topics keep their names (IdentityReplicationPolicy), partition counts and configs.
-- Consumer groups stopped on txbroker resume on the cluster where they stopped, by the
-  hand-over of docs/migrating-to-kafka.md: stop producers, let MM2 drain, wait for the
-  final checkpoint, stop consumers, switch bootstrap.
+- A consumer group resumes on the cluster where it stopped on txbroker, by the
+  hand-over of docs/migrating-to-kafka.md: stop producers, let the consumers and MM2
+  drain, wait for the final checkpoint, stop consumers, switch bootstrap. A group
+  stopped midway is where MM2's translation is approximate: what it would read twice is
+  measured, then the seek the docs describe makes its resumption exact.
 """
 
 from __future__ import annotations
