@@ -83,9 +83,23 @@ logger.state.level=WARN
 """
 
 
+def file_tail(path: Path, lines: int = 60) -> str:
+    """The last ``lines`` lines of a JVM's log file."""
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return "(no log)"
+    return "".join(text.splitlines(keepends=True)[-lines:])
+
+
 def new_cluster_id() -> str:
-    """A random cluster id, as ``kafka-storage random-uuid`` prints it."""
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    """A random cluster id, as ``kafka-storage random-uuid`` prints it: never starting
+    with "-" (Kafka's Uuid.randomUuid draws again too), which kafka-storage's argument
+    parser would take for an option (1 start in 64 failed so)."""
+    while True:
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not cluster_id.startswith("-"):
+            return cluster_id
 
 
 class KafkaProcess:
@@ -255,11 +269,7 @@ class KafkaProcess:
         raise RuntimeError("Kafka did not answer ApiVersions in time:\n" + self.log_tail())
 
     def log_tail(self, lines: int = 60) -> str:
-        try:
-            text = self.log_path.read_text(errors="replace")
-        except OSError:
-            return "(no log)"
-        return "".join(text.splitlines(keepends=True)[-lines:])
+        return file_tail(self.log_path, lines)
 
     def terminate(self, timeout: float = 60) -> int:
         """SIGTERM (Kafka's controlled shutdown); SIGKILL if it takes longer than ``timeout``."""

@@ -5,6 +5,7 @@
         --resource-pattern-type prefixed
     txbroker acls --list [--topic orders] [--principal User:alice]
     txbroker acls --remove --allow-principal User:alice --operation Read --topic orders --force
+    txbroker acls export [--target-bootstrap-server KAFKA:9092] > acls.sh
 
 The same options as kafka-acls.sh; the action may also be given as a word
 (``txbroker acls add ...``). Standard CreateAcls/DescribeAcls/DeleteAcls requests,
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import itertools
+import shlex
 import sys
 
 from kio.schema.create_acls.v3 import request as ca
@@ -191,6 +193,57 @@ def cmd_remove(cluster, args) -> int:
     return failed
 
 
+# kafka-acls.sh's resource options.
+RESOURCE_OPTIONS = {ResourceType.TOPIC: "--topic", ResourceType.GROUP: "--group",
+                    ResourceType.TRANSACTIONAL_ID: "--transactional-id",
+                    ResourceType.DELEGATION_TOKEN: "--delegation-token",
+                    ResourceType.USER: "--user-principal"}
+
+
+def export_lines(resources, bootstrap: str, command_config: str | None = None) -> list[str]:
+    """DescribeAcls' answer as kafka-acls.sh command lines that recreate it on Kafka: one
+    per resource pattern, principal, host and permission, with all its operations."""
+    grouped: dict[tuple, set[str]] = {}
+    for res in resources:
+        for a in res.acls:
+            key = (res.resource_type, res.resource_name, res.pattern_type, a.principal,
+                   a.host, a.permission_type)
+            grouped.setdefault(key, set()).add(
+                "".join(w.capitalize() for w in AclOperation(a.operation).name.split("_")))
+    lines = []
+    for (rtype, name, pattern, who, host, perm), ops in sorted(grouped.items()):
+        side = "allow" if perm == AclPermissionType.ALLOW else "deny"
+        words = ["kafka-acls.sh", "--bootstrap-server", bootstrap]
+        if command_config:
+            words += ["--command-config", command_config]
+        words += ["--add", f"--{side}-principal", who, f"--{side}-host", host]
+        for op in sorted(ops):
+            words += ["--operation", op]
+        resource = ResourceType(rtype)
+        words += ["--cluster"] if resource == ResourceType.CLUSTER else \
+            [RESOURCE_OPTIONS[resource], name]
+        words += ["--resource-pattern-type", PatternType(pattern).name.lower()]
+        # "$VAR" stays a shell variable; everything else is quoted as it is.
+        lines.append(" ".join(f'"{w}"' if w.startswith("$") else shlex.quote(w)
+                              for w in words))
+    return lines
+
+
+def cmd_export(cluster, args) -> int:
+    resources = _describe(cluster, dict(
+        resource_type_filter=ResourceType.ANY, resource_name_filter=None,
+        pattern_type_filter=PatternType.ANY, principal_filter=None, host_filter=None,
+        operation=AclOperation.ANY, permission_type=AclPermissionType.ANY))
+    lines = export_lines(resources, args.target_bootstrap_server, args.target_command_config)
+    print("#!/bin/sh\n# ACLs exported from txbroker: run against the Kafka cluster "
+          "(its brokers need an authorizer,\n# e.g. authorizer.class.name="
+          "org.apache.kafka.metadata.authorizer.StandardAuthorizer).\nset -e")
+    for line in lines:
+        print(line)
+    print(f"{len(lines)} kafka-acls.sh command(s) exported", file=sys.stderr)
+    return 0
+
+
 def _filter_text(flt: dict) -> str:
     return ", ".join(f"{k.removesuffix('_filter')}={v.name if hasattr(v, 'name') else v}"
                      for k, v in flt.items() if v is not None)
@@ -201,7 +254,7 @@ def add_parser(sub) -> None:
                        description=__doc__.replace("``", ""),
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     add_client_options(p)
-    p.add_argument("action", nargs="?", choices=("add", "list", "remove"),
+    p.add_argument("action", nargs="?", choices=("add", "list", "remove", "export"),
                    help="the action as a word (or --add/--list/--remove)")
     act = p.add_mutually_exclusive_group()
     act.add_argument("--add", action="store_true", help="add ACLs")
@@ -231,12 +284,20 @@ def add_parser(sub) -> None:
                    help="literal (default) or prefixed; --list/--remove also take match "
                         "(every ACL that applies to the named resource) and any")
     p.add_argument("--force", action="store_true", help="--remove without asking")
+    p.add_argument("--export", action="store_true",
+                   help="print kafka-acls.sh commands that recreate every ACL on Kafka")
+    p.add_argument("--target-bootstrap-server", default="$KAFKA_BOOTSTRAP",
+                   help="export: the Kafka cluster the commands address (default: the "
+                        "shell variable KAFKA_BOOTSTRAP)")
+    p.add_argument("--target-command-config", metavar="FILE",
+                   help="export: kafka-acls.sh --command-config for the Kafka cluster")
 
 
 def run(args) -> int:
-    chosen = [a for a in ("add", "list", "remove") if getattr(args, a) or args.action == a]
+    chosen = [a for a in ("add", "list", "remove", "export")
+              if getattr(args, a) or args.action == a]
     if len(chosen) != 1:
-        print("error: give exactly one of --add, --list, --remove", file=sys.stderr)
+        print("error: give exactly one of --add, --list, --remove, --export", file=sys.stderr)
         return 2
-    commands = {"add": cmd_add, "list": cmd_list, "remove": cmd_remove}
+    commands = {"add": cmd_add, "list": cmd_list, "remove": cmd_remove, "export": cmd_export}
     return run_tool(args, commands, chosen[0])

@@ -9,6 +9,13 @@ password; the password never travels. kafka-configs.sh's own syntax works too:
       --entity-type users --entity-name alice
   txbroker users --describe --entity-type users [--entity-name alice]
   txbroker users --alter --delete-config SCRAM-SHA-256 --entity-type users --entity-name alice
+  txbroker users export [--target-bootstrap-server KAFKA:9092] > users.sh
+
+export prints kafka-configs.sh commands that create the same users, mechanisms and
+iterations on Kafka; the passwords come from shell variables the script names: SCRAM
+storage (txbroker's, like Kafka's) keeps only the stored and server keys, from which
+neither the password nor the salted password Kafka's AlterUserScramCredentials takes
+can be recovered.
 """
 
 from __future__ import annotations
@@ -17,6 +24,7 @@ import argparse
 import getpass
 import re
 import secrets
+import shlex
 import sys
 
 from kio.schema.alter_user_scram_credentials.v0 import request as aus
@@ -210,6 +218,24 @@ def cmd_configs(cluster: Cluster, args) -> int:
     return 0
 
 
+def cmd_export(cluster: Cluster, args) -> int:
+    found = describe(cluster, None)
+    print("#!/bin/sh\n# SCRAM users exported from txbroker, to create on Kafka. The passwords "
+          "are not\n# exported (txbroker keeps only SCRAM's stored and server keys): set "
+          "each\n# PASSWORD_<n> below to the user's password before running this.\nset -eu")
+    n = 0
+    for n, user in enumerate(sorted(found), 1):
+        print(f"# PASSWORD_{n}: {user}")
+        for mech, iterations in found[user]:
+            words = ["kafka-configs.sh", "--bootstrap-server", args.target_bootstrap_server,
+                     "--alter", "--entity-type", "users", "--entity-name", user,
+                     "--add-config", f"{mech}=[iterations={iterations},password=$PASSWORD_{n}]"]
+            # the bootstrap's and password's "$VARS" stay for the shell to expand
+            print(" ".join(f'"{w}"' if "$" in w else shlex.quote(w) for w in words))
+    print(f"{n} user(s) exported", file=sys.stderr)
+    return 0
+
+
 def add_parser(sub) -> None:
     p = sub.add_parser(
         "users", help="SCRAM users (KIP-554), like kafka-configs.sh --entity-type users",
@@ -249,7 +275,12 @@ def add_parser(sub) -> None:
     rm.add_argument("user")
     rm.add_argument("--mechanism", action="append", metavar="MECH",
                     help="only this mechanism (repeatable; default: all the user has)")
-    add_client_options_to_subcommands(add, ls, rm)
+    ex = usub.add_parser("export", help="kafka-configs.sh commands that create the users "
+                                        "on Kafka (passwords supplied by you)")
+    ex.add_argument("--target-bootstrap-server", default="$KAFKA_BOOTSTRAP",
+                    help="the Kafka cluster the commands address (default: the shell "
+                         "variable KAFKA_BOOTSTRAP)")
+    add_client_options_to_subcommands(add, ls, rm, ex)
 
 
 def run(args) -> int:
@@ -262,5 +293,5 @@ def run(args) -> int:
     if args.describe or args.alter or args.add_config or args.delete_config:
         print("error: kafka-configs.sh's options go without a subcommand", file=sys.stderr)
         return 2
-    commands = {"add": cmd_add, "list": cmd_list, "remove": cmd_remove}
+    commands = {"add": cmd_add, "list": cmd_list, "remove": cmd_remove, "export": cmd_export}
     return run_tool(args, commands, args.users_command)
