@@ -24,6 +24,15 @@ import pytest
 FIXTURE_DEFAULTS: dict[str, str] = {"group.initial.rebalance.delay.ms": "0"}
 
 
+def pytest_configure(config) -> None:
+    # The in-process broker's thread and the test thread must not build ASTs at the
+    # same time on CPython 3.11.0-3.11.7 (testing/thread_safe_ast.py).
+    from .thread_safe_ast import serialize_ast_parse, serialize_pytest_rewrite
+
+    serialize_ast_parse()
+    serialize_pytest_rewrite(config)
+
+
 @pytest.fixture
 def txbroker_config() -> dict[str, str]:
     """Override in your conftest.py to change broker config for the txbroker fixture."""
