@@ -166,34 +166,32 @@ def _mechanisms(text: str) -> list[str]:
     return [m.upper() for m in _names(text)]
 
 
-def _principal_rules(text: str) -> str:
-    from .security.tls import parse_principal_mapping_rules
-
+def _checked_by(parse, text: str) -> str:
+    """``text`` stripped, once ``parse`` accepts it (its ValueError as a ConfigError);
+    the parsers are imported by the callers, lazily, to keep serve's start-up light."""
     try:
-        parse_principal_mapping_rules(text)
+        parse(text)
     except ValueError as e:
         raise ConfigError(str(e)) from None
     return str(text).strip()
+
+
+def _principal_rules(text: str) -> str:
+    from .security.tls import parse_principal_mapping_rules
+
+    return _checked_by(parse_principal_mapping_rules, text)
 
 
 def _fault_points(text: str) -> str:
     from txbroker.coordinator.transaction.faults import parse_fault_points
 
-    try:
-        parse_fault_points(text)
-    except ValueError as e:
-        raise ConfigError(str(e)) from None
-    return str(text).strip()
+    return _checked_by(parse_fault_points, text)
 
 
 def _faults(text: str) -> str:
     from .fault_spec import load_fault_specs
 
-    try:
-        load_fault_specs(text)
-    except ValueError as e:
-        raise ConfigError(str(e)) from None
-    return str(text).strip()
+    return _checked_by(load_fault_specs, text)
 
 
 def _authorizer_class(text: str) -> str:
