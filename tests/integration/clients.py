@@ -12,14 +12,17 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import re
 import subprocess
 import time
 import uuid
+from collections import deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 KCAT = "/usr/bin/kcat"
+log = logging.getLogger(__name__)
 
 PRODUCERS = ("kafka-python", "aiokafka", "confluent", "kcat")
 CONSUMERS = ("kafka-python", "aiokafka", "confluent", "kcat")
@@ -190,8 +193,50 @@ def _sorted(recs: Iterable[Rec]) -> list[Rec]:
     return sorted(recs, key=lambda r: (r.partition, r.offset))
 
 
+class _RecentLog(logging.Handler):
+    """The last ``limit`` log lines of a client library, kept in memory: printed only
+    when a consumer comes back short, so a rare client stall can be explained."""
+
+    def __init__(self, logger_name: str, limit: int = 400) -> None:
+        super().__init__(logging.DEBUG)
+        self.lines: deque[str] = deque(maxlen=limit)
+        self.logger = logging.getLogger(logger_name)
+        self.setFormatter(logging.Formatter("%(relativeCreated)d %(name)s %(message)s"))
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(self.format(record))
+        if record.levelno >= logging.WARNING:  # what would have propagated anyway
+            logging.getLogger().handle(record)
+
+    def __enter__(self) -> _RecentLog:
+        # Not propagated: pytest's capture would otherwise format every DEBUG line.
+        self.before = self.logger.level, self.logger.propagate
+        self.logger.setLevel(logging.DEBUG)
+        self.logger.propagate = False
+        self.logger.addHandler(self)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.logger.removeHandler(self)
+        self.logger.setLevel(self.before[0])
+        self.logger.propagate = self.before[1]
+
+    def report_if_short(self, got: int, wanted: int, what: str) -> None:
+        if got < wanted:
+            log.warning("%s read %d of %d records; its last log lines:\n%s",
+                        what, got, wanted, "\n".join(self.lines))
+
+
 def consume_kafka_python(bootstrap: str, topic: str, partitions: Sequence[int], count: int,
                          start: int = 0, timeout: float = 15, **config) -> list[Rec]:
+    with _RecentLog("kafka") as recent:
+        got = _consume_kafka_python(bootstrap, topic, partitions, count, start, timeout, **config)
+        recent.report_if_short(len(got), count, f"kafka-python on {bootstrap} ({topic})")
+    return got
+
+
+def _consume_kafka_python(bootstrap: str, topic: str, partitions: Sequence[int], count: int,
+                          start: int, timeout: float, **config) -> list[Rec]:
     from kafka import KafkaConsumer, TopicPartition
 
     conf = {"enable_auto_commit": False, "auto_offset_reset": "earliest",
