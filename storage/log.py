@@ -143,6 +143,10 @@ class PartitionLog:
         # be yet (segments below the recovery point were fsynced before it was written).
         for seg in segments[min(first_unflushed, len(segments) - 1):]:
             os.fsync(seg.fd)
+        if not clean:
+            # And their directory entries: a segment created just before the crash may
+            # never have had its entry fsynced (a power loss later would remove it).
+            fsync_directory(self.directory)
         for seg in segments[:-1]:
             seg.release_file()  # rolled: its .log is reopened when read
         self.flushed_offset = self.log_end_offset
