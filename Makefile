@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 SUDO := $(shell [ "$$(id -u)" = "0" ] || echo sudo)
 
-.PHONY: install system-deps kafka-jars spark-kafka-jars kafkajs test test-kafka test-cluster test-chaos test-fast model-check lint console-screenshots demo bench bench-kafka bench-abuse bench-compare fuzz serve clean docs-config
+.PHONY: install system-deps kafka-jars spark-kafka-jars kafkajs test test-kafka test-cluster test-chaos test-long test-fast model-check lint console-screenshots demo bench bench-kafka bench-abuse bench-compare fuzz serve clean docs-config
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -m venv $(VENV) 2>/dev/null || { \
@@ -100,7 +100,13 @@ lint: install
 # (Kafka starts once for them); `make test-kafka` runs every differential test on both,
 # and the Spark tests against Apache Kafka (the ingestion job's third place).
 test: install lint
-	$(PY) -m pytest -q -p no:cacheprovider -m "(not kafka or kafka_ci) and not cluster and not chaos"
+	$(PY) -m pytest -q -p no:cacheprovider -m "(not kafka or kafka_ci) and not cluster and not chaos and not long"
+
+# Tests over a minute each on two cores (marker long) whose ground a faster test in
+# `make test` covers in part: the Spark driver's SIGTERM stop and the SIGKILL of a
+# driver reading with Spark's Kafka connector (the txbroker source's kill stays in).
+test-long: install
+	$(PY) -m pytest -q -p no:cacheprovider -m long
 
 # txbroker chaos runs of the sample pipeline (tests/integration/chaos/): ~30 s.
 test-chaos: install

@@ -94,6 +94,7 @@ def _batch0_offsets(ckpt: Path) -> set[tuple[int, int]]:
 
 
 @pytest.mark.slow
+@pytest.mark.long
 def test_continuous_job_stops_on_sigterm_and_resumes(spark, txbroker, topic, tmp_path):
     """``--processing-time`` runs until SIGTERM (docker stop), which stops the query
     cleanly (exit 0, summary line); a later run picks up exactly where it stopped."""
@@ -138,6 +139,7 @@ def test_continuous_job_stops_on_sigterm_and_resumes(spark, txbroker, topic, tmp
 
 
 @pytest.mark.slow
+@pytest.mark.long
 def test_connector_driver_killed_mid_batch_then_restarted(spark, txbroker, topic, tmp_path):
     """The same guarantee with Spark's Kafka connector (``--format kafka``) against txbroker.
     The connector has no test hook to hold a batch open, so the job runs many small
