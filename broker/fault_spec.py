@@ -16,6 +16,8 @@ Request faults:
 Commit-protocol points: ``point`` and ``action`` (crash, power_loss, delay:MS, drop,
 expire), as coordinator/transaction/faults.py; they fire once.
 Connection faults: ``connections="refuse"`` (accepted, then closed at once), with count.
+Broker faults: ``broker="hang"`` with ``ms``: nothing served or answered for that long
+(broker/hang.py).
 ``profile`` names a preset (PROFILES) whose keys the spec's own override.
 """
 
@@ -52,12 +54,13 @@ MATCH_KEYS = ("api", "version", "client_id", "principal", "topic", "partition",
               "transactional_id", "group_id")
 ACTION_KEYS = ("error", "delay_ms", "drop", "close", "callable")
 KEYS = frozenset((*MATCH_KEYS, *ACTION_KEYS, "count", "after", "profile", "point", "action",
-                  "connections", "id"))
+                  "connections", "broker", "ms", "id"))
+BROKER_ACTIONS = ("hang",)
 
 
 @dataclass(frozen=True, slots=True)
 class FaultSpec:
-    kind: str  # "request", "point" or "connection"
+    kind: str  # "request", "point", "connection" or "hang"
     api_keys: frozenset[int] = frozenset()  # {ANY_API} for every API
     version: int | None = None
     client_id: str | None = None
@@ -75,6 +78,7 @@ class FaultSpec:
     after: int = 0
     point: str | None = None
     action: str | None = None
+    hang_ms: int | None = None
     source: Mapping[str, Any] | None = None  # what was asked, for listings
 
     def describe(self) -> dict[str, Any]:
@@ -170,10 +174,13 @@ def parse_spec(spec: Mapping[str, Any], *, allow_callable: bool = True) -> Fault
     after = _int(spec, "after", 0) or 0
     if spec.get("point") is not None:
         return _point_spec(spec, source)
+    if spec.get("broker") is not None or "ms" in spec:
+        return _broker_spec(spec, source)
     if spec.get("connections") is not None:
         if spec["connections"] != "refuse":
             raise ValueError(f"connections must be \"refuse\", not {spec['connections']!r}")
-        extra = sorted(k for k in (*MATCH_KEYS, *ACTION_KEYS, "action") if k in spec)
+        extra = sorted(k for k in (*MATCH_KEYS, *ACTION_KEYS, "action", "broker", "ms")
+                       if k in spec)
         if extra:
             raise ValueError(f"a connections fault takes only count and after, not "
                              f"{', '.join(extra)}")
@@ -230,7 +237,8 @@ def parse_spec(spec: Mapping[str, Any], *, allow_callable: bool = True) -> Fault
 
 
 def _point_spec(spec: Mapping[str, Any], source: dict) -> FaultSpec:
-    extra = sorted(k for k in (*MATCH_KEYS, *ACTION_KEYS, "connections", "after") if k in spec)
+    extra = sorted(k for k in (*MATCH_KEYS, *ACTION_KEYS, "connections", "after", "broker",
+                               "ms") if k in spec)
     if extra:
         raise ValueError(f"a commit-protocol point takes point and action, not "
                          f"{', '.join(extra)}")
@@ -240,6 +248,23 @@ def _point_spec(spec: Mapping[str, Any], source: dict) -> FaultSpec:
     action = spec.get("action") or ("drop" if point == "drop_end_txn_response" else "crash")
     check_fault_point(point, action)
     return FaultSpec("point", point=point, action=action, count=1, source=source)
+
+
+def _broker_spec(spec: Mapping[str, Any], source: dict) -> FaultSpec:
+    if spec.get("broker") is None:
+        raise ValueError("ms is for a broker hang ({\"broker\": \"hang\", \"ms\": N}); a "
+                         "request is delayed with delay_ms")
+    if spec.get("broker") not in BROKER_ACTIONS:
+        raise ValueError(f"broker must be one of {', '.join(BROKER_ACTIONS)} (with ms), not "
+                         f"{spec.get('broker')!r}")
+    extra = sorted(k for k in (*MATCH_KEYS, *ACTION_KEYS, "connections", "action", "count",
+                               "after") if k in spec)
+    if extra:
+        raise ValueError(f"a broker hang takes only ms, not {', '.join(extra)}")
+    ms = _int(spec, "ms", 1)
+    if ms is None:
+        raise ValueError("a broker hang needs ms (how long nothing is answered)")
+    return FaultSpec("hang", hang_ms=ms, count=1, source=source)
 
 
 def load_fault_specs(text: str) -> list[dict[str, Any]]:

@@ -23,6 +23,7 @@ from txbroker.protocol.messages import api_name
 from . import partition_faults as pf
 from .context import CloseConnection
 from .fault_spec import ANY_API, FaultSpec, parse_spec
+from .hang import BrokerHang
 
 log = logging.getLogger("txbroker.faults")
 
@@ -92,6 +93,7 @@ class FaultTable:
         injector.on_fired = self._point_fired
         self.by_api: dict[int, ApiFaults] = {}  # the server's per-request check reads this
         self.connection_faults: list[Fault] = []
+        self.hang = BrokerHang()  # the server tests hang.on per request
         self._faults: dict[str, Fault] = {}
         self._ids = itertools.count(1)
         self._topic_names = topic_names
@@ -113,7 +115,8 @@ class FaultTable:
     def adopt(self, faults: Iterable[Fault]) -> None:
         """Install faults of a broker this one replaces (a restart): same ids, counts."""
         for fault in faults:
-            if fault.active and fault.spec.kind != "point":
+            # A restart ends a hang, as it ends a real broker's pause.
+            if fault.active and fault.spec.kind not in ("point", "hang"):
                 while fault.id in self._faults:  # (the handles hold the object, not the id)
                     fault.id = f"f{next(self._ids)}"
                 self._insert(fault)
@@ -139,6 +142,8 @@ class FaultTable:
         spec = fault.spec
         if spec.kind == "connection":
             self.connection_faults.append(fault)
+        elif spec.kind == "hang":
+            self.hang.begin(fault, lambda f: self.remove(f.id))
         elif spec.kind == "request":
             from .handlers import HANDLER_TABLE
 
@@ -173,6 +178,8 @@ class FaultTable:
                 self.points.disarm(spec.point)
         elif spec.kind == "connection":
             self.connection_faults.remove(fault)
+        elif spec.kind == "hang":
+            self.hang.end(fault)
         else:
             for key, bucket in list(self.by_api.items()):
                 group = bucket.any_topic if spec.topic is None else bucket.by_topic.get(

@@ -69,8 +69,10 @@ class _Shortcuts:
         return self.add(connections="refuse", count=count)
 
     def hang(self, ms: int) -> Any:
-        """Every request waits ``ms`` ms (all connections hang) until ``remove()``."""
-        return self.add(api="*", delay_ms=ms)
+        """The broker serves and answers nothing for ``ms`` ms, on every connection (a
+        long GC pause); then the held requests are served. ``fired``: requests held;
+        ``remove()`` ends it early."""
+        return self.add(broker="hang", ms=ms)
 
 
 class BrokerFaults(_Shortcuts):

@@ -79,6 +79,8 @@ def _spec(args) -> dict[str, Any]:
             spec[flag] = True
     if args.refuse_connections:
         spec["connections"] = "refuse"
+    if args.hang is not None:
+        spec.update(broker="hang", ms=args.hang)
     return spec
 
 
@@ -146,6 +148,9 @@ def add_parser(sub) -> None:
                         help="close the connection instead of serving the request")
     action.add_argument("--refuse-connections", action="store_true",
                         help="close new connections as they come")
+    action.add_argument("--hang", type=int, metavar="MS",
+                        help="the broker serves and answers nothing for MS ms, on every "
+                             "connection (a long GC pause), then serves what it held")
     action.add_argument("--point", help="a commit-protocol point (before_markers, ...)")
     action.add_argument("--action", help="the point's action: crash, power_loss, delay:MS, "
                                          "drop, expire")

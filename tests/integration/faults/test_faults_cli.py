@@ -4,6 +4,8 @@ process, with its bearer token (docs/fault-injection.md, docs/tools.md)."""
 from __future__ import annotations
 
 import json
+import threading
+import time
 import urllib.error
 import urllib.request
 
@@ -89,3 +91,31 @@ def test_broker_process_faults_through_the_admin_endpoint(secured_process):
     with pytest.raises(urllib.error.HTTPError) as no_token:
         urllib.request.urlopen(request, timeout=10)
     assert no_token.value.code == 401
+
+
+def test_a_hang_from_the_configuration_ended_from_the_command_line(tmp_path, capsys):
+    """A broker process that starts hung (``txbroker.faults``): a client's first
+    request waits until ``txbroker faults remove`` ends the hang; ``faults add --hang``
+    installs another."""
+    proc = BrokerProcess(str(tmp_path / "data"), {
+        "admin.http.port": "0", "txbroker.faults": json.dumps({"broker": "hang", "ms": 600_000})})
+    proc.start()
+    try:
+        found: list = []
+        client = threading.Thread(target=lambda: found.append(
+            Producer({"bootstrap.servers": proc.bootstrap}).list_topics(timeout=60)))
+        client.start()
+        deadline = time.monotonic() + 30
+        while proc.faults.list()[0]["fired"] == 0 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        (hang,) = proc.faults.list()
+        assert (hang["broker"], hang["active"], found) == ("hang", True, [])
+        assert hang["fired"] >= 1  # the client's ApiVersions, held
+        rc, out, err = _cli(capsys, "remove", hang["id"], token_file=None, url=proc.admin_url)
+        assert rc == 0, err
+        client.join(60)
+        assert found and "__consumer_offsets" not in found[0].topics
+        rc, out, err = _cli(capsys, "add", "--hang", "300", token_file=None, url=proc.admin_url)
+        assert rc == 0 and "broker=hang ms=300" in out, err
+    finally:
+        proc.kill()
