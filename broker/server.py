@@ -431,6 +431,7 @@ class Broker:
         if self.crashed:
             if self._teardown is not None:
                 await self._teardown  # the crash's teardown: files closed, lock released
+            self.hang.end_all()  # (its connections are gone: the hang only ends)
             return
         log.info("shutting down")
         self.hang.end_all()  # what a hang held is served and answered before the end

@@ -71,3 +71,17 @@ def test_a_hang_holds_no_more_than_the_connection_may_queue(txbroker):
     assert hang.fired == 3 and not hang.active
     listed = [f for f in txbroker.faults.list() if f["id"] == hang.id]
     assert listed[0]["broker"] == "hang" and listed[0]["fired"] == 3
+
+
+def test_a_crash_ends_a_hang_and_a_restart_does_not_bring_it_back(txbroker):
+    txbroker.create_topic("t")
+    kept = txbroker.faults.add(api="Produce", delay_ms=1)
+    hang = txbroker.faults.hang(600_000)
+    txbroker.crash()
+    txbroker.restart()
+    assert not hang.active
+    assert [f["id"] for f in txbroker.faults.list() if f["active"]] == [kept.id]
+    producer = Producer({"bootstrap.servers": txbroker.bootstrap})
+    producer.produce("t", b"x")
+    assert producer.flush(30) == 0  # answered: not hung
+    assert kept.fired == 1
