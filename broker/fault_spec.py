@@ -17,7 +17,8 @@ Commit-protocol points: ``point`` and ``action`` (crash, power_loss, delay:MS, d
 expire), as coordinator/transaction/faults.py; they fire once.
 Connection faults: ``connections="refuse"`` (accepted, then closed at once), with count.
 Broker faults: ``broker="hang"`` with ``ms``: nothing served or answered for that long
-(broker/hang.py).
+(broker/hang.py); ``broker="crash"`` or ``"power_loss"``: the broker crashes now (on
+demand only, not from the configuration).
 ``profile`` names a preset (PROFILES) whose keys the spec's own override.
 """
 
@@ -55,12 +56,12 @@ MATCH_KEYS = ("api", "version", "client_id", "principal", "topic", "partition",
 ACTION_KEYS = ("error", "delay_ms", "drop", "close", "callable")
 KEYS = frozenset((*MATCH_KEYS, *ACTION_KEYS, "count", "after", "profile", "point", "action",
                   "connections", "broker", "ms", "id"))
-BROKER_ACTIONS = ("hang",)
+BROKER_ACTIONS = ("hang", "crash", "power_loss")
 
 
 @dataclass(frozen=True, slots=True)
 class FaultSpec:
-    kind: str  # "request", "point", "connection" or "hang"
+    kind: str  # "request", "point", "connection", "hang" or "crash"
     api_keys: frozenset[int] = frozenset()  # {ANY_API} for every API
     version: int | None = None
     client_id: str | None = None
@@ -254,11 +255,16 @@ def _broker_spec(spec: Mapping[str, Any], source: dict) -> FaultSpec:
     if spec.get("broker") is None:
         raise ValueError("ms is for a broker hang ({\"broker\": \"hang\", \"ms\": N}); a "
                          "request is delayed with delay_ms")
-    if spec.get("broker") not in BROKER_ACTIONS:
-        raise ValueError(f"broker must be one of {', '.join(BROKER_ACTIONS)} (with ms), not "
-                         f"{spec.get('broker')!r}")
+    action = spec.get("broker")
+    if action not in BROKER_ACTIONS:
+        raise ValueError(f"broker must be one of {', '.join(BROKER_ACTIONS)}, not {action!r}")
     extra = sorted(k for k in (*MATCH_KEYS, *ACTION_KEYS, "connections", "action", "count",
                                "after") if k in spec)
+    if action != "hang":
+        extra += ["ms"] if "ms" in spec else []
+        if extra:
+            raise ValueError(f"a broker {action} takes no other key, not {', '.join(extra)}")
+        return FaultSpec("crash", action=action, count=1, source=source)
     if extra:
         raise ValueError(f"a broker hang takes only ms, not {', '.join(extra)}")
     ms = _int(spec, "ms", 1)
@@ -292,7 +298,10 @@ def load_fault_specs(text: str) -> list[dict[str, Any]]:
     items = data if isinstance(data, list) else [data]
     for i, item in enumerate(items):
         try:
-            parse_spec(item, allow_callable=False)
+            if parse_spec(item, allow_callable=False).kind == "crash":
+                raise ValueError("a broker crash or power_loss is on demand only (at start-up "
+                                 "it would crash every start); arm a commit-protocol point "
+                                 "to crash at a given moment")
         except ValueError as e:
             raise ValueError(f"{where}: fault {i + 1}: {e}") from None
     return items

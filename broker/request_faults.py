@@ -87,8 +87,10 @@ class FaultCall:
 
 class FaultTable:
     def __init__(self, injector: FaultInjector, *, topic_names: Callable[[], Mapping] = dict,
-                 ) -> None:
-        """``topic_names()`` is {topic id: name} (Produce v13 names topics by id)."""
+                 crash: Callable[[str, bool], None] | None = None) -> None:
+        """``topic_names()`` is {topic id: name} (Produce v13 names topics by id);
+        ``crash(why, power_loss)`` crashes the broker (server.Broker.crash)."""
+        self._crash = crash
         self.points = injector
         injector.on_fired = self._point_fired
         self.by_api: dict[int, ApiFaults] = {}  # the server's per-request check reads this
@@ -116,7 +118,7 @@ class FaultTable:
         """Install faults of a broker this one replaces (a restart): same ids, counts."""
         for fault in faults:
             # A restart ends a hang, as it ends a real broker's pause.
-            if fault.active and fault.spec.kind not in ("point", "hang"):
+            if fault.active and fault.spec.kind not in ("point", "hang", "crash"):
                 while fault.id in self._faults:  # (the handles hold the object, not the id)
                     fault.id = f"f{next(self._ids)}"
                 self._insert(fault)
@@ -144,6 +146,8 @@ class FaultTable:
             self.connection_faults.append(fault)
         elif spec.kind == "hang":
             self.hang.begin(fault, lambda f: self.remove(f.id))
+        elif spec.kind == "crash":
+            self._crash_soon(fault)
         elif spec.kind == "request":
             from .handlers import HANDLER_TABLE
 
@@ -180,6 +184,8 @@ class FaultTable:
             self.connection_faults.remove(fault)
         elif spec.kind == "hang":
             self.hang.end(fault)
+        elif spec.kind == "crash":
+            pass  # (it fired as it was installed)
         else:
             for key, bucket in list(self.by_api.items()):
                 group = bucket.any_topic if spec.topic is None else bucket.by_topic.get(
@@ -242,6 +248,15 @@ class FaultTable:
                 fault.fired += 1
                 fault.active = False
                 return
+
+    def _crash_soon(self, fault: Fault) -> None:
+        """A broker crash or power loss on demand: a moment from now, so that whoever
+        asked (the admin endpoint) gets its answer first."""
+        assert self._crash is not None, "FaultTable(crash=...) not given"
+        fault.seen = fault.fired = 1
+        fault.active = False
+        power_loss = fault.spec.action == "power_loss"
+        asyncio.get_running_loop().call_later(0.1, self._crash, f"fault {fault.id}", power_loss)
 
     # --- connections --------------------------------------------------------------------
 

@@ -68,6 +68,11 @@ class _Shortcuts:
         """New connections are closed as they are accepted (``count`` of them)."""
         return self.add(connections="refuse", count=count)
 
+    def crash_now(self, power_loss: bool = False) -> Any:
+        """The broker crashes (or loses power) a moment from now; a broker process
+        exits with 137. (The fixture's own ``crash()`` does this at once.)"""
+        return self.add(broker="power_loss" if power_loss else "crash")
+
     def hang(self, ms: int) -> Any:
         """The broker serves and answers nothing for ``ms`` ms, on every connection (a
         long GC pause); then the held requests are served. ``fired``: requests held;

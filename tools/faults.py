@@ -81,6 +81,9 @@ def _spec(args) -> dict[str, Any]:
         spec["connections"] = "refuse"
     if args.hang is not None:
         spec.update(broker="hang", ms=args.hang)
+    for flag, action in (("crash", "crash"), ("power_loss", "power_loss")):
+        if getattr(args, flag):
+            spec["broker"] = action
     return spec
 
 
@@ -151,6 +154,11 @@ def add_parser(sub) -> None:
     action.add_argument("--hang", type=int, metavar="MS",
                         help="the broker serves and answers nothing for MS ms, on every "
                              "connection (a long GC pause), then serves what it held")
+    action.add_argument("--crash", action="store_true",
+                        help="the broker crashes now (exit 137, as after SIGKILL)")
+    action.add_argument("--power-loss", action="store_true",
+                        help="the broker loses power now: what was not fsynced is lost, "
+                             "then as --crash")
     action.add_argument("--point", help="a commit-protocol point (before_markers, ...)")
     action.add_argument("--action", help="the point's action: crash, power_loss, delay:MS, "
                                          "drop, expire")

@@ -192,9 +192,10 @@ def test_hang_and_refused_connections(txbroker):
     ({"point": "before_lunch"}, "unknown fault point"),
     ({"profile": "meteor"}, "unknown fault profile"),
     ({"broker": "hang"}, "a broker hang needs ms"),
-    ({"broker": "nap", "ms": 5}, "broker must be one of hang"),
+    ({"broker": "nap", "ms": 5}, "broker must be one of hang, crash, power_loss"),
     ({"broker": "hang", "ms": 5, "api": "Produce"}, "a broker hang takes only ms, not api"),
     ({"broker": "hang", "ms": 0}, "ms must be at least 1"),
+    ({"broker": "crash", "ms": 5}, "a broker crash takes no other key, not ms"),
     ({"api": "Produce", "error": 6, "ms": 5}, "ms is for a broker hang"),
 ])
 def test_bad_specs_are_refused_with_a_clear_error(txbroker, spec, message):
