@@ -7,10 +7,11 @@ transactions, which no read_committed pipeline may pass on). For ``duration`` se
 pipeline instances are SIGKILLed and restarted, the broker crashed (SIGKILL) or made
 to lose power at a commit-protocol point and restarted, and request faults injected
 from a profile; and (events.py) the broker restarted cleanly or hung for a moment, and
-instances paused, replaced and resumed as zombies beside their replacements. Then, faults off, the run waits for quiescence judged by progress
-(the group's committed offsets reach the input's end; no progress for
-``stall_timeout`` is a stall, reported with its reason) and checks the output
-(checker.py). Needs confluent-kafka (the feeder and the read_committed reader).
+instances paused, replaced and resumed as zombies beside their replacements. Then,
+faults off, the run waits for quiescence judged by progress (the group's committed
+offsets reach the input's end, no zombie left; no progress for ``stall_timeout`` is a
+stall, reported with its reason) and checks the output (checker.py). Needs
+confluent-kafka (the feeder and the read_committed reader).
 """
 
 from __future__ import annotations
@@ -127,8 +128,8 @@ def run(command: Sequence[str], *, input: str, output: str, instances: int = 2,
         pipeline.start_all()
         deadline = started + duration
         while time.monotonic() < deadline:
-            events.sleep(min(rng.expovariate(1 / interval), max(deadline - time.monotonic(), 0)),
-                         pipeline, event)
+            pause = min(rng.expovariate(1 / interval), max(deadline - time.monotonic(), 0))
+            events.sleep(pause, pipeline, event)
             _supervise(broker, pipeline, event)
             if time.monotonic() >= deadline or not strikes:
                 continue
@@ -302,7 +303,9 @@ class Feeder(threading.Thread):
     def _producer(self):
         return _confluent().Producer({
             "bootstrap.servers": self.bootstrap, "enable.idempotence": True, "linger.ms": 5,
-            "message.timeout.ms": 600_000, "metadata.recovery.strategy": "none"})
+            "message.timeout.ms": 600_000, "metadata.recovery.strategy": "none",
+            # A Produce answer the faults drop is retried after 5 s, not librdkafka's 60.
+            "socket.timeout.ms": 5000})
 
     def _placed(self, err, msg) -> None:
         if err is None:

@@ -64,10 +64,12 @@ def main(argv: list[str] | None = None) -> int:
     else:
         consumer.subscribe([source])
     if args.no_idempotence:
-        # request.timeout.ms short so that a lost answer is retried within a short run
+        # A short client timeout, so that a lost answer is retried within a short run:
+        # librdkafka's is socket.timeout.ms (request.timeout.ms is only the acks timeout
+        # it asks of the broker)
         return _at_least_once(consumer, Producer({**common, "enable.idempotence": False,
                                                   "acks": "all", "retries": 10,
-                                                  "request.timeout.ms": 3000}), sink)
+                                                  "socket.timeout.ms": 3000}), sink)
     producer = Producer({**common, "transactional.id": transactional_id,
                          "transaction.timeout.ms": 10000})
     producer.init_transactions(30)
