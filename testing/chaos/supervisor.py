@@ -18,13 +18,15 @@ from pathlib import Path
 
 @dataclass
 class Zombie:
-    """A paused instance's process, replaced; SIGCONT at ``resume_at``, SIGKILL at
-    ``kill_at`` (time.monotonic) unless it exits by itself first (fenced, say)."""
+    """A paused instance's process, replaced; SIGCONT at ``resume_at`` (time.monotonic),
+    SIGKILL ``live_for`` seconds after it was resumed (``kill_at``) unless it exits by
+    itself first (fenced, say)."""
 
     instance: int
     proc: subprocess.Popen
     resume_at: float
-    kill_at: float
+    live_for: float
+    kill_at: float = 0.0
     resumed: bool = False
 
 
@@ -73,8 +75,7 @@ class Instances:
             return None
         _signal(proc, signal.SIGSTOP)
         now = time.monotonic()
-        self.zombies.append(Zombie(instance, proc, now + resume_after,
-                                   now + resume_after + live_for))
+        self.zombies.append(Zombie(instance, proc, now + resume_after, live_for))
         self.start(instance)
         return proc.pid
 
@@ -96,6 +97,7 @@ class Instances:
             elif not zombie.resumed and now >= zombie.resume_at:
                 _signal(zombie.proc, signal.SIGCONT)
                 zombie.resumed = True
+                zombie.kill_at = now + zombie.live_for  # (resumed late: it lives as long)
                 events.append(f"zombie: SIGCONT instance {zombie.instance}'s old process {pid}, "
                               f"beside its replacement")
             elif zombie.resumed and now >= zombie.kill_at:
