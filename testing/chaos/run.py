@@ -302,9 +302,11 @@ class Feeder(threading.Thread):
 
     def _producer(self):
         return _confluent().Producer({
-            "bootstrap.servers": self.bootstrap, "enable.idempotence": True, "linger.ms": 5,
+            "bootstrap.servers": self.bootstrap, "enable.idempotence": True, "linger.ms": 100,
             "message.timeout.ms": 600_000, "metadata.recovery.strategy": "none",
-            # A Produce answer the faults drop is retried after 5 s, not librdkafka's 60.
+            # A Produce answer the faults drop is retried after 5 s, not librdkafka's 60;
+            # linger.ms 100: fewer Produce requests, so that request faults fall on the
+            # pipeline's more often than on the feeder's.
             "socket.timeout.ms": 5000})
 
     def _placed(self, err, msg) -> None:

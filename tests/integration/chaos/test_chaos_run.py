@@ -70,14 +70,15 @@ def test_a_read_uncommitted_pipeline_is_caught(tmp_path):
 
 @pytest.mark.chaos
 def test_a_pipeline_without_idempotence_or_transactions_is_caught(tmp_path):
-    """Lost Produce answers (retried: appended twice), instance kills (delivered but
-    not committed: produced again) and zombies (nothing fences a plain producer: it
-    produces what it had consumed, which its replacement produces too) duplicate its
-    output. (The lost answers alone may all fall on the feeder's Produce requests.)"""
+    """Lost Produce answers (retried: appended twice) and instance kills (delivered but
+    not committed: produced again) duplicate its output.
+    (Flaky, as it was before the zombies: a dropped answer silences its connection
+    until the client's timeout, and the first Produce requests after it are the
+    feeder's, so the drops tend to fall on the feeder, not on the pipeline.)"""
     report = run([*SAMPLE, "--no-idempotence"], input="orders", output="payments",
                  instances=2, duration=12, records=400, interval=1.0, seed=7,
                  faults="lost_answers", broker_crashes=False, power_loss=False,
-                 clean_restarts=False, hangs=False, data_dir=str(tmp_path))
+                 clean_restarts=False, hangs=False, zombies=False, data_dir=str(tmp_path))
     assert not report.ok
     assert report.check.counts.get("duplicate", 0) > 0, report.text()
 
