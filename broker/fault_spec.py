@@ -8,7 +8,7 @@ admin endpoint (``POST /faults``, JSON), ``txbroker faults add`` and the broker'
 Request faults:
   match    api (name like "Produce"/"list_offsets", key, or a list of them; "*" every
            API), version, client_id, principal, topic, partition, transactional_id,
-           group_id
+           group_id; except_client_id lets that client's requests through (uncounted)
   action   error (Kafka's name or number) | delay_ms | drop (serve, never answer: the
            connection goes silent) | close (close the connection, request not served) |
            callable (in-process only: ``fn(call)`` may return a replacement answer)
@@ -52,7 +52,7 @@ PROFILES: dict[str, dict[str, Any]] = {
 }
 
 MATCH_KEYS = ("api", "version", "client_id", "principal", "topic", "partition",
-              "transactional_id", "group_id")
+              "transactional_id", "group_id", "except_client_id")
 ACTION_KEYS = ("error", "delay_ms", "drop", "close", "callable")
 KEYS = frozenset((*MATCH_KEYS, *ACTION_KEYS, "count", "after", "profile", "point", "action",
                   "connections", "broker", "ms", "id"))
@@ -65,6 +65,7 @@ class FaultSpec:
     api_keys: frozenset[int] = frozenset()  # {ANY_API} for every API
     version: int | None = None
     client_id: str | None = None
+    except_client_id: str | None = None
     principal: str | None = None
     topic: str | None = None
     partition: int | None = None
@@ -228,7 +229,8 @@ def parse_spec(spec: Mapping[str, Any], *, allow_callable: bool = True) -> Fault
                              f"not {names}")
     return FaultSpec(
         "request", api_keys=keys, version=_int(spec, "version", 0),
-        client_id=_str(spec, "client_id"), principal=_str(spec, "principal"),
+        client_id=_str(spec, "client_id"), except_client_id=_str(spec, "except_client_id"),
+        principal=_str(spec, "principal"),
         topic=topic, partition=partition,
         transactional_id=_str(spec, "transactional_id"), group_id=_str(spec, "group_id"),
         error=_error_code(spec["error"]) if spec.get("error") is not None else None,

@@ -375,6 +375,8 @@ def _matches_request(spec: FaultSpec, ctx, request) -> bool:
         return False
     if spec.client_id is not None and spec.client_id != ctx.header.client_id:
         return False
+    if spec.except_client_id is not None and spec.except_client_id == ctx.header.client_id:
+        return False
     if spec.principal is not None and spec.principal != ctx.principal:
         return False
     if spec.transactional_id is not None and spec.transactional_id not in _ids(

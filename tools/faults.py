@@ -17,7 +17,7 @@ from typing import Any
 
 DEFAULT_URL = "http://127.0.0.1:8080"
 # add's options -> fault keys (docs/fault-injection.md); --json takes a whole spec.
-_SPEC_OPTIONS = ("api", "version", "client_id", "principal", "topic", "partition",
+_SPEC_OPTIONS = ("api", "version", "client_id", "except_client_id", "principal", "topic", "partition",
                  "transactional_id", "group_id", "error", "delay_ms", "count", "after",
                  "profile", "point", "action")
 
@@ -137,6 +137,7 @@ def add_parser(sub) -> None:
                             "* for every API")
     match.add_argument("--version", type=int, help="only this request version")
     match.add_argument("--client-id")
+    match.add_argument("--except-client-id", help="let this client's requests through")
     match.add_argument("--principal", help="e.g. User:alice")
     match.add_argument("--topic")
     match.add_argument("--partition", type=int)

@@ -35,6 +35,10 @@ POWER_LOSS_POINTS = ("after_prepare_durable", "before_markers", "after_first_mar
                      "before_complete")
 COUNTED = ("instance kill", "instance exit", "broker crash", "power loss", "broker restart",
            "request fault", "feeder restart", *events.COUNTED)
+# The feeder's client id: the request faults let its requests through, so that they
+# fall on the pipeline's (a dropped answer would stall the feeder, and the pipeline
+# with it, and the next drop would fall on the feeder again).
+FEEDER_CLIENT_ID = "txbroker-chaos-feeder"
 # Request faults a chaos run draws from, by profile (each installed with a small count).
 FAULT_PROFILES: dict[str, list[dict[str, Any]]] = {
     "none": [],
@@ -198,7 +202,7 @@ def _strike(rng: random.Random, broker: BrokerProcess, pipeline: Instances, even
     else:
         spec = {**rng.choice(profile), "count": rng.randint(1, 3)}
         try:
-            broker.faults.add(spec)
+            broker.faults.add({**spec, "except_client_id": FEEDER_CLIENT_ID})
             event(f"request fault: {spec}")
         except (RuntimeError, OSError) as e:  # the broker went down meanwhile
             event(f"request fault: not installed ({e})")
@@ -302,11 +306,10 @@ class Feeder(threading.Thread):
 
     def _producer(self):
         return _confluent().Producer({
-            "bootstrap.servers": self.bootstrap, "enable.idempotence": True, "linger.ms": 100,
+            "bootstrap.servers": self.bootstrap, "client.id": FEEDER_CLIENT_ID,
+            "enable.idempotence": True, "linger.ms": 5,
             "message.timeout.ms": 600_000, "metadata.recovery.strategy": "none",
-            # A Produce answer the faults drop is retried after 5 s, not librdkafka's 60;
-            # linger.ms 100: fewer Produce requests, so that request faults fall on the
-            # pipeline's more often than on the feeder's.
+            # A Produce answer dropped (a crash, a hang) is retried after 5 s, not 60.
             "socket.timeout.ms": 5000})
 
     def _placed(self, err, msg) -> None:

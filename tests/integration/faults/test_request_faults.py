@@ -258,3 +258,14 @@ def test_fetch_partition_errors_and_faults_kept_across_a_restart(txbroker):
     assert fault.fired == 3 and not fault.active
     # The failed partition's answer is one librdkafka reads (empty records, not null).
     assert not [line for line in client_log.lines if "parse failure" in line]
+
+
+def test_except_client_id_lets_that_client_through(txbroker):
+    txbroker.create_topic("spared")
+    fault = txbroker.faults.add(api="Produce", error="NOT_LEADER_OR_FOLLOWER", count=1,
+                                except_client_id="spared-client")
+    reports = _produce(txbroker.bootstrap, "spared", [0], 2, **{"client.id": "spared-client"})
+    assert [err for _m, err in reports] == [None, None]
+    assert (fault.fired, fault.seen, fault.active) == (0, 0, True)
+    _produce(txbroker.bootstrap, "spared", [0], 1, **{"client.id": "other"})
+    assert (fault.fired, fault.active) == (1, False)
