@@ -102,7 +102,7 @@ lint: install
 test: install lint
 	$(PY) -m pytest -q -p no:cacheprovider -m "(not kafka or kafka_ci) and not cluster and not chaos"
 
-# txbroker chaos runs of the sample pipeline (tests/integration/chaos/): ~2.5 min.
+# txbroker chaos runs of the sample pipeline (tests/integration/chaos/): ~75 s.
 test-chaos: install
 	$(PY) -m pytest -q -p no:cacheprovider -m chaos tests/integration/chaos
 
