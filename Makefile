@@ -108,7 +108,7 @@ test: install lint
 test-long: install
 	$(PY) -m pytest -q -p no:cacheprovider -m long
 
-# txbroker chaos runs of the sample pipeline (tests/integration/chaos/): ~30 s.
+# txbroker chaos runs of the sample pipeline (tests/integration/chaos/): ~75 s.
 test-chaos: install
 	$(PY) -m pytest -q -p no:cacheprovider -m chaos tests/integration/chaos
 

@@ -8,7 +8,7 @@ admin endpoint (``POST /faults``, JSON), ``txbroker faults add`` and the broker'
 Request faults:
   match    api (name like "Produce"/"list_offsets", key, or a list of them; "*" every
            API), version, client_id, principal, topic, partition, transactional_id,
-           group_id
+           group_id; except_client_id lets that client's requests through (uncounted)
   action   error (Kafka's name or number) | delay_ms | drop (serve, never answer: the
            connection goes silent) | close (close the connection, request not served) |
            callable (in-process only: ``fn(call)`` may return a replacement answer)
@@ -16,6 +16,9 @@ Request faults:
 Commit-protocol points: ``point`` and ``action`` (crash, power_loss, delay:MS, drop,
 expire), as coordinator/transaction/faults.py; they fire once.
 Connection faults: ``connections="refuse"`` (accepted, then closed at once), with count.
+Broker faults: ``broker="hang"`` with ``ms``: nothing served or answered for that long
+(broker/hang.py); ``broker="crash"`` or ``"power_loss"``: the broker crashes now (on
+demand only, not from the configuration).
 ``profile`` names a preset (PROFILES) whose keys the spec's own override.
 """
 
@@ -49,18 +52,20 @@ PROFILES: dict[str, dict[str, Any]] = {
 }
 
 MATCH_KEYS = ("api", "version", "client_id", "principal", "topic", "partition",
-              "transactional_id", "group_id")
+              "transactional_id", "group_id", "except_client_id")
 ACTION_KEYS = ("error", "delay_ms", "drop", "close", "callable")
 KEYS = frozenset((*MATCH_KEYS, *ACTION_KEYS, "count", "after", "profile", "point", "action",
-                  "connections", "id"))
+                  "connections", "broker", "ms", "id"))
+BROKER_ACTIONS = ("hang", "crash", "power_loss")
 
 
 @dataclass(frozen=True, slots=True)
 class FaultSpec:
-    kind: str  # "request", "point" or "connection"
+    kind: str  # "request", "point", "connection", "hang" or "crash"
     api_keys: frozenset[int] = frozenset()  # {ANY_API} for every API
     version: int | None = None
     client_id: str | None = None
+    except_client_id: str | None = None
     principal: str | None = None
     topic: str | None = None
     partition: int | None = None
@@ -75,6 +80,7 @@ class FaultSpec:
     after: int = 0
     point: str | None = None
     action: str | None = None
+    hang_ms: int | None = None
     source: Mapping[str, Any] | None = None  # what was asked, for listings
 
     def describe(self) -> dict[str, Any]:
@@ -170,10 +176,13 @@ def parse_spec(spec: Mapping[str, Any], *, allow_callable: bool = True) -> Fault
     after = _int(spec, "after", 0) or 0
     if spec.get("point") is not None:
         return _point_spec(spec, source)
+    if spec.get("broker") is not None or "ms" in spec:
+        return _broker_spec(spec, source)
     if spec.get("connections") is not None:
         if spec["connections"] != "refuse":
             raise ValueError(f"connections must be \"refuse\", not {spec['connections']!r}")
-        extra = sorted(k for k in (*MATCH_KEYS, *ACTION_KEYS, "action") if k in spec)
+        extra = sorted(k for k in (*MATCH_KEYS, *ACTION_KEYS, "action", "broker", "ms")
+                       if k in spec)
         if extra:
             raise ValueError(f"a connections fault takes only count and after, not "
                              f"{', '.join(extra)}")
@@ -220,7 +229,8 @@ def parse_spec(spec: Mapping[str, Any], *, allow_callable: bool = True) -> Fault
                              f"not {names}")
     return FaultSpec(
         "request", api_keys=keys, version=_int(spec, "version", 0),
-        client_id=_str(spec, "client_id"), principal=_str(spec, "principal"),
+        client_id=_str(spec, "client_id"), except_client_id=_str(spec, "except_client_id"),
+        principal=_str(spec, "principal"),
         topic=topic, partition=partition,
         transactional_id=_str(spec, "transactional_id"), group_id=_str(spec, "group_id"),
         error=_error_code(spec["error"]) if spec.get("error") is not None else None,
@@ -230,7 +240,8 @@ def parse_spec(spec: Mapping[str, Any], *, allow_callable: bool = True) -> Fault
 
 
 def _point_spec(spec: Mapping[str, Any], source: dict) -> FaultSpec:
-    extra = sorted(k for k in (*MATCH_KEYS, *ACTION_KEYS, "connections", "after") if k in spec)
+    extra = sorted(k for k in (*MATCH_KEYS, *ACTION_KEYS, "connections", "after", "broker",
+                               "ms") if k in spec)
     if extra:
         raise ValueError(f"a commit-protocol point takes point and action, not "
                          f"{', '.join(extra)}")
@@ -240,6 +251,28 @@ def _point_spec(spec: Mapping[str, Any], source: dict) -> FaultSpec:
     action = spec.get("action") or ("drop" if point == "drop_end_txn_response" else "crash")
     check_fault_point(point, action)
     return FaultSpec("point", point=point, action=action, count=1, source=source)
+
+
+def _broker_spec(spec: Mapping[str, Any], source: dict) -> FaultSpec:
+    if spec.get("broker") is None:
+        raise ValueError("ms is for a broker hang ({\"broker\": \"hang\", \"ms\": N}); a "
+                         "request is delayed with delay_ms")
+    action = spec.get("broker")
+    if action not in BROKER_ACTIONS:
+        raise ValueError(f"broker must be one of {', '.join(BROKER_ACTIONS)}, not {action!r}")
+    extra = sorted(k for k in (*MATCH_KEYS, *ACTION_KEYS, "connections", "action", "count",
+                               "after") if k in spec)
+    if action != "hang":
+        extra += ["ms"] if "ms" in spec else []
+        if extra:
+            raise ValueError(f"a broker {action} takes no other key, not {', '.join(extra)}")
+        return FaultSpec("crash", action=action, count=1, source=source)
+    if extra:
+        raise ValueError(f"a broker hang takes only ms, not {', '.join(extra)}")
+    ms = _int(spec, "ms", 1)
+    if ms is None:
+        raise ValueError("a broker hang needs ms (how long nothing is answered)")
+    return FaultSpec("hang", hang_ms=ms, count=1, source=source)
 
 
 def load_fault_specs(text: str) -> list[dict[str, Any]]:
@@ -267,7 +300,10 @@ def load_fault_specs(text: str) -> list[dict[str, Any]]:
     items = data if isinstance(data, list) else [data]
     for i, item in enumerate(items):
         try:
-            parse_spec(item, allow_callable=False)
+            if parse_spec(item, allow_callable=False).kind == "crash":
+                raise ValueError("a broker crash or power_loss is on demand only (at start-up "
+                                 "it would crash every start); arm a commit-protocol point "
+                                 "to crash at a given moment")
         except ValueError as e:
             raise ValueError(f"{where}: fault {i + 1}: {e}") from None
     return items

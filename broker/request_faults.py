@@ -23,6 +23,7 @@ from txbroker.protocol.messages import api_name
 from . import partition_faults as pf
 from .context import CloseConnection
 from .fault_spec import ANY_API, FaultSpec, parse_spec
+from .hang import BrokerHang
 
 log = logging.getLogger("txbroker.faults")
 
@@ -86,12 +87,15 @@ class FaultCall:
 
 class FaultTable:
     def __init__(self, injector: FaultInjector, *, topic_names: Callable[[], Mapping] = dict,
-                 ) -> None:
-        """``topic_names()`` is {topic id: name} (Produce v13 names topics by id)."""
+                 crash: Callable[[str, bool], None] | None = None) -> None:
+        """``topic_names()`` is {topic id: name} (Produce v13 names topics by id);
+        ``crash(why, power_loss)`` crashes the broker (server.Broker.crash)."""
+        self._crash = crash
         self.points = injector
         injector.on_fired = self._point_fired
         self.by_api: dict[int, ApiFaults] = {}  # the server's per-request check reads this
         self.connection_faults: list[Fault] = []
+        self.hang = BrokerHang()  # the server tests hang.on per request
         self._faults: dict[str, Fault] = {}
         self._ids = itertools.count(1)
         self._topic_names = topic_names
@@ -113,7 +117,8 @@ class FaultTable:
     def adopt(self, faults: Iterable[Fault]) -> None:
         """Install faults of a broker this one replaces (a restart): same ids, counts."""
         for fault in faults:
-            if fault.active and fault.spec.kind != "point":
+            # A restart ends a hang, as it ends a real broker's pause.
+            if fault.active and fault.spec.kind not in ("point", "hang", "crash"):
                 while fault.id in self._faults:  # (the handles hold the object, not the id)
                     fault.id = f"f{next(self._ids)}"
                 self._insert(fault)
@@ -139,6 +144,10 @@ class FaultTable:
         spec = fault.spec
         if spec.kind == "connection":
             self.connection_faults.append(fault)
+        elif spec.kind == "hang":
+            self.hang.begin(fault, lambda f: self.remove(f.id))
+        elif spec.kind == "crash":
+            self._crash_soon(fault)
         elif spec.kind == "request":
             from .handlers import HANDLER_TABLE
 
@@ -173,6 +182,10 @@ class FaultTable:
                 self.points.disarm(spec.point)
         elif spec.kind == "connection":
             self.connection_faults.remove(fault)
+        elif spec.kind == "hang":
+            self.hang.end(fault)
+        elif spec.kind == "crash":
+            pass  # (it fired as it was installed)
         else:
             for key, bucket in list(self.by_api.items()):
                 group = bucket.any_topic if spec.topic is None else bucket.by_topic.get(
@@ -235,6 +248,15 @@ class FaultTable:
                 fault.fired += 1
                 fault.active = False
                 return
+
+    def _crash_soon(self, fault: Fault) -> None:
+        """A broker crash or power loss on demand: a moment from now, so that whoever
+        asked (the admin endpoint) gets its answer first."""
+        assert self._crash is not None, "FaultTable(crash=...) not given"
+        fault.seen = fault.fired = 1
+        fault.active = False
+        power_loss = fault.spec.action == "power_loss"
+        asyncio.get_running_loop().call_later(0.1, self._crash, f"fault {fault.id}", power_loss)
 
     # --- connections --------------------------------------------------------------------
 
@@ -352,6 +374,8 @@ def _matches_request(spec: FaultSpec, ctx, request) -> bool:
     if spec.version is not None and spec.version != ctx.header.api_version:
         return False
     if spec.client_id is not None and spec.client_id != ctx.header.client_id:
+        return False
+    if spec.except_client_id is not None and spec.except_client_id == ctx.header.client_id:
         return False
     if spec.principal is not None and spec.principal != ctx.principal:
         return False

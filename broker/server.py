@@ -201,8 +201,9 @@ class Broker:
         # Request, connection and commit-protocol faults (request_faults.py). fault_apis
         # is its index by API key: empty, it costs a request one truth test.
         self.faults = FaultTable(injector, topic_names=lambda: {
-            info.topic_id: name for name, info in self.logs.topics.items()})
+            info.topic_id: name for name, info in self.logs.topics.items()}, crash=self.crash)
         self.fault_apis = self.faults.by_api
+        self.hang = self.faults.hang  # a broker hang fault: hang.on holds every request
         self.faults.add_json(load_fault_specs(config.get("txbroker.faults")))
         self.transactions = TransactionCoordinator(
             self.logs, self.groups, self.producer_ids, TxnCoordinatorConfig(
@@ -390,6 +391,7 @@ class Broker:
         self._server = self.primary_listener.server
         self.host, self.port = self.primary_listener.host, self.primary_listener.port
         self._reaper = asyncio.create_task(self._reap_idle(), name="idle-reaper")
+        self.hang.start()  # a hang from the configuration begins now
         self.started_at = time.time()
         if self.admin_http is not None:
             admin_host, admin_port = self.admin_http.host, self.admin_http.port
@@ -429,8 +431,10 @@ class Broker:
         if self.crashed:
             if self._teardown is not None:
                 await self._teardown  # the crash's teardown: files closed, lock released
+            self.hang.end_all()  # (its connections are gone: the hang only ends)
             return
         log.info("shutting down")
+        self.hang.end_all()  # what a hang held is served and answered before the end
         self.stopping.set()
         self._close_servers()
         if self._reaper is not None:
@@ -579,7 +583,12 @@ class Broker:
         # traceback, and so the request frame, alive in a cycle until a garbage
         # collection (40 MB frames piled up in the RSS).
         try:
-            return await self._handle(frame, session)
+            if self.hang.on:  # a hang fault: nothing is served ...
+                await self.hang.hold()
+            response = await self._handle(frame, session)
+            if self.hang.on:  # ... or answered (say, a long-poll Fetch) until it ends
+                await self.hang.hold(count=False)
+            return response
         except CloseConnection:
             return CLOSE
 

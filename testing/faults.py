@@ -68,9 +68,16 @@ class _Shortcuts:
         """New connections are closed as they are accepted (``count`` of them)."""
         return self.add(connections="refuse", count=count)
 
+    def crash_now(self, power_loss: bool = False) -> Any:
+        """The broker crashes (or loses power) a moment from now; a broker process
+        exits with 137. (The fixture's own ``crash()`` does this at once.)"""
+        return self.add(broker="power_loss" if power_loss else "crash")
+
     def hang(self, ms: int) -> Any:
-        """Every request waits ``ms`` ms (all connections hang) until ``remove()``."""
-        return self.add(api="*", delay_ms=ms)
+        """The broker serves and answers nothing for ``ms`` ms, on every connection (a
+        long GC pause); then the held requests are served. ``fired``: requests held;
+        ``remove()`` ends it early."""
+        return self.add(broker="hang", ms=ms)
 
 
 class BrokerFaults(_Shortcuts):

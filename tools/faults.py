@@ -17,7 +17,7 @@ from typing import Any
 
 DEFAULT_URL = "http://127.0.0.1:8080"
 # add's options -> fault keys (docs/fault-injection.md); --json takes a whole spec.
-_SPEC_OPTIONS = ("api", "version", "client_id", "principal", "topic", "partition",
+_SPEC_OPTIONS = ("api", "version", "client_id", "except_client_id", "principal", "topic", "partition",
                  "transactional_id", "group_id", "error", "delay_ms", "count", "after",
                  "profile", "point", "action")
 
@@ -79,6 +79,11 @@ def _spec(args) -> dict[str, Any]:
             spec[flag] = True
     if args.refuse_connections:
         spec["connections"] = "refuse"
+    if args.hang is not None:
+        spec.update(broker="hang", ms=args.hang)
+    for flag, action in (("crash", "crash"), ("power_loss", "power_loss")):
+        if getattr(args, flag):
+            spec["broker"] = action
     return spec
 
 
@@ -132,6 +137,7 @@ def add_parser(sub) -> None:
                             "* for every API")
     match.add_argument("--version", type=int, help="only this request version")
     match.add_argument("--client-id")
+    match.add_argument("--except-client-id", help="let this client's requests through")
     match.add_argument("--principal", help="e.g. User:alice")
     match.add_argument("--topic")
     match.add_argument("--partition", type=int)
@@ -146,6 +152,14 @@ def add_parser(sub) -> None:
                         help="close the connection instead of serving the request")
     action.add_argument("--refuse-connections", action="store_true",
                         help="close new connections as they come")
+    action.add_argument("--hang", type=int, metavar="MS",
+                        help="the broker serves and answers nothing for MS ms, on every "
+                             "connection (a long GC pause), then serves what it held")
+    action.add_argument("--crash", action="store_true",
+                        help="the broker crashes now (exit 137, as after SIGKILL)")
+    action.add_argument("--power-loss", action="store_true",
+                        help="the broker loses power now: what was not fsynced is lost, "
+                             "then as --crash")
     action.add_argument("--point", help="a commit-protocol point (before_markers, ...)")
     action.add_argument("--action", help="the point's action: crash, power_loss, delay:MS, "
                                          "drop, expire")

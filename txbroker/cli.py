@@ -91,14 +91,18 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
 
 
 def _add_chaos_parser(sub) -> None:
+    from txbroker.testing.chaos import events as chaos_events
+
     c = sub.add_parser(
         "chaos", help="run your pipeline under fire and check it exactly-once",
         description="Start a broker, feed --input with uniquely keyed records, run N "
                     "instances of COMMAND (TXBROKER_BOOTSTRAP, TXBROKER_INSTANCE, "
-                    "TXBROKER_INPUT, TXBROKER_OUTPUT, TXBROKER_GROUP in their environment), "
-                    "SIGKILL and restart them, crash the broker, inject request faults, "
-                    "then check --output (docs/testing-your-pipeline.md). Exits 1 on any "
-                    "anomaly or stall.")
+                    "TXBROKER_INSTANCES, TXBROKER_INPUT, TXBROKER_OUTPUT, TXBROKER_GROUP in "
+                    "their environment), SIGKILL and restart them, pause one and resume it "
+                    "beside its replacement (a zombie), crash the broker (SIGKILL, power "
+                    "loss), restart it cleanly, hang it, inject request faults, then check "
+                    "--output (docs/testing-your-pipeline.md). Exits 1 on any anomaly or "
+                    "stall.")
     c.add_argument("--input", required=True, help="input topic (created if missing)")
     c.add_argument("--output", required=True, help="output topic (created if missing)")
     c.add_argument("--instances", type=int, default=2, help="pipeline instances (default: 2)")
@@ -112,8 +116,11 @@ def _add_chaos_parser(sub) -> None:
     c.add_argument("--interval", type=float, default=2.0,
                    help="mean seconds between faults (default: 2)")
     c.add_argument("--faults", default="default", help="request-fault profile: default, lost_answers (Produce and EndTxn answers dropped), none")
-    c.add_argument("--no-broker-crashes", action="store_true")
-    c.add_argument("--no-power-loss", action="store_true")
+    c.add_argument("--no-broker-crashes", action="store_true",
+                   help="no broker crashes (SIGKILL, then start)")
+    c.add_argument("--no-power-loss", action="store_true",
+                   help="no power losses (at a commit-protocol point, unsynced data lost)")
+    chaos_events.add_options(c)
     c.add_argument("--no-order", action="store_true",
                    help="the pipeline does not keep per-partition order: do not check it")
     c.add_argument("--stall-timeout", type=float, default=60,
@@ -127,6 +134,7 @@ def _add_chaos_parser(sub) -> None:
 
 def _run_chaos(args) -> int:
     from txbroker.chaos import run
+    from txbroker.testing.chaos import events as chaos_events
 
     command = args.pipeline[1:] if args.pipeline[:1] == ["--"] else args.pipeline
     if not command:
@@ -143,7 +151,7 @@ def _run_chaos(args) -> int:
                  group=args.group, interval=args.interval, faults=args.faults,
                  broker_crashes=not args.no_broker_crashes, power_loss=not args.no_power_loss,
                  check_order=not args.no_order, stall_timeout=args.stall_timeout,
-                 seed=args.seed, data_dir=args.data_dir)
+                 seed=args.seed, data_dir=args.data_dir, **chaos_events.options(args))
     print(report.text())
     return 0 if report.ok else 1
 

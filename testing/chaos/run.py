@@ -6,10 +6,12 @@ topics created, the input fed with uniquely keyed records (and records of aborte
 transactions, which no read_committed pipeline may pass on). For ``duration`` seconds
 pipeline instances are SIGKILLed and restarted, the broker crashed (SIGKILL) or made
 to lose power at a commit-protocol point and restarted, and request faults injected
-from a profile. Then, faults off, the run waits for quiescence judged by progress
-(the group's committed offsets reach the input's end; no progress for
-``stall_timeout`` is a stall, reported with its reason) and checks the output
-(checker.py). Needs confluent-kafka (the feeder and the read_committed reader).
+from a profile; and (events.py) the broker restarted cleanly or hung for a moment, and
+instances paused, replaced and resumed as zombies beside their replacements. Then,
+faults off, the run waits for quiescence judged by progress (the group's committed
+offsets reach the input's end, no zombie left; no progress for ``stall_timeout`` is a
+stall, reported with its reason) and checks the output (checker.py). Needs
+confluent-kafka (the feeder and the read_committed reader).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from ..broker_process import BrokerProcess
+from . import events
 from .checker import ABORTED, InputRecord, Read, Report, check
 from .history import read_log
 from .supervisor import Instances
@@ -31,7 +34,11 @@ from .supervisor import Instances
 POWER_LOSS_POINTS = ("after_prepare_durable", "before_markers", "after_first_marker",
                      "before_complete")
 COUNTED = ("instance kill", "instance exit", "broker crash", "power loss", "broker restart",
-           "request fault", "feeder restart")
+           "request fault", "feeder restart", *events.COUNTED)
+# The feeder's client id: the request faults let its requests through, so that they
+# fall on the pipeline's (a dropped answer would stall the feeder, and the pipeline
+# with it, and the next drop would fall on the feeder again).
+FEEDER_CLIENT_ID = "txbroker-chaos-feeder"
 # Request faults a chaos run draws from, by profile (each installed with a small count).
 FAULT_PROFILES: dict[str, list[dict[str, Any]]] = {
     "none": [],
@@ -87,11 +94,16 @@ def run(command: Sequence[str], *, input: str, output: str, instances: int = 2,
         aborted_records: int = 20, group: str = "chaos-pipeline", interval: float = 2.0,
         broker_crashes: bool = True, power_loss: bool = True, faults: str = "default",
         stall_timeout: float = 60, seed: int | None = None, data_dir: str | None = None,
-        check_order: bool = True, log=print) -> ChaosReport:
+        check_order: bool = True, log=print,
+        instance_kills: bool = True, clean_restarts: bool = True, hangs: bool = True,
+        zombies: bool = True) -> ChaosReport:
     """Run ``command`` as ``instances`` pipeline instances under fire; a ChaosReport."""
     if faults not in FAULT_PROFILES:
         raise ValueError(f"unknown fault profile {faults!r} ({', '.join(FAULT_PROFILES)})")
     rng = random.Random(seed)
+    strikes = events.strikes(instance_kills=instance_kills, broker_crashes=broker_crashes,
+                             power_loss=power_loss, faults=bool(FAULT_PROFILES[faults]),
+                             clean_restarts=clean_restarts, hangs=hangs, zombies=zombies)
     work = Path(data_dir or tempfile.mkdtemp(prefix="txbroker-chaos-"))
     broker = BrokerProcess(str(work / "broker"), {"admin.http.port": "0",
                                                   "group.initial.rebalance.delay.ms": "0"})
@@ -120,12 +132,12 @@ def run(command: Sequence[str], *, input: str, output: str, instances: int = 2,
         pipeline.start_all()
         deadline = started + duration
         while time.monotonic() < deadline:
-            time.sleep(min(rng.expovariate(1 / interval), max(deadline - time.monotonic(), 0)))
+            pause = min(rng.expovariate(1 / interval), max(deadline - time.monotonic(), 0))
+            events.sleep(pause, pipeline, event)
             _supervise(broker, pipeline, event)
-            if time.monotonic() >= deadline:
-                break
-            _strike(rng, broker, pipeline, event, broker_crashes, power_loss,
-                    FAULT_PROFILES[faults])
+            if time.monotonic() >= deadline or not strikes:
+                continue
+            _strike(rng, broker, pipeline, event, strikes, FAULT_PROFILES[faults])
         _calm(broker, event)
         feeder.join()
         for failure in feeder.restarts:
@@ -163,19 +175,19 @@ def _supervise(broker: BrokerProcess, pipeline: Instances, event) -> None:
         event(f"broker restart: it had exited with {code}")
     for instance, code in pipeline.restart_exited():
         event(f"instance exit: instance {instance} exited with {code}, restarted")
+    events.tend(pipeline, event)
 
 
 def _strike(rng: random.Random, broker: BrokerProcess, pipeline: Instances, event,
-            broker_crashes: bool, power_loss: bool, profile: list[dict[str, Any]]) -> None:
-    choices = ["kill"] * 3
-    if broker_crashes:
-        choices.append("crash")
-    if power_loss:
-        choices.append("power")
-    if profile:
-        choices += ["fault"] * 2
-    what = rng.choice(choices)
-    if what == "kill":
+            strikes: list[str], profile: list[dict[str, Any]]) -> None:
+    what = rng.choice(strikes)
+    if what == "restart":
+        events.clean_restart(broker, event)
+    elif what == "hang":
+        events.hang(rng, broker, event)
+    elif what == "zombie":
+        events.pause(rng, pipeline, event)
+    elif what == "kill":
         instance = rng.randrange(pipeline.count)
         pipeline.kill(instance)
         event(f"instance kill: SIGKILL instance {instance}, restarted")
@@ -190,7 +202,7 @@ def _strike(rng: random.Random, broker: BrokerProcess, pipeline: Instances, even
     else:
         spec = {**rng.choice(profile), "count": rng.randint(1, 3)}
         try:
-            broker.faults.add(spec)
+            broker.faults.add({**spec, "except_client_id": FEEDER_CLIENT_ID})
             event(f"request fault: {spec}")
         except (RuntimeError, OSError) as e:  # the broker went down meanwhile
             event(f"request fault: not installed ({e})")
@@ -214,7 +226,8 @@ def _quiesce(broker: BrokerProcess, pipeline: Instances, group: str, topic: str,
     while True:
         _supervise(broker, pipeline, event)
         committed = _group_offsets(broker.bootstrap, group, topic)
-        if all(committed.get(tp, 0) >= end for tp, end in ends.items()):
+        # (A zombie still to come back could yet emit something: wait for it too.)
+        if all(committed.get(tp, 0) >= end for tp, end in ends.items()) and not pipeline.zombies:
             event("quiescent: every input offset committed")
             return None
         progress = sum(committed.values())
@@ -293,8 +306,11 @@ class Feeder(threading.Thread):
 
     def _producer(self):
         return _confluent().Producer({
-            "bootstrap.servers": self.bootstrap, "enable.idempotence": True, "linger.ms": 5,
-            "message.timeout.ms": 600_000, "metadata.recovery.strategy": "none"})
+            "bootstrap.servers": self.bootstrap, "client.id": FEEDER_CLIENT_ID,
+            "enable.idempotence": True, "linger.ms": 5,
+            "message.timeout.ms": 600_000, "metadata.recovery.strategy": "none",
+            # A Produce answer dropped (a crash, a hang) is retried after 5 s, not 60.
+            "socket.timeout.ms": 5000})
 
     def _placed(self, err, msg) -> None:
         if err is None:

@@ -18,7 +18,12 @@ Broken variants, each caught by the checker: ``--offsets-outside-transaction``
 (lost-write or duplicate), ``--read-uncommitted`` (G1a: aborted input processed),
 ``--no-idempotence`` (no transactions, ``enable.idempotence=false`` with retries, offsets
 committed after delivery: a retried Produce whose answer was lost is appended twice, and
-a killed instance's delivered but uncommitted records are produced again: duplicate).
+a killed instance's delivered but uncommitted records are produced again: duplicate),
+``--unfenced`` (a processor that produces before anything fenced the instance it
+replaces: its transactional.id changes on every start, so InitProducerId fences no one,
+and it assigns its share of the input itself, ``TXBROKER_INSTANCES``, so no group
+generation fences its offsets either, as KIP-447 would; a paused instance resumed beside
+its replacement, a zombie, processes the same records again: duplicate).
 """
 
 from __future__ import annotations
@@ -35,8 +40,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--offsets-outside-transaction", action="store_true")
     parser.add_argument("--read-uncommitted", action="store_true")
     parser.add_argument("--no-idempotence", action="store_true")
+    parser.add_argument("--unfenced", action="store_true")
     args = parser.parse_args(argv)
-    from confluent_kafka import Consumer, Producer
+    from confluent_kafka import Consumer, Producer, TopicPartition
 
     env = os.environ
     bootstrap, instance = env["TXBROKER_BOOTSTRAP"], env.get("TXBROKER_INSTANCE", "0")
@@ -48,13 +54,23 @@ def main(argv: list[str] | None = None) -> int:
                          "auto.offset.reset": "earliest",
                          "isolation.level": "read_uncommitted" if args.read_uncommitted
                          else "read_committed"})
-    consumer.subscribe([source])
+    transactional_id = f"{group}-{instance}"
+    if args.unfenced:
+        count = int(env.get("TXBROKER_INSTANCES", "1"))
+        partitions = consumer.list_topics(source, timeout=30).topics[source].partitions
+        consumer.assign([TopicPartition(source, p) for p in partitions
+                         if p % count == int(instance)])
+        transactional_id += f"-{os.getpid()}"
+    else:
+        consumer.subscribe([source])
     if args.no_idempotence:
-        # request.timeout.ms short so that a lost answer is retried within a short run
+        # A short client timeout, so that a lost answer is retried within a short run:
+        # librdkafka's is socket.timeout.ms (request.timeout.ms is only the acks timeout
+        # it asks of the broker)
         return _at_least_once(consumer, Producer({**common, "enable.idempotence": False,
                                                   "acks": "all", "retries": 10,
-                                                  "request.timeout.ms": 3000}), sink)
-    producer = Producer({**common, "transactional.id": f"{group}-{instance}",
+                                                  "socket.timeout.ms": 3000}), sink)
+    producer = Producer({**common, "transactional.id": transactional_id,
                          "transaction.timeout.ms": 10000})
     producer.init_transactions(30)
     while True:

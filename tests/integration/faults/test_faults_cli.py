@@ -4,11 +4,14 @@ process, with its bearer token (docs/fault-injection.md, docs/tools.md)."""
 from __future__ import annotations
 
 import json
+import threading
+import time
 import urllib.error
 import urllib.request
 
 import pytest
-from confluent_kafka import Producer
+from confluent_kafka import Consumer, Producer, TopicPartition
+from txbroker.broker.fault_spec import load_fault_specs
 from txbroker.testing import BrokerProcess
 
 from txbroker.cli import main
@@ -89,3 +92,57 @@ def test_broker_process_faults_through_the_admin_endpoint(secured_process):
     with pytest.raises(urllib.error.HTTPError) as no_token:
         urllib.request.urlopen(request, timeout=10)
     assert no_token.value.code == 401
+
+
+def test_a_hang_from_the_configuration_ended_from_the_command_line(tmp_path, capsys):
+    """A broker process that starts hung (``txbroker.faults``): a client's first
+    request waits until ``txbroker faults remove`` ends the hang; ``faults add --hang``
+    installs another."""
+    proc = BrokerProcess(str(tmp_path / "data"), {
+        "admin.http.port": "0", "txbroker.faults": json.dumps({"broker": "hang", "ms": 600_000})})
+    proc.start()
+    try:
+        found: list = []
+        client = threading.Thread(target=lambda: found.append(
+            Producer({"bootstrap.servers": proc.bootstrap}).list_topics(timeout=60)))
+        client.start()
+        deadline = time.monotonic() + 30
+        while proc.faults.list()[0]["fired"] == 0 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        (hang,) = proc.faults.list()
+        assert (hang["broker"], hang["active"], found) == ("hang", True, [])
+        assert hang["fired"] >= 1  # the client's ApiVersions, held
+        rc, out, err = _cli(capsys, "remove", hang["id"], token_file=None, url=proc.admin_url)
+        assert rc == 0, err
+        client.join(60)
+        assert found and "__consumer_offsets" not in found[0].topics
+        rc, out, err = _cli(capsys, "add", "--hang", "300", token_file=None, url=proc.admin_url)
+        assert rc == 0 and "broker=hang ms=300" in out, err
+    finally:
+        proc.kill()
+
+
+def test_power_loss_on_demand_from_the_command_line(tmp_path, capsys):
+    """``txbroker faults add --power-loss``: the process exits as after SIGKILL (137),
+    what it acknowledged with acks=all is there after the restart. The configuration
+    refuses a crash (it would crash every start)."""
+    proc = BrokerProcess(str(tmp_path / "data"), {"admin.http.port": "0"})
+    proc.start()
+    try:
+        producer = Producer({"bootstrap.servers": proc.bootstrap, "acks": "all"})
+        for i in range(5):
+            producer.produce("kept", b"%d" % i)
+        assert producer.flush(30) == 0
+        rc, out, err = _cli(capsys, "add", "--power-loss", token_file=None, url=proc.admin_url)
+        assert rc == 0 and "broker=power_loss" in out, err
+        assert proc.wait(30) == 137
+        assert "crashing at fault f1 (power loss)" in proc.log_text()
+        proc.start()
+        consumer = Consumer({"bootstrap.servers": proc.bootstrap, "group.id": "r"})
+        low, high = consumer.get_watermark_offsets(TopicPartition("kept", 0), timeout=30)
+        consumer.close()
+        assert (low, high) == (0, 5)
+    finally:
+        proc.kill()
+    with pytest.raises(ValueError, match="on demand only"):
+        load_fault_specs(json.dumps([{"broker": "crash"}]))

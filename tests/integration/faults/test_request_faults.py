@@ -191,6 +191,12 @@ def test_hang_and_refused_connections(txbroker):
     ({"api": "Produce", "error": 6, "colour": "red"}, "unknown fault key(s) colour"),
     ({"point": "before_lunch"}, "unknown fault point"),
     ({"profile": "meteor"}, "unknown fault profile"),
+    ({"broker": "hang"}, "a broker hang needs ms"),
+    ({"broker": "nap", "ms": 5}, "broker must be one of hang, crash, power_loss"),
+    ({"broker": "hang", "ms": 5, "api": "Produce"}, "a broker hang takes only ms, not api"),
+    ({"broker": "hang", "ms": 0}, "ms must be at least 1"),
+    ({"broker": "crash", "ms": 5}, "a broker crash takes no other key, not ms"),
+    ({"api": "Produce", "error": 6, "ms": 5}, "ms is for a broker hang"),
 ])
 def test_bad_specs_are_refused_with_a_clear_error(txbroker, spec, message):
     with pytest.raises(ValueError, match=re.escape(message)):
@@ -252,3 +258,14 @@ def test_fetch_partition_errors_and_faults_kept_across_a_restart(txbroker):
     assert fault.fired == 3 and not fault.active
     # The failed partition's answer is one librdkafka reads (empty records, not null).
     assert not [line for line in client_log.lines if "parse failure" in line]
+
+
+def test_except_client_id_lets_that_client_through(txbroker):
+    txbroker.create_topic("spared")
+    fault = txbroker.faults.add(api="Produce", error="NOT_LEADER_OR_FOLLOWER", count=1,
+                                except_client_id="spared-client")
+    reports = _produce(txbroker.bootstrap, "spared", [0], 2, **{"client.id": "spared-client"})
+    assert [err for _m, err in reports] == [None, None]
+    assert (fault.fired, fault.seen, fault.active) == (0, 0, True)
+    _produce(txbroker.bootstrap, "spared", [0], 1, **{"client.id": "other"})
+    assert (fault.fired, fault.active) == (1, False)
