@@ -1,0 +1,140 @@
+"""Rolling migrations of a consumer group between the classic protocol and the consumer
+protocol (KIP-848's online upgrade and downgrade, ``group.consumer.migration.policy``),
+txbroker vs Kafka 4.3.1: two members are replaced one by one by members of the other
+protocol while records keep coming; every record is committed exactly once, and the
+admin APIs show the group as Kafka shows it at each step."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from txbroker.protocol.messages import build, request_module
+
+from tests.differential.util import describe_group
+from tests.integration.consumer_util import owned
+
+PARTITIONS = 4
+BATCH = 12
+
+# What Kafka 4.3.1 answers at each step, (DescribeGroups v5, ConsumerGroupDescribe v1):
+# a classic group is described by DescribeGroups only (ConsumerGroupDescribe:
+# GROUP_ID_NOT_FOUND); a consumer group is Dead to DescribeGroups, and
+# ConsumerGroupDescribe lists its classic (member type 0) and consumer (1) members.
+SEEN = {
+    "classic": ((0, "Stable", "consumer", 2), (69, "", ())),
+    "mixed": ((0, "Dead", "", 0), (0, "Stable", (0, 1))),
+    "consumer": ((0, "Dead", "", 0), (0, "Stable", (1, 1))),
+}
+
+
+def _consumer_group_describe(broker, group: str) -> tuple:
+    """ConsumerGroupDescribe v1: (error, state, sorted member types)."""
+    m = request_module(69, 1)
+    client = broker.raw()
+    try:
+        r = client.request(69, 1, build(m.ConsumerGroupDescribeRequest, group_ids=(group,),
+                                        include_authorized_operations=False))
+    finally:
+        client.close()
+    (g,) = r.groups
+    return (int(g.error_code), g.group_state,
+            tuple(sorted(int(mm.member_type) for mm in g.members)))
+
+
+class Roll:
+    """The consumers of one group; each record a member gets is committed synchronously
+    before the next poll, and counted only if the commit succeeded."""
+
+    def __init__(self, broker, topic: str) -> None:
+        self.broker = broker
+        self.topic = topic
+        self.group = topic + "-g"
+        self.committed: list[tuple[int, int]] = []
+        self.producer = Producer({"bootstrap.servers": broker.bootstrap})
+        self.sent = 0
+
+    def member(self, protocol: str) -> Consumer:
+        conf = {"bootstrap.servers": self.broker.bootstrap, "group.id": self.group,
+                "group.protocol": protocol, "auto.offset.reset": "earliest",
+                "enable.auto.commit": False}
+        if protocol == "classic":
+            conf.update({"session.timeout.ms": 6000, "heartbeat.interval.ms": 300})
+        c = Consumer(conf)
+        c.subscribe([self.topic])
+        return c
+
+    def produce(self) -> None:
+        for i in range(BATCH):
+            self.producer.produce(self.topic, value=b"%d" % (self.sent + i),
+                                  partition=(self.sent + i) % PARTITIONS)
+        self.sent += BATCH
+        assert self.producer.flush(30) == 0
+
+    def poll(self, consumers, predicate, timeout: float = 60) -> bool:
+        """Poll every consumer in turn, committing what it gets, until ``predicate()``."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for c in consumers:
+                msg = c.poll(0.05)
+                if msg is None or msg.error() is not None:
+                    continue
+                try:
+                    c.commit(message=msg, asynchronous=False)
+                except KafkaException:
+                    continue  # not committed: it will be consumed again
+                self.committed.append((msg.partition(), msg.offset()))
+            if predicate():
+                return True
+        return False
+
+    def settled(self, consumers, step: str) -> bool:
+        """Every partition owned by exactly one member, every record committed, and the
+        group Stable as its kind describes it."""
+        sets = [owned(c) for c in consumers]
+        if not all(sets) or sum(len(s) for s in sets) != PARTITIONS or \
+                set().union(*sets) != set(range(PARTITIONS)) or len(self.committed) < self.sent:
+            return False
+        if step == "classic":
+            return describe_group(self.broker, self.group)[1] == "Stable"
+        return _consumer_group_describe(self.broker, self.group)[1] == "Stable"
+
+    def describe(self) -> tuple:
+        return describe_group(self.broker, self.group), \
+            _consumer_group_describe(self.broker, self.group)
+
+
+@pytest.mark.parametrize("old,new", [("classic", "consumer"), ("consumer", "classic")],
+                         ids=["upgrade", "downgrade"])
+def test_rolling_migration(broker, old, new):
+    """Two ``old``-protocol members; one is replaced by a ``new``-protocol member (a
+    consumer group with one classic and one consumer member: upgraded from classic, or
+    joined by a classic member), then the other (upgrade: only consumer members;
+    downgrade: the last consumer member left, the group is classic again and
+    rebalances). Each step consumes a new batch; no record is committed twice or
+    lost."""
+    topic = broker.topic(f"migrate-{new}", partitions=PARTITIONS)
+    roll = Roll(broker, topic)
+    seen = {}
+    members = [roll.member(old), roll.member(old)]
+    try:
+        for step, replaced in ((old, None), ("mixed", 0), (new, 1)):
+            if replaced is not None:
+                members[replaced].close()
+                members[replaced] = roll.member(new)
+            roll.produce()
+            assert roll.poll(members, lambda step=step: roll.settled(members, step)), \
+                (step, [owned(c) for c in members], len(roll.committed), roll.sent)
+            seen[step] = roll.describe()
+        got = members[0].committed([TopicPartition(topic, p) for p in range(PARTITIONS)], 30)
+    finally:
+        for c in members:
+            try:
+                c.close()
+            except RuntimeError:
+                pass  # closed already (the step that replaced it failed)
+    assert sorted(set(roll.committed)) == sorted(roll.committed), "a record committed twice"
+    assert len(roll.committed) == roll.sent
+    assert sum(tp.offset for tp in got) == roll.sent
+    assert seen == SEEN
