@@ -38,7 +38,7 @@ from .consumer_classic import ClassicJoinRequest
 from .consumer_records import ConsumerRecordKey
 from .consumer_state import HeartbeatRequest, HeartbeatResult, Record
 from .offsets import ExpiryRule
-from .records import decode_key, encode_group_metadata_key, encode_group_metadata_value
+from .records import decode_key, encode_group_metadata_key
 from .results import JoinResult, SyncResult
 
 log = logging.getLogger("txbroker.coordinator.group.coordinator")
@@ -164,48 +164,21 @@ class ConsumerGroupShell:
     # -- online migration (migration.py) -------------------------------------------------
 
     def _upgrade(self, group_id: str, now: int) -> list[Record]:
-        """A classic group with members becomes a consumer group, if the policy and the
-        group allow it (Kafka's validateOnlineUpgrade); its records, or [] if not."""
-        classic = self.state.classic_group(group_id)
-        policy = self.consumer.config.migration_policy
-        why = None
-        g = None
-        if not migration.upgrade_allowed(policy):
-            why = f"group.consumer.migration.policy is {policy}"
-        elif classic.protocol_type != "consumer":
-            why = f"its protocol type is {classic.protocol_type!r}, not 'consumer'"
-        elif len(classic.members) >= self.consumer.config.max_size:
-            why = "it has more members than group.consumer.max.size"
-        else:
-            g = migration.consumer_group_from_classic(classic, self.topic_image())
-            if g is None:
-                why = "a member's subscription cannot be read"
-        if g is None:
+        """A classic group with members becomes a consumer group if the policy and the
+        group allow it (migration.upgrade); its records, or [] if not."""
+        records, effects, why = migration.upgrade(self.state, self.consumer, group_id,
+                                                  self.topic_image(), now)
+        if effects is None:
             log.info("cannot upgrade classic group %r to a consumer group: %s", group_id, why)
             return []
-        self._apply(self.state.detach_group(group_id))
-        self.consumer.adopt(g, now)
+        self._apply(effects)
+        g = self.consumer.groups[group_id]
         log.info("classic group %r (generation %d, %d member(s)) upgraded to a consumer group",
                  group_id, g.group_epoch, len(g.members))
-        return [(encode_group_metadata_key(group_id), None)] + migration.consumer_group_records(g)
+        return records
 
     def _downgrade_records(self, group_id: str, now: int):
-        """After a member left: if only classic members remain and the policy allows
-        it, the consumer group is removed (records returned) and the classic group it
-        becomes is returned for :meth:`_adopt` once they are appended."""
-        g = self.consumer.groups.get(group_id)
-        if (g is None or not g.members or not migration.downgrade_allowed(
-                self.consumer.config.migration_policy)
-                or not all(m.uses_classic for m in g.members.values())
-                or len(g.members) > self.state.config.max_size):
-            return [], None
-        value = migration.classic_group_value(g, now)
-        if value is None:
-            return [], None
-        records = migration.consumer_group_tombstones(g)
-        del self.consumer.groups[group_id]
-        records.append((encode_group_metadata_key(group_id), encode_group_metadata_value(value)))
-        return records, value
+        return migration.downgrade(self.consumer, self.state.config.max_size, group_id, now)
 
     def _adopt(self, group_id: str, value, now: int) -> None:
         log.info("consumer group %r downgraded to a classic group (generation %d, %d "

@@ -17,18 +17,30 @@ group's tombstones first, then the new group's records) before acting on the cha
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from txbroker.coordinator.group import consumer_records as cr
 from txbroker.coordinator.group.classic import ClassicGroup
 from txbroker.coordinator.group.consumer_group import ConsumerGroup, ConsumerMember, MemberState
 from txbroker.coordinator.group.consumer_records import ClassicMemberMetadata, MemberSubscription
-from txbroker.coordinator.group.records import GroupMetadataValue, MemberMetadata
+from txbroker.coordinator.group.records import (
+    GroupMetadataValue,
+    MemberMetadata,
+    encode_group_metadata_key,
+    encode_group_metadata_value,
+)
 from txbroker.protocol.consumer_protocol import (
     decode_consumer_assignment,
     decode_consumer_subscription,
     encode_consumer_assignment,
 )
 
-__all__ = ["POLICIES", "classic_group_value", "consumer_group_from_classic",
+if TYPE_CHECKING:
+    from txbroker.coordinator.group.consumer_state import ConsumerGroups
+    from txbroker.coordinator.group.manager import GroupManager
+    from txbroker.coordinator.group.results import Effects
+
+__all__ = ["POLICIES", "downgrade", "upgrade", "classic_group_value", "consumer_group_from_classic",
            "consumer_group_records", "consumer_group_tombstones", "downgrade_allowed",
            "upgrade_allowed"]
 
@@ -150,3 +162,45 @@ def classic_group_value(g: ConsumerGroup, now_ms: int) -> GroupMetadataValue | N
     return GroupMetadataValue(protocol_type="consumer", generation_id=g.group_epoch,
                               protocol_name=name, leader_id=members[0].member_id,
                               current_state_timestamp_ms=now_ms, members=tuple(members))
+
+
+def upgrade(classic_groups: GroupManager, consumer: ConsumerGroups, group_id: str, image,
+            now_ms: int) -> tuple[list[Record], Effects | None, str | None]:
+    """Kafka's validateOnlineUpgrade and convertToConsumerGroup: the classic group
+    ``group_id`` (with members) leaves ``classic_groups`` and joins ``consumer``.
+    Returns (records, the classic side's effects, None), or ([], None, why not)."""
+    classic = classic_groups.classic_group(group_id)
+    assert classic is not None
+    policy = consumer.config.migration_policy
+    if not upgrade_allowed(policy):
+        return [], None, f"group.consumer.migration.policy is {policy}"
+    if classic.protocol_type != "consumer":
+        return [], None, f"its protocol type is {classic.protocol_type!r}, not 'consumer'"
+    if len(classic.members) >= consumer.config.max_size:
+        return [], None, "it has more members than group.consumer.max.size"
+    g = consumer_group_from_classic(classic, image)
+    if g is None:
+        return [], None, "a member's subscription cannot be read"
+    effects = classic_groups.detach_group(group_id)
+    consumer.adopt(g, now_ms)
+    return ([(encode_group_metadata_key(group_id), None)] + consumer_group_records(g),
+            effects, None)
+
+
+def downgrade(consumer: ConsumerGroups, classic_max_size: int, group_id: str, now_ms: int
+              ) -> tuple[list[Record], GroupMetadataValue | None]:
+    """After a member left: if only classic members remain and the policy allows it,
+    the consumer group is removed and its records returned with the classic group it
+    becomes (for ``GroupManager.adopt_group`` once they are appended); ([], None) if not."""
+    g = consumer.groups.get(group_id)
+    if (g is None or not g.members or not downgrade_allowed(consumer.config.migration_policy)
+            or not all(m.uses_classic for m in g.members.values())
+            or len(g.members) > classic_max_size):
+        return [], None
+    value = classic_group_value(g, now_ms)
+    if value is None:
+        return [], None
+    records = consumer_group_tombstones(g)
+    del consumer.groups[group_id]
+    records.append((encode_group_metadata_key(group_id), encode_group_metadata_value(value)))
+    return records, value
