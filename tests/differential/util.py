@@ -24,11 +24,13 @@ def init_txn(txn: RawTxn, timeout: float = 30, **kwargs):
 
 def describe_group(broker, group: str) -> tuple:
     """DescribeGroups v5 of one group over the wire: (error, state, protocol type,
-    member count)."""
+    member count). ``broker``: anything with ``host`` and ``port``."""
     from txbroker.protocol.messages import build, request_module
 
+    from tests.helpers import RawClient
+
     m = request_module(15, 5)
-    client = broker.raw()
+    client = RawClient(broker.host, broker.port)
     try:
         r = client.request(15, 5, build(m.DescribeGroupsRequest, groups=(group,),
                                         include_authorized_operations=False))
