@@ -94,11 +94,14 @@ class Roll:
         group Stable as its kind describes it."""
         sets = [owned(c) for c in consumers]
         if not all(sets) or sum(len(s) for s in sets) != PARTITIONS or \
-                set().union(*sets) != set(range(PARTITIONS)) or len(self.committed) < self.sent:
+                set().union(*sets) != set(range(PARTITIONS)) or not self.all_consumed():
             return False
         if step == "classic":
             return describe_group(self.broker, self.group)[1] == "Stable"
         return _consumer_group_describe(self.broker, self.group)[1] == "Stable"
+
+    def all_consumed(self) -> bool:
+        return len(self.committed) >= self.sent
 
     def describe(self) -> tuple:
         return describe_group(self.broker, self.group), \
@@ -138,3 +141,65 @@ def test_rolling_migration(broker, old, new):
     assert len(roll.committed) == roll.sent
     assert sum(tp.offset for tp in got) == roll.sent
     assert seen == SEEN
+
+
+def test_kafka_python_classic_member_in_a_migrated_group(broker):
+    """kafka-python speaks only the classic protocol: it keeps consuming in a group
+    upgraded by a confluent-kafka ``group.protocol=consumer`` member (each gets half,
+    every record committed once), and has all partitions again after the consumer member
+    leaves and the group is downgraded."""
+    from kafka import KafkaConsumer, OffsetAndMetadata
+    from kafka.errors import KafkaError
+
+    topic = broker.topic("migrate-kp", partitions=PARTITIONS)
+    roll = Roll(broker, topic)
+    kp = KafkaConsumer(bootstrap_servers=broker.bootstrap, group_id=roll.group,
+                       enable_auto_commit=False, auto_offset_reset="earliest",
+                       session_timeout_ms=6000, heartbeat_interval_ms=300)
+    # The topic's metadata first: a leader without it assigns nothing until its next
+    # metadata refresh (kafka-python's range assignor).
+    assert kp.partitions_for_topic(topic) == set(range(PARTITIONS))
+    kp.subscribe([topic])
+    modern = None
+
+    def kp_owned() -> set[int]:
+        return {tp.partition for tp in kp.assignment()}
+
+    def poll_all(predicate, timeout: float = 60) -> bool:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for tp, records in kp.poll(timeout_ms=50).items():
+                for r in records:
+                    try:
+                        kp.commit({tp: OffsetAndMetadata(r.offset + 1, "", -1)})
+                    except KafkaError:
+                        kp.seek(tp, r.offset)  # not committed: consumed again
+                        break
+                    roll.committed.append((tp.partition, r.offset))
+            if modern is not None:
+                roll.poll([modern], lambda: True)
+            if predicate():
+                return True
+        return False
+
+    try:
+        roll.produce()
+        assert poll_all(lambda: kp_owned() == set(range(PARTITIONS)) and roll.all_consumed())
+        modern = roll.member("consumer")
+        roll.produce()
+        assert poll_all(lambda: len(kp_owned()) == 2 == len(owned(modern))
+                        and roll.all_consumed()
+                        and _consumer_group_describe(broker, roll.group)[1:] == (
+                            "Stable", (0, 1))), (kp_owned(), owned(modern))
+        modern.close()
+        modern = None
+        roll.produce()
+        assert poll_all(lambda: kp_owned() == set(range(PARTITIONS)) and roll.all_consumed()
+                        and describe_group(broker, roll.group)[1] == "Stable")
+        assert describe_group(broker, roll.group) == (0, "Stable", "consumer", 1)
+    finally:
+        kp.close()
+        if modern is not None:
+            modern.close()
+    assert sorted(set(roll.committed)) == sorted(roll.committed), "a record committed twice"
+    assert len(roll.committed) == roll.sent
