@@ -71,6 +71,12 @@ def classic_protocol_names(g: ConsumerGroup) -> set[str] | None:
 class ClassicMembers:
     """The classic-protocol entry points of the consumer groups (module docstring)."""
 
+    def adopt(self, g: ConsumerGroup, now_ms: int) -> None:
+        """A group converted from a classic group (migration.py) joins these groups."""
+        self.groups[g.group_id] = g
+        for m in g.members.values():
+            self._arm(now_ms, g, m)
+
     # -- JoinGroup -------------------------------------------------------------------
 
     def classic_join(self, now: int, req: ClassicJoinRequest, image) -> tuple[JoinResult, list]:

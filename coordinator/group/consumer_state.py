@@ -477,12 +477,6 @@ class ConsumerGroups(ClassicMembers):
             for m in g.members.values():
                 self._arm(now_ms, g, m)
 
-    def adopt(self, g: ConsumerGroup, now_ms: int) -> None:
-        """A group converted from a classic group (migration.py) joins these groups."""
-        self.groups[g.group_id] = g
-        for m in g.members.values():
-            self._arm(now_ms, g, m)
-
     # -- offsets, admin ------------------------------------------------------------------
 
     def validate_offset_commit(self, group_id: str, *args) -> int:
