@@ -6,7 +6,9 @@ admin APIs show the group as Kafka shows it at each step."""
 
 from __future__ import annotations
 
+import struct
 import time
+from datetime import timedelta
 
 import pytest
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
@@ -203,3 +205,86 @@ def test_kafka_python_classic_member_in_a_migrated_group(broker):
             modern.close()
     assert sorted(set(roll.committed)) == sorted(roll.committed), "a record committed twice"
     assert len(roll.committed) == roll.sent
+
+
+def _classic_request(broker, api_key: int, version: int, request_type: str, **fields):
+    m = request_module(api_key, version)
+    client = broker.raw()
+    try:
+        return client.request(api_key, version, build(getattr(m, request_type), **fields))
+    finally:
+        client.close()
+
+
+def test_classic_member_on_the_wire(broker):
+    """What a classic member sees of a consumer group, field by field (JoinGroup v7,
+    SyncGroup v5, Heartbeat v4): MEMBER_ID_REQUIRED first, then a join answered at once
+    with its member epoch as generation, its first protocol and no leader work; the
+    assignment in the consumer protocol; a heartbeat with another generation is
+    ILLEGAL_GENERATION, and the member is told to rejoin when a consumer member's
+    partitions must move to it."""
+    from txbroker.protocol.consumer_protocol import decode_consumer_assignment
+
+    topic = broker.topic("migrate-wire", partitions=2)
+    group = topic + "-g"
+    modern = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": group,
+                       "group.protocol": "consumer"})
+    try:
+        modern.subscribe([topic])
+        assert poll_until_owned(modern, {0, 1})
+        m = request_module(11, 7)
+        sub = struct.pack(f">hih{len(topic)}si", 0, 1, len(topic), topic.encode(), -1)
+
+        def join(member_id: str):
+            return _classic_request(
+                broker, 11, 7, "JoinGroupRequest", group_id=group, session_timeout=timedelta(seconds=10),
+                rebalance_timeout=timedelta(seconds=10), member_id=member_id, group_instance_id=None,
+                protocol_type="consumer",
+                protocols=(build(m.JoinGroupRequestProtocol, name="range", metadata=sub),))
+
+        first = join("")
+        assert int(first.error_code) == 79 and first.member_id  # MEMBER_ID_REQUIRED
+        r = join(first.member_id)
+        seen = (int(r.error_code), r.protocol_type, r.protocol_name, r.leader == r.member_id,
+                r.leader, len(r.members), r.member_id == first.member_id)
+        assert seen == (0, "consumer", "range", False, "", 0, True), seen
+        generation = int(r.generation_id)
+
+        def sync(gen: int):
+            return _classic_request(
+                broker, 14, 5, "SyncGroupRequest", group_id=group, generation_id=gen,
+                member_id=r.member_id, group_instance_id=None, protocol_type="consumer",
+                protocol_name="range", assignments=())
+
+        def heartbeat(gen: int) -> int:
+            return int(_classic_request(
+                broker, 12, 4, "HeartbeatRequest", group_id=group, generation_id=gen,
+                member_id=r.member_id, group_instance_id=None).error_code)
+
+        assert heartbeat(generation + 7) == 22  # ILLEGAL_GENERATION
+        # Until the consumer member gives up a partition, the classic member gets nothing
+        # (or what is already free) and must rejoin once it is released.
+        s = sync(generation)
+        assert int(s.error_code) == 0, s
+        assert (s.protocol_type, s.protocol_name) == ("consumer", "range")
+        got = {p for _t, p in decode_consumer_assignment(s.assignment)}
+        deadline = time.monotonic() + 30
+        while not got and time.monotonic() < deadline:
+            modern.poll(0.1)
+            if heartbeat(generation) == 27:  # REBALANCE_IN_PROGRESS: rejoin
+                r2 = join(r.member_id)
+                generation = int(r2.generation_id)
+                s = sync(generation)
+                got = {p for _t, p in decode_consumer_assignment(s.assignment)}
+        assert len(got) == 1 and not got & owned(modern), (got, owned(modern))
+    finally:
+        modern.close()
+
+
+def poll_until_owned(c, partitions: set[int], timeout: float = 30) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        c.poll(0.05)
+        if owned(c) == partitions:
+            return True
+    return False
