@@ -156,6 +156,7 @@ class MigrationMachine(RuleBasedStateMachine):
                 assert self.state.delete_group(GROUP) == 0
                 self.log.append((encode_group_metadata_key(GROUP), None))
                 self.group_epoch = 0
+                self.member_epochs.clear()
         c.incarnation += 1
         c.member_id = f"c{i}-{c.incarnation}"
         r = self._send(c, 0, set())
