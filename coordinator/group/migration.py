@@ -176,7 +176,7 @@ def upgrade(classic_groups: GroupManager, consumer: ConsumerGroups, group_id: st
         return [], None, f"group.consumer.migration.policy is {policy}"
     if classic.protocol_type != "consumer":
         return [], None, f"its protocol type is {classic.protocol_type!r}, not 'consumer'"
-    if len(classic.members) >= consumer.config.max_size:
+    if len(classic.members) > consumer.config.max_size:
         return [], None, "it has more members than group.consumer.max.size"
     g = consumer_group_from_classic(classic, image)
     if g is None:

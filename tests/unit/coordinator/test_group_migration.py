@@ -164,3 +164,14 @@ def test_no_downgrade_while_a_consumer_member_remains():
     cg.heartbeat(0, HeartbeatRequest("g", "c0", -1), IMAGE)
     assert migration.downgrade(cg, 100, "g", 0) == ([], None)
     assert migration.downgrade(cg, 1, "g", 0) == ([], None)
+
+
+def test_upgrade_is_refused_above_the_consumer_group_max_size():
+    """As Kafka's validateOnlineUpgrade: more classic members than group.consumer.max.size
+    is refused; exactly that many is upgraded (the joining member is then refused)."""
+    cg = ConsumerGroups(ConsumerGroupConfig(max_size=1))
+    _records, effects, why = migration.upgrade(_classic(), cg, "g", IMAGE, 0)
+    assert effects is None and "max.size" in why
+    cg = ConsumerGroups(ConsumerGroupConfig(max_size=2))
+    assert migration.upgrade(_classic(), cg, "g", IMAGE, 0)[1] is not None
+    assert _join_consumer(cg).error == E.group_max_size_reached.value
