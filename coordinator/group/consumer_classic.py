@@ -12,7 +12,8 @@ the classic protocol, and the consumer group answers it.
   ConsumerProtocolAssignment; REBALANCE_IN_PROGRESS if the group epoch moved on.
 * Heartbeat answers REBALANCE_IN_PROGRESS when the member must rejoin: the group epoch
   is ahead of it, it has partitions to revoke, or the partitions it waits for are free.
-  It must rejoin within its rebalance timeout (the join timeout) or it is removed.
+  It must rejoin within its rebalance timeout (the join timeout), and sync within it
+  after joining (the sync timeout), or it is removed.
 * Its session timeout is the one of its JoinGroup, not group.consumer.session.timeout.ms.
 
 A mixin of :class:`~txbroker.coordinator.group.consumer_state.ConsumerGroups`; sans-IO:
@@ -160,7 +161,10 @@ class ClassicMembers:
         if changed or new:
             records.append(cr.record(cr.CURRENT_MEMBER_ASSIGNMENT, g.group_id, m.member_id,
                                         m.current()))
-        m.rebalance_deadline = None  # it rejoined: the join timeout is over
+        # It rejoined: the join timeout is over, the sync timeout starts (it must
+        # SyncGroup within its rebalance timeout, as in Kafka).
+        m.rebalance_deadline = None
+        self._join_timeout(now, g, m)
         self._arm(now, g, m)
         return JoinResult(NONE, generation_id=m.member_epoch,
                           protocol_type=CONSUMER_PROTOCOL_TYPE, protocol_name=req.protocols[0][0],
@@ -212,6 +216,7 @@ class ClassicMembers:
                               f"{member_id} should rejoin to catch up.")
         except Refused as e:
             return SyncResult(e.error)
+        m.rebalance_deadline = None  # synced: the sync timeout is over
         self._arm(now, g, m)
         parsed = decode_consumer_subscription(protocols[0][1])
         version = min(parsed[0], 3) if parsed is not None else 0
@@ -256,7 +261,8 @@ class ClassicMembers:
         return errors, records
 
     def _join_timeout(self, now: int, g: ConsumerGroup, m: ConsumerMember) -> None:
-        """Told to rejoin: it must within its rebalance timeout, or it is removed."""
+        """Told to rejoin (or joined: to sync): it must within its rebalance timeout, or
+        it is removed."""
         if m.rebalance_deadline is None:
             m.rebalance_deadline = now + max(0, m.subscription.rebalance_timeout_ms)
             heapq.heappush(self._timers, (m.rebalance_deadline, next(self._seq), g.group_id,

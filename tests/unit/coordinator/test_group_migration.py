@@ -175,3 +175,23 @@ def test_upgrade_is_refused_above_the_consumer_group_max_size():
     cg = ConsumerGroups(ConsumerGroupConfig(max_size=2))
     assert migration.upgrade(_classic(), cg, "g", IMAGE, 0)[1] is not None
     assert _join_consumer(cg).error == E.group_max_size_reached.value
+
+
+def test_a_classic_member_that_joins_must_sync_within_its_rebalance_timeout():
+    state, cg = _classic(), _consumers()
+    migration.upgrade(state, cg, "g", IMAGE, 0)
+    _join_consumer(cg)
+
+    def join(member_id: str, now: int):
+        return cg.classic_join(now, ClassicJoinRequest(
+            "g", member_id, None, "c", "h", 60_000, 10_000, "consumer", (("range", SUB),),
+            True), IMAGE)[0]
+
+    r = join("k0", 0)
+    assert r.error == 0
+    assert cg.classic_sync(5_000, "g", r.generation_id, "k0", None, "consumer", "range").error == 0
+    assert join("k1", 0).error == 0  # and no SyncGroup
+    assert cg.tick(9_999) == []
+    removed = [why for _g, _r, why in cg.tick(10_001)]
+    assert len(removed) == 1 and "k1" in removed[0], removed
+    assert set(cg.groups["g"].members) == {"k0", "c0"}
