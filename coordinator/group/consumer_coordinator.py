@@ -226,10 +226,20 @@ class ConsumerGroupShell:
 
     def classic_leave_consumer_group(self, group_id: str,
                                      members: list[tuple[str, str | None]]) -> list[int]:
+        """LeaveGroup of classic members of a consumer group: their records are appended
+        now; :meth:`leave_durable` waits for them before the answer goes out."""
         errors, records = self.consumer.classic_leave(group_id, members)
-        self._append_consumer_records(group_id, records)
+        plog, last, _error = self._append_consumer_records(group_id, records)
+        if plog is not None:
+            self._unflushed_leaves[group_id] = (plog, last)
         self._reschedule()
         return errors
+
+    async def leave_durable(self, group_id: str) -> None:
+        """Once the records of the last LeaveGroup of ``group_id`` are durable."""
+        pending = self._unflushed_leaves.pop(group_id, None)
+        if pending is not None:
+            await self.logs.flusher.wait_acked(pending[0], pending[1] + 1)
 
     def consumer_commit_error(self, group_id: str, member_id: str, instance_id: str | None,
                               member_epoch: int, transactional: bool, api_version: int,

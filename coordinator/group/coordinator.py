@@ -97,6 +97,8 @@ class GroupCoordinator(ConsumerGroupShell):
         # KIP-848 consumer-protocol groups, beside the classic ones (one group id names
         # a group of one type at a time).
         self.consumer = ConsumerGroups(config.consumer or ConsumerGroupConfig())
+        # Classic members' LeaveGroup of a consumer group: (log, last offset) to wait for.
+        self._unflushed_leaves: dict[str, tuple[PartitionLog, int]] = {}
         # __consumer_offsets partitions still loading: their groups answer
         # COORDINATOR_LOAD_IN_PROGRESS, the others are served (Kafka loads each group
         # coordinator partition on its own).
