@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 SUDO := $(shell [ "$$(id -u)" = "0" ] || echo sudo)
 
-.PHONY: install system-deps kafka-jars spark-kafka-jars kafkajs test test-kafka test-cluster test-chaos test-long test-fast model-check lint console-screenshots demo bench bench-kafka bench-abuse bench-compare fuzz serve clean docs-config
+.PHONY: install system-deps kafka-jars spark-kafka-jars kafkajs test test-kafka test-cluster test-chaos test-long test-fast model-check lint console-screenshots demo bench bench-kafka bench-abuse bench-group-protocols bench-compare fuzz serve clean docs-config
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -m venv $(VENV) 2>/dev/null || { \
@@ -149,6 +149,11 @@ bench: install
 # txbroker (both flush policies) against Apache Kafka 4 (issue 16): docs/performance.md.
 bench-kafka: install
 	$(PY) -m bench.vs_kafka --runs 3 --messages 200000
+
+# KIP-848 against the classic group protocol (issue 27): rebalance times of a 10-member
+# group on txbroker and Kafka 4.3.1, consume-transform-produce transactions/s.
+bench-group-protocols: install
+	$(PY) -m bench.group_protocols
 
 # Hostile clients (issue 14): broker peak RSS and a normal client's acks=all latency.
 bench-abuse: install

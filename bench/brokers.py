@@ -377,8 +377,9 @@ class KafkaBroker(ManagedBroker):
 
     name = "kafka"
 
-    def __init__(self) -> None:
+    def __init__(self, overrides: dict[str, str] | None = None) -> None:
         super().__init__()
+        self.overrides = dict(overrides or {})
         self.work_dir = ""
         self.kafka = None
         self.startup_seconds = 0.0
@@ -391,7 +392,7 @@ class KafkaBroker(ManagedBroker):
         from tests.kafka_reference import KafkaProcess
 
         self.work_dir = tempfile.mkdtemp(prefix="kafka-bench-")
-        kafka = KafkaProcess(self.work_dir, heap="1g")
+        kafka = KafkaProcess(self.work_dir, self.overrides, heap="1g")
         self.kafka = kafka
         properties = kafka._write_config()
         cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")

@@ -374,6 +374,11 @@ BROKER_KEYS: dict[str, BrokerKey] = {
                   "largest allowed group.consumer.session.timeout.ms"),
         BrokerKey("group.consumer.max.size", "2147483647", _int,
                   "most members a consumer-protocol group may have (GROUP_MAX_SIZE_REACHED)"),
+        BrokerKey("group.consumer.migration.policy", "bidirectional",
+                  _one_of("bidirectional", "upgrade", "downgrade", "disabled"),
+                  "online migration between classic and consumer groups: upgrade a classic "
+                  "group when a consumer-protocol member joins, downgrade it when the last "
+                  "one leaves (bidirectional, upgrade, downgrade or disabled)"),
         BrokerKey("transaction.state.log.num.partitions", "50", _int,
                   "partitions of __transaction_state (created on first transactional use)"),
         BrokerKey("transaction.state.log.segment.bytes", "104857600", _int,

@@ -669,4 +669,5 @@ def _consumer_group_config(config: BrokerConfig) -> ConsumerGroupConfig:
 
     return ConsumerGroupConfig(heartbeat_interval_ms=bounded("heartbeat.interval.ms"),
                                session_timeout_ms=bounded("session.timeout.ms"),
-                               max_size=config.get("group.consumer.max.size"))
+                               max_size=config.get("group.consumer.max.size"),
+                               migration_policy=config.get("group.consumer.migration.policy"))

@@ -62,7 +62,8 @@ async def handle(ctx, request):
                           target_assignment=_assignment(schema, g.target.get(m.member_id, {}),
                                                         names))
             if ctx.version >= 1:
-                fields["member_type"] = 1  # KIP-1099: 1 = consumer protocol member
+                # KIP-1099: 0 = classic member of a migrated group, 1 = consumer protocol
+                fields["member_type"] = 0 if m.uses_classic else 1
             members.append(build(schema.Member, **fields))
         out.append(build(schema.DescribedGroup, error_code=ErrorCode.none, group_id=group_id,
                          group_state=g.state, group_epoch=g.group_epoch,

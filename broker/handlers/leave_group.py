@@ -18,11 +18,13 @@ async def handle(ctx, request):
     groups = ctx.broker.groups
     if ctx.version < 3:
         error, member_errors = groups.leave(request.group_id, [(request.member_id, None)])
+        await groups.leave_durable(request.group_id)
         if error == 0 and member_errors:
             error = member_errors[0]
         return build(ctx.response_type, throttle_time=ZERO, error_code=code(error))
     members = [(m.member_id, m.group_instance_id) for m in request.members]
     error, member_errors = groups.leave(request.group_id, members)
+    await groups.leave_durable(request.group_id)
     out = tuple(build(ctx.schema.MemberResponse, member_id=m, group_instance_id=i,
                       error_code=code(e))
                 for (m, i), e in zip(members, member_errors, strict=False))

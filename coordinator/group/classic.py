@@ -17,7 +17,6 @@ group in ``classic_join.py`` and ``classic_rebalance.py``.
 
 from __future__ import annotations
 
-import struct
 from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -37,6 +36,7 @@ from txbroker.coordinator.group.results import (
     SyncResult,
     Token,
 )
+from txbroker.protocol.consumer_protocol import decode_consumer_subscription
 
 __all__ = [
     "CONSUMER_PROTOCOL_TYPE",
@@ -509,24 +509,7 @@ class ClassicWrite:
 
 
 def parse_consumer_subscription_topics(data: bytes) -> list[str] | None:
-    """Topics of a ConsumerProtocolSubscription, read with its v0 prefix (as Kafka does).
-
-    Layout: int16 version, int32 topic count, count x (int16 length, utf-8).
-    Returns None when the bytes do not follow the schema.
-    """
-    try:
-        version, count = struct.unpack_from(">hi", data, 0)
-        if version < 0 or count < 0:
-            return None
-        pos = 6
-        topics = []
-        for _ in range(count):
-            (n,) = struct.unpack_from(">h", data, pos)
-            pos += 2
-            if n < 0 or pos + n > len(data):
-                return None
-            topics.append(bytes(data[pos : pos + n]).decode("utf-8"))
-            pos += n
-        return topics
-    except (struct.error, UnicodeDecodeError):
-        return None
+    """Topics of a ConsumerProtocolSubscription, read with its v0 prefix (as Kafka does);
+    None when the bytes do not follow the schema."""
+    parsed = decode_consumer_subscription(data)
+    return parsed[1] if parsed is not None else None

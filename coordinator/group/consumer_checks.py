@@ -93,6 +93,10 @@ def validate_offset_commit(g: ConsumerGroup, member_id: str, instance_id: str | 
     m = g.members.get(member_id)
     if m is None:
         return _E.unknown_member_id.value
+    if m.uses_classic:
+        # A classic member of a migrated group commits with its generation (= member
+        # epoch) and any OffsetCommit version, as Kafka checks it.
+        return NONE if member_epoch == m.member_epoch else _E.illegal_generation.value
     if not transactional and api_version < 9:
         return _E.unsupported_version.value
     stale = _E.illegal_generation.value if transactional else _E.stale_member_epoch.value

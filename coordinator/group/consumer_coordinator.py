@@ -3,11 +3,14 @@
 records it returns to ``__consumer_offsets`` and answers a heartbeat once they are
 durable. Mixed into :class:`~txbroker.coordinator.group.coordinator.GroupCoordinator`.
 
-A group id names one group type at a time: a heartbeat for a group that is a classic
-group with members is refused with GROUP_ID_NOT_FOUND ("not a consumer group"); an
-Empty classic group (offsets only) becomes a consumer group, as in Kafka. Mixed
-classic/consumer groups (online migration) are not implemented: a classic JoinGroup
-to a consumer group with members gets INCONSISTENT_GROUP_PROTOCOL.
+A group id names one group type at a time. An Empty classic group (offsets only)
+becomes a consumer group when a member joins with ConsumerGroupHeartbeat, and an Empty
+consumer group a classic group on a JoinGroup, as in Kafka. A classic group with
+members is upgraded (migration.py) when ``group.consumer.migration.policy`` allows it,
+else the heartbeat is refused with GROUP_ID_NOT_FOUND ("not a consumer group"); its
+members go on as classic members of the consumer group (consumer_classic.py), and when
+the last consumer-protocol member leaves, the group is downgraded back to a classic
+group if the policy allows it.
 """
 
 from __future__ import annotations
@@ -29,10 +32,14 @@ from ..internal_topic import (
     map_storage_error,
     partition_for,
 )
+from . import migration
+from .consumer_checks import Refused, validate_heartbeat
+from .consumer_classic import ClassicJoinRequest
 from .consumer_records import ConsumerRecordKey
 from .consumer_state import HeartbeatRequest, HeartbeatResult, Record
 from .offsets import ExpiryRule
 from .records import decode_key, encode_group_metadata_key
+from .results import JoinResult, SyncResult
 
 log = logging.getLogger("txbroker.coordinator.group.coordinator")
 
@@ -116,21 +123,35 @@ class ConsumerGroupShell:
         self.ensure_offsets_topic()
         now = int(time.time() * 1000)
         pre: list[Record] = []
-        classic = self.state.describe(req.group_id) if req.group_id else None
-        if classic is not None and classic.exists:
-            if classic.members or self.state.delete_group(req.group_id) != _E.none.value:
+        classic = self.state.classic_group(req.group_id) if req.group_id else None
+        if classic is not None:
+            try:
+                validate_heartbeat(req, self.consumer.config.assignors)
+            except Refused as e:
+                return HeartbeatResult(e.error, e.message)
+            if classic.members and req.member_epoch == 0:
+                pre = self._upgrade(req.group_id, now)
+            elif not classic.members and self.state.delete_group(req.group_id) == _E.none.value:
+                # An Empty classic group (offsets only) becomes a consumer group, as in Kafka.
+                log.info("empty classic group %r converted to a consumer group", req.group_id)
+                pre = [(encode_group_metadata_key(req.group_id), None)]
+            if not pre:
                 return HeartbeatResult(_E.group_id_not_found.value,
                                        f"Group {req.group_id} is not a consumer group.")
-            # An Empty classic group (offsets only) becomes a consumer group, as in Kafka.
-            log.info("empty classic group %r converted to a consumer group", req.group_id)
-            pre.append((encode_group_metadata_key(req.group_id), None))
         known = req.group_id in self.consumer.groups
         epoch_before = self.consumer.groups[req.group_id].group_epoch if known else 0
         result = self.consumer.heartbeat(now, req, self.topic_image())
+        after: list[Record] = []
+        downgrade = None
+        if result.error == _E.none.value and req.member_epoch < 0:
+            after, downgrade = self._downgrade_records(req.group_id, now)
         self._reschedule()
-        plog, last, error = self._append_consumer_records(req.group_id, pre + result.records)
+        plog, last, error = self._append_consumer_records(req.group_id,
+                                                          pre + result.records + after)
         if error != _E.none.value:
             return HeartbeatResult(error)
+        if downgrade is not None:
+            self._adopt(req.group_id, downgrade, now)
         g = self.consumer.groups.get(req.group_id)
         if g is not None and g.group_epoch != epoch_before:
             log.info("consumer group %r: group epoch %d, %d member(s), state %s (member %s, "
@@ -139,6 +160,86 @@ class ConsumerGroupShell:
         if plog is not None:
             await self.logs.flusher.wait_acked(plog, last + 1)
         return result
+
+    # -- online migration (migration.py) -------------------------------------------------
+
+    def _upgrade(self, group_id: str, now: int) -> list[Record]:
+        """A classic group with members becomes a consumer group if the policy and the
+        group allow it (migration.upgrade); its records, or [] if not."""
+        records, effects, why = migration.upgrade(self.state, self.consumer, group_id,
+                                                  self.topic_image(), now)
+        if effects is None:
+            log.info("cannot upgrade classic group %r to a consumer group: %s", group_id, why)
+            return []
+        self._apply(effects)
+        g = self.consumer.groups[group_id]
+        log.info("classic group %r (generation %d, %d member(s)) upgraded to a consumer group",
+                 group_id, g.group_epoch, len(g.members))
+        return records
+
+    def _downgrade_records(self, group_id: str, now: int):
+        return migration.downgrade(self.consumer, self.state.config.max_size, group_id, now)
+
+    def _adopt(self, group_id: str, value, now: int) -> None:
+        log.info("consumer group %r downgraded to a classic group (generation %d, %d "
+                 "member(s)); rebalancing", group_id, value.generation_id, len(value.members))
+        self._apply(self.state.adopt_group(group_id, value, now))
+
+    def _downgrade_after_removal(self, group_id: str, now: int) -> None:
+        records, value = self._downgrade_records(group_id, now)
+        if value is not None:
+            _plog, _last, error = self._append_consumer_records(group_id, records)
+            if error == _E.none.value:
+                self._adopt(group_id, value, now)
+
+    # -- classic members of a consumer group (consumer_classic.py) ------------------------
+
+    async def classic_join_consumer_group(self, req: ClassicJoinRequest) -> JoinResult:
+        now = int(time.time() * 1000)
+        result, records = self.consumer.classic_join(now, req, self.topic_image())
+        self._reschedule()
+        plog, last, error = self._append_consumer_records(req.group_id, records)
+        if error != _E.none.value:
+            return JoinResult(error, member_id=req.member_id)
+        if result.error == _E.none.value:
+            log.info("classic member %s joined consumer group %r at epoch %d",
+                     result.member_id, req.group_id, result.generation_id)
+        if plog is not None:
+            await self.logs.flusher.wait_acked(plog, last + 1)
+        return result
+
+    def classic_sync_consumer_group(self, group_id: str, generation_id: int, member_id: str,
+                                    instance_id: str | None, protocol_type: str | None,
+                                    protocol_name: str | None) -> SyncResult:
+        result = self.consumer.classic_sync(int(time.time() * 1000), group_id, generation_id,
+                                            member_id, instance_id, protocol_type,
+                                            protocol_name)
+        self._reschedule()
+        return result
+
+    def classic_heartbeat_consumer_group(self, group_id: str, generation_id: int,
+                                         member_id: str, instance_id: str | None) -> int:
+        error = self.consumer.classic_heartbeat(int(time.time() * 1000), group_id,
+                                                generation_id, member_id, instance_id)
+        self._reschedule()
+        return error
+
+    def classic_leave_consumer_group(self, group_id: str,
+                                     members: list[tuple[str, str | None]]) -> list[int]:
+        """LeaveGroup of classic members of a consumer group: their records are appended
+        now; :meth:`leave_durable` waits for them before the answer goes out."""
+        errors, records = self.consumer.classic_leave(group_id, members)
+        plog, last, _error = self._append_consumer_records(group_id, records)
+        if plog is not None:
+            self._unflushed_leaves[group_id] = (plog, last)
+        self._reschedule()
+        return errors
+
+    async def leave_durable(self, group_id: str) -> None:
+        """Once the records of the last LeaveGroup of ``group_id`` are durable."""
+        pending = self._unflushed_leaves.pop(group_id, None)
+        if pending is not None:
+            await self.logs.flusher.wait_acked(pending[0], pending[1] + 1)
 
     def consumer_commit_error(self, group_id: str, member_id: str, instance_id: str | None,
                               member_epoch: int, transactional: bool, api_version: int,

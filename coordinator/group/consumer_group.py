@@ -62,6 +62,11 @@ class ConsumerMember:
     def instance_id(self) -> str | None:
         return self.subscription.instance_id
 
+    @property
+    def uses_classic(self) -> bool:
+        """A classic-protocol member (JoinGroup/SyncGroup/Heartbeat) of a consumer group."""
+        return self.subscription.classic is not None
+
     def current(self) -> CurrentAssignment:
         return CurrentAssignment(self.member_epoch, self.previous_member_epoch, int(self.state),
                                  dict(self.assigned), dict(self.pending_revocation),
@@ -155,6 +160,12 @@ class ConsumerGroup:
 
     def owner_of(self, tp: TP) -> str | None:
         return self.owners.get(tp)
+
+    def waiting_on_unreleased(self, m: ConsumerMember) -> bool:
+        """Is a partition of ``m``'s target still held by another member?"""
+        return any(self.owners.get((t, p), m.member_id) != m.member_id
+                   for t, ps in self.target.get(m.member_id, {}).items() for p in ps
+                   if p not in m.assigned.get(t, frozenset()))
 
 
 def owned_from(topic_partitions) -> Assignment | None:

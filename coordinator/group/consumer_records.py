@@ -40,6 +40,7 @@ Assignment = dict[uuid.UUID, frozenset[int]]
 
 __all__ = [
     "Assignment",
+    "ClassicMemberMetadata",
     "ConsumerRecordKey",
     "CurrentAssignment",
     "MemberSubscription",
@@ -47,6 +48,7 @@ __all__ = [
     "decode_value",
     "encode_key",
     "encode_value",
+    "record",
 ]
 
 
@@ -55,6 +57,15 @@ class ConsumerRecordKey:
     kind: int
     group_id: str
     member_id: str = ""
+
+
+@dataclass(frozen=True)
+class ClassicMemberMetadata:
+    """ConsumerGroupMemberMetadataValue's ClassicMemberMetadata: set for a member that
+    speaks the classic protocol (JoinGroup/SyncGroup/Heartbeat) inside a consumer group."""
+
+    session_timeout_ms: int
+    protocols: tuple[tuple[str, bytes], ...]  # (name, ConsumerProtocolSubscription)
 
 
 @dataclass(frozen=True)
@@ -69,6 +80,7 @@ class MemberSubscription:
     subscribed_topic_regex: str | None
     rebalance_timeout_ms: int
     server_assignor: str | None
+    classic: ClassicMemberMetadata | None = None
 
 
 @dataclass(frozen=True)
@@ -88,6 +100,11 @@ def encode_key(key: ConsumerRecordKey) -> bytes:
     if key.kind in GROUP_KINDS:
         return pack([FORMAT_VERSION, key.kind, key.group_id])
     return pack([FORMAT_VERSION, key.kind, key.group_id, key.member_id])
+
+
+def record(kind: int, group_id: str, member_id: str, value: Any) -> tuple[bytes, bytes | None]:
+    """One record (key, value) of a consumer group; ``value`` None is a tombstone."""
+    return encode_key(ConsumerRecordKey(kind, group_id, member_id)), encode_value(kind, value)
 
 
 def decode_consumer_key(arr: list[Any]) -> ConsumerRecordKey | None:
@@ -125,6 +142,18 @@ def _decode_assignment(raw: Any, what: str) -> Assignment:
     return out
 
 
+def _decode_classic(raw: Any) -> ClassicMemberMetadata:
+    """The appended classic member metadata field (absent for consumer-protocol members)."""
+    if not isinstance(raw, list) or len(raw) < 2 or not isinstance(raw[1], list):
+        raise ValueError("member metadata: malformed classic member metadata")
+    protocols = []
+    for item in raw[1]:
+        if not isinstance(item, list) or len(item) < 2:
+            raise ValueError("member metadata: malformed classic protocol")
+        protocols.append((as_str(item[0], "protocol name"), as_bytes(item[1], "protocol metadata")))
+    return ClassicMemberMetadata(as_int(raw[0], "session timeout"), tuple(protocols))
+
+
 def _opt_str(v: Any, what: str) -> str | None:
     return None if v is None else as_str(v, what)
 
@@ -143,7 +172,10 @@ def encode_value(kind: int, value: Any) -> bytes | None:
         s: MemberSubscription = value
         return pack([FORMAT_VERSION, s.instance_id, s.rack_id, s.client_id, s.client_host,
                      list(s.subscribed_topic_names), s.subscribed_topic_regex,
-                     s.rebalance_timeout_ms, s.server_assignor])
+                     s.rebalance_timeout_ms, s.server_assignor]
+                    + ([] if s.classic is None else [
+                        [s.classic.session_timeout_ms,
+                         [[n, bytes(m)] for n, m in s.classic.protocols]]]))
     if kind == TARGET_ASSIGNMENT_MEMBER:
         return pack([FORMAT_VERSION, _assignment(value)])
     if kind == REGULAR_EXPRESSION:  # (topics, refresh time ms)
@@ -178,7 +210,8 @@ def decode_value(kind: int, data: bytes | None) -> Any:
             subscribed_topic_names=tuple(as_str(t, "topic") for t in arr[5]),
             subscribed_topic_regex=_opt_str(arr[6], "regex"),
             rebalance_timeout_ms=as_int(arr[7], "rebalance timeout"),
-            server_assignor=_opt_str(arr[8], "server assignor"))
+            server_assignor=_opt_str(arr[8], "server assignor"),
+            classic=_decode_classic(arr[9]) if len(arr) > 9 else None)
     if kind == REGULAR_EXPRESSION:
         if len(arr) < 3 or not isinstance(arr[1], list):
             raise ValueError("regular expression: too few fields")

@@ -38,6 +38,7 @@ from txbroker.coordinator.group.consumer_checks import (
     validate_offset_commit,
     validate_offset_fetch,
 )
+from txbroker.coordinator.group.consumer_classic import ClassicMembers
 from txbroker.coordinator.group.consumer_group import (
     LEAVE_EPOCH,
     STATIC_LEAVE_EPOCH,
@@ -67,6 +68,8 @@ class ConsumerGroupConfig:
     session_timeout_ms: int = 45000  # group.consumer.session.timeout.ms
     max_size: int = 2**31 - 1  # group.consumer.max.size
     assignors: tuple[str, ...] = ASSIGNORS  # group.consumer.assignors (first = default)
+    # group.consumer.migration.policy: bidirectional, upgrade, downgrade or disabled.
+    migration_policy: str = "bidirectional"
 
 
 @dataclass
@@ -80,11 +83,10 @@ class HeartbeatResult:
     records: list[Record] = field(default_factory=list)
 
 
-def _rec(kind: int, group_id: str, member_id: str, value) -> Record:
-    return cr.encode_key(ConsumerRecordKey(kind, group_id, member_id)), cr.encode_value(kind, value)
+_rec = cr.record
 
 
-class ConsumerGroups:
+class ConsumerGroups(ClassicMembers):
     """The consumer-protocol groups (see the module docstring)."""
 
     def __init__(self, config: ConsumerGroupConfig,
@@ -356,9 +358,13 @@ class ConsumerGroups:
     # -- timers ----------------------------------------------------------------------
 
     def _arm(self, now: int, g: ConsumerGroup, m: ConsumerMember) -> None:
-        m.session_deadline = now + self.config.session_timeout_ms
+        classic = m.subscription.classic
+        m.session_deadline = now + (self.config.session_timeout_ms if classic is None
+                                    else classic.session_timeout_ms)
         heapq.heappush(self._timers, (m.session_deadline, next(self._seq), g.group_id,
                                       m.member_id, "session"))
+        if classic is not None:
+            return  # its join timeout is armed when it is told to rejoin (consumer_classic)
         if m.state is MemberState.UNREVOKED_PARTITIONS:
             if m.rebalance_deadline is None:
                 m.rebalance_deadline = now + max(0, m.subscription.rebalance_timeout_ms)

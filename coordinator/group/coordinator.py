@@ -36,6 +36,7 @@ from ..internal_topic import (
     partition_log_for,
 )
 from ..wake_timer import TaskSet, WakeTimer
+from .consumer_classic import ClassicJoinRequest
 from .consumer_coordinator import ConsumerGroupShell
 from .consumer_records import ConsumerRecordKey
 from .consumer_state import ConsumerGroupConfig, ConsumerGroups
@@ -96,6 +97,8 @@ class GroupCoordinator(ConsumerGroupShell):
         # KIP-848 consumer-protocol groups, beside the classic ones (one group id names
         # a group of one type at a time).
         self.consumer = ConsumerGroups(config.consumer or ConsumerGroupConfig())
+        # Classic members' LeaveGroup of a consumer group: (log, last offset) to wait for.
+        self._unflushed_leaves: dict[str, tuple[PartitionLog, int]] = {}
         # __consumer_offsets partitions still loading: their groups answer
         # COORDINATOR_LOAD_IN_PROGRESS, the others are served (Kafka loads each group
         # coordinator partition on its own).
@@ -261,6 +264,7 @@ class GroupCoordinator(ConsumerGroupShell):
         for group_id, records, why in self.consumer.tick(now):
             log.info("%s: removed (group epoch bumped)", why)
             self._append_consumer_records(group_id, records)
+            self._downgrade_after_removal(group_id, now)
         self._apply(self.state.tick(now))
 
     async def _await_token(self, token: int, fut: asyncio.Future):
@@ -279,11 +283,18 @@ class GroupCoordinator(ConsumerGroupShell):
         if not self.is_ready(group_id):
             return JoinResult(_E.coordinator_load_in_progress.value, member_id=member_id)
         if self.is_consumer_group(group_id):
+            if self.consumer.groups[group_id].members:
+                # A classic member of a consumer group (online migration, consumer_classic).
+                limits = self.state.config
+                if not (limits.min_session_timeout_ms <= session_timeout_ms
+                        <= limits.max_session_timeout_ms):
+                    return JoinResult(_E.invalid_session_timeout.value, member_id=member_id)
+                return await self.classic_join_consumer_group(ClassicJoinRequest(
+                    group_id, member_id, group_instance_id, client_id, client_host,
+                    session_timeout_ms, rebalance_timeout_ms, protocol_type,
+                    tuple((n, bytes(m)) for n, m in protocols), require_known_member_id))
             if await self.delete_consumer_group(group_id) != _E.none.value:
-                # Mixed classic/consumer groups are not implemented (docs/compatibility.md).
-                log.warning("JoinGroup of %r refused: it is a consumer-protocol group with "
-                            "members", group_id)
-                return JoinResult(_E.inconsistent_group_protocol.value, member_id=member_id)
+                return JoinResult(_E.coordinator_not_available.value, member_id=member_id)
             log.info("empty consumer group %r converted to a classic group", group_id)
         self.ensure_offsets_topic()
         token = next(self._tokens)
@@ -301,6 +312,10 @@ class GroupCoordinator(ConsumerGroupShell):
                    protocol_name: str | None, assignments: dict[str, bytes]) -> SyncResult:
         if not self.is_ready(group_id):
             return SyncResult(_E.coordinator_load_in_progress.value)
+        if self.is_consumer_group(group_id):
+            return self.classic_sync_consumer_group(group_id, generation_id, member_id,
+                                                    group_instance_id, protocol_type,
+                                                    protocol_name)
         self.ensure_offsets_topic()
         token = next(self._tokens)
         fut = asyncio.get_running_loop().create_future()
@@ -315,6 +330,9 @@ class GroupCoordinator(ConsumerGroupShell):
                   group_instance_id: str | None) -> int:
         if not self.is_ready(group_id):
             return _E.coordinator_load_in_progress.value
+        if self.is_consumer_group(group_id):
+            return self.classic_heartbeat_consumer_group(group_id, generation_id, member_id,
+                                                         group_instance_id)
         error = self.state.heartbeat(now_ms(), group_id, generation_id, member_id,
                                      group_instance_id)
         self._reschedule()
@@ -324,6 +342,8 @@ class GroupCoordinator(ConsumerGroupShell):
         if not self.is_ready(group_id):
             return _E.coordinator_load_in_progress.value, [
                 _E.coordinator_load_in_progress.value] * len(members)
+        if self.is_consumer_group(group_id):
+            return _E.none.value, self.classic_leave_consumer_group(group_id, members)
         result = self.state.leave(now_ms(), group_id, members)
         self._apply(result.effects)
         return result.error, result.member_errors

@@ -49,6 +49,7 @@ import itertools
 from collections.abc import Callable
 from typing import Any
 
+from kio.schema.errors import ErrorCode
 from txbroker.coordinator.group import classic_rebalance
 from txbroker.coordinator.group.classic import ClassicGroup, ClassicWrite, GroupState
 from txbroker.coordinator.group.offsets import ExpiryRule
@@ -60,11 +61,21 @@ from txbroker.coordinator.group.records import (
     encode_group_metadata_key,
     encode_group_metadata_value,
 )
-from txbroker.coordinator.group.results import NONE, Effects, Fx, GroupConfig, PersistRequest, Token
+from txbroker.coordinator.group.results import (
+    NONE,
+    Effects,
+    Fx,
+    GroupConfig,
+    JoinResult,
+    PersistRequest,
+    SyncResult,
+    Token,
+)
 
 __all__ = ["GroupManager"]
 
 _S = GroupState
+_E = ErrorCode
 # Stop a runaway tick (only possible with zero timeouts); the rest fires next tick.
 _MAX_TIMERS_PER_TICK = 1_000_000
 
@@ -172,6 +183,39 @@ class GroupManager:
         if len(g.members) > self.config.max_size:
             # Give the members a chance to commit, then shed the surplus in the rebalance.
             classic_rebalance.prepare_rebalance(self, fx, g, now_ms)
+        return self._finish(fx)
+
+    # ==========================================================================
+    # Online migration (migration.py): a group moves to or from the consumer groups
+    # ==========================================================================
+
+    def classic_group(self, group_id: str) -> ClassicGroup | None:
+        return self._groups.get(group_id)
+
+    def detach_group(self, group_id: str) -> Effects:
+        """Upgrade: the group leaves the classic coordinator; parked JoinGroup/SyncGroup
+        requests are answered REBALANCE_IN_PROGRESS (they rejoin the consumer group)."""
+        fx = Fx()
+        g = self._groups.pop(group_id, None)
+        if g is not None:
+            for m in g.members.values():
+                if m.join_token is not None:
+                    fx.respond(m.join_token, JoinResult(_E.rebalance_in_progress.value,
+                                                        member_id=m.member_id))
+                if m.sync_token is not None:
+                    fx.respond(m.sync_token, SyncResult(_E.rebalance_in_progress.value))
+            g.state = _S.DEAD
+        return self._finish(fx)
+
+    def adopt_group(self, group_id: str, value: GroupMetadataValue, now_ms: int) -> Effects:
+        """Downgrade: the group (as its record says) joins the classic coordinator and
+        rebalances at once, its members with their session timeouts from now."""
+        fx = Fx()
+        g = ClassicGroup.from_record(group_id, value)
+        self._groups[group_id] = g
+        for m in g.members.values():
+            classic_rebalance.schedule_heartbeat(self, g, m, now_ms)
+        classic_rebalance.prepare_rebalance(self, fx, g, now_ms)
         return self._finish(fx)
 
     def replay(self, key: bytes, value: bytes | None, now_ms: int) -> Effects | None:

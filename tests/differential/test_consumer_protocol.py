@@ -8,6 +8,7 @@ import pytest
 from confluent_kafka import Consumer
 from txbroker.protocol.messages import build, request_module
 
+from tests.differential.util import describe_group
 from tests.integration.consumer_util import owned, poll_until
 
 API_VERSIONS = 18
@@ -158,16 +159,7 @@ def test_admin_sees_a_consumer_protocol_group(broker):
         assert sorted(tp.partition for tp in member.assignment.topic_partitions) == [0, 1]
         assert {tp.topic for tp in member.assignment.topic_partitions} == {topic}
 
-        m = request_module(15, 5)
-        client = broker.raw()
-        try:
-            r = client.request(15, 5, build(m.DescribeGroupsRequest, groups=(group,),
-                                            include_authorized_operations=False))
-        finally:
-            client.close()
-        (dg,) = r.groups
-        assert (int(dg.error_code), dg.group_state, dg.protocol_type, len(dg.members)) == (
-            0, "Dead", "", 0)
+        assert describe_group(broker, group) == (0, "Dead", "", 0)
     finally:
         c.close()
 

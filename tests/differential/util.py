@@ -20,3 +20,21 @@ def init_txn(txn: RawTxn, timeout: float = 30, **kwargs):
         if int(r.error_code) not in RETRIABLE_INIT or time.monotonic() > deadline:
             return r
         time.sleep(0.1)
+
+
+def describe_group(broker, group: str) -> tuple:
+    """DescribeGroups v5 of one group over the wire: (error, state, protocol type,
+    member count). ``broker``: anything with ``host`` and ``port``."""
+    from txbroker.protocol.messages import build, request_module
+
+    from tests.helpers import RawClient
+
+    m = request_module(15, 5)
+    client = RawClient(broker.host, broker.port)
+    try:
+        r = client.request(15, 5, build(m.DescribeGroupsRequest, groups=(group,),
+                                        include_authorized_operations=False))
+    finally:
+        client.close()
+    (g,) = r.groups
+    return int(g.error_code), g.group_state, g.protocol_type, len(g.members)

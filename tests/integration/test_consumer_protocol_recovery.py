@@ -1,6 +1,7 @@
 """KIP-848 consumer-protocol groups across process deaths: the broker SIGKILLed and
 restarted keeps the group's epochs and assignments (members carry on without a
-rebalance); a member SIGKILLed is removed after group.consumer.session.timeout.ms and
+rebalance), also in the middle of a migration between the classic and the consumer
+protocol; a member SIGKILLed is removed after group.consumer.session.timeout.ms and
 its partitions move to the survivor."""
 
 from __future__ import annotations
@@ -43,8 +44,9 @@ def consumer(bootstrap: str, group: str) -> Consumer:
 
 
 def describe(broker, group: str):
-    """(group epoch, assignment epoch, state, {member: (epoch, partitions)}) from
-    ConsumerGroupDescribe v1 (None while the group is still loading)."""
+    """(group epoch, assignment epoch, state, {member: (epoch, partitions, member type)})
+    from ConsumerGroupDescribe v1 (None while the group is still loading, or not a
+    consumer group)."""
     m = request_module(CONSUMER_GROUP_DESCRIBE, 1)
     client = RawClient(broker.host, broker.port)
     try:
@@ -58,7 +60,7 @@ def describe(broker, group: str):
         return None
     return (g.group_epoch, g.assignment_epoch, g.group_state,
             {x.member_id: (x.member_epoch, sorted(p for tp in x.assignment.topic_partitions
-                                                  for p in tp.partitions))
+                                                  for p in tp.partitions), int(x.member_type))
              for x in g.members})
 
 
@@ -125,3 +127,52 @@ def test_killed_member_is_removed_after_its_session_timeout(broker):
         if proc.poll() is None:
             proc.kill()
         survivor.close()
+
+
+def test_broker_sigkill_mid_migration(broker):
+    """A classic member and a consumer-protocol member in one group (upgraded from a
+    classic group): the broker SIGKILLed and restarted keeps it as it was, both members
+    carry on. The consumer member leaves: the group is classic again (downgraded),
+    and a second restart keeps that too."""
+    from tests.differential.util import describe_group
+
+    topic = unique_topic("cpm")
+    create_topic(broker.bootstrap, topic, 4)
+    group = unique_topic("g-cpm")
+    classic = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": group,
+                        "group.protocol": "classic", "session.timeout.ms": 6000,
+                        "heartbeat.interval.ms": 300})
+    modern = consumer(broker.bootstrap, group)
+    try:
+        classic.subscribe([topic])
+        assert poll_until([classic], lambda: owned(classic) == {0, 1, 2, 3})
+        modern.subscribe([topic])
+        assert poll_until([classic, modern], lambda: len(owned(classic)) == 2 == len(
+            owned(modern)) and (describe(broker, group) or ())[2:3] == ("Stable",))
+        before = describe(broker, group)
+        assert sorted(t for _e, _p, t in before[3].values()) == [0, 1]
+        mine, theirs = owned(classic), owned(modern)
+        broker.kill()
+        broker.start()
+        assert poll_until([], lambda: describe(broker, group) is not None, timeout=30)
+        assert describe(broker, group) == before
+        poll_until([classic, modern], lambda: False, timeout=1.5)
+        assert describe(broker, group) == before
+        assert (owned(classic), owned(modern)) == (mine, theirs)
+
+        modern.close()
+        modern = None
+        assert poll_until([classic], lambda: owned(classic) == {0, 1, 2, 3}
+                          and describe_group(broker, group)[1] == "Stable")
+        downgraded = describe_group(broker, group)
+        assert downgraded == (0, "Stable", "consumer", 1)
+        broker.kill()
+        broker.start()
+        assert poll_until([classic], lambda: describe_group(broker, group)[0] == 0, timeout=30)
+        poll_until([classic], lambda: False, timeout=1.5)
+        assert describe_group(broker, group) == downgraded
+        assert owned(classic) == {0, 1, 2, 3}
+    finally:
+        classic.close()
+        if modern is not None:
+            modern.close()
