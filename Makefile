@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 SUDO := $(shell [ "$$(id -u)" = "0" ] || echo sudo)
 
-.PHONY: install system-deps kafka-jars spark-kafka-jars kafkajs test test-kafka test-cluster test-chaos test-fast model-check lint console-screenshots demo bench bench-kafka bench-abuse bench-compare fuzz serve clean docs-config
+.PHONY: install system-deps kafka-jars spark-kafka-jars kafkajs chaos-recipes test test-kafka test-cluster test-chaos test-fast model-check lint console-screenshots demo bench bench-kafka bench-abuse bench-compare fuzz serve clean docs-config
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -m venv $(VENV) 2>/dev/null || { \
@@ -102,9 +102,16 @@ lint: install
 test: install lint
 	$(PY) -m pytest -q -p no:cacheprovider -m "(not kafka or kafka_ci) and not cluster and not chaos"
 
-# txbroker chaos runs of the sample pipeline (tests/integration/chaos/): ~30 s.
+# txbroker chaos runs of the sample pipeline and of the recipes per client
+# (tests/integration/chaos/): ~3 min.
 test-chaos: install
 	$(PY) -m pytest -q -p no:cacheprovider -m chaos tests/integration/chaos
+
+# The Java recipe of docs/testing-your-pipeline.md (tests/jvm/chaos/ChaosPipeline.java),
+# compiled against the pinned Kafka client jars: java -cp '.jvm/chaos-recipes:$(KAFKA_JARS)/*'
+chaos-recipes: kafka-jars
+	@mkdir -p .jvm/chaos-recipes
+	javac -nowarn -d .jvm/chaos-recipes -cp '$(KAFKA_JARS)/*' tests/jvm/chaos/*.java
 
 test-kafka: install
 	$(PY) -m pytest -q -p no:cacheprovider tests/differential
