@@ -102,8 +102,8 @@ lint: install
 test: install lint
 	$(PY) -m pytest -q -p no:cacheprovider -m "(not kafka or kafka_ci) and not cluster and not chaos"
 
-# txbroker chaos runs of the sample pipeline and of the recipes per client
-# (tests/integration/chaos/): ~3 min.
+# txbroker chaos runs of the sample pipeline, of the recipes per client and with a
+# generator of one's own (tests/integration/chaos/): ~6 min.
 test-chaos: install
 	$(PY) -m pytest -q -p no:cacheprovider -m chaos tests/integration/chaos
 

@@ -69,8 +69,9 @@ class Generator(threading.Thread):
                 return (f"the generator made no progress for {stall_timeout:.0f}s "
                         f"(the input's end stayed at {last}): stopped; see {self.log_path}")
         if self.exit_code not in (0, None):
-            return (f"the generator exited with {self.exit_code} {len(self.restarts)} "
-                    f"time(s) and was given up; see {self.log_path}")
+            return (f"the generator kept failing (last exit code {self.exit_code}, "
+                    f"restarted {len(self.restarts)} times) and was given up; see "
+                    f"{self.log_path}")
         return None
 
     def stop(self) -> None:

@@ -155,3 +155,23 @@ def test_the_command_refuses_a_bad_mapping_before_starting_anything(capsys):
     assert main(["chaos", "--input", "a", "--output", "b", "--mapping", "nope", "--",
                  "true"]) == 2
     assert "--mapping" in capsys.readouterr().err
+
+
+def test_the_command_passes_generator_and_mapping_to_the_run(monkeypatch, capsys):
+    from txbroker.testing.chaos.run import ChaosReport
+
+    import txbroker.chaos
+
+    seen = {}
+
+    def run(command, **options):
+        seen.update(options, command=command)
+        return ChaosReport(None)  # no check: not ok
+
+    monkeypatch.setattr(txbroker.chaos, "run", run)
+    assert main(["chaos", "--input", "a", "--output", "b", "--generator", "python gen.py 'x y'",
+                 "--mapping", "header:source", "--", "python", "p.py"]) == 1
+    assert seen["command"] == ["python", "p.py"]
+    assert seen["generator"] == "python gen.py 'x y'"
+    assert seen["mapping"].name == "header:source"
+    assert "txbroker chaos: FAILED" in capsys.readouterr().out
