@@ -37,13 +37,13 @@ def _run_recipe(command: list[str], tmp_path: Path, seed: int) -> None:
 
 @pytest.mark.chaos
 def test_the_kafka_python_recipe_is_exactly_once_under_fire(tmp_path):
-    _run_recipe([sys.executable, "-m", "txbroker.testing.chaos.recipes.kafka_python"],
+    _run_recipe([sys.executable, "-m", "txbroker.testing.chaos.recipes.kafka_python_pipeline"],
                 tmp_path, seed=11)
 
 
 @pytest.mark.chaos
 def test_the_aiokafka_recipe_is_exactly_once_under_fire(tmp_path):
-    _run_recipe([sys.executable, "-m", "txbroker.testing.chaos.recipes.aiokafka"],
+    _run_recipe([sys.executable, "-m", "txbroker.testing.chaos.recipes.aiokafka_pipeline"],
                 tmp_path, seed=11)
 
 

@@ -2,26 +2,33 @@
 ``txbroker chaos``::
 
     txbroker chaos --input orders --output payments --instances 2 --duration 60 -- \\
-        python -m txbroker.testing.chaos.recipes.kafka_python
+        python -m txbroker.testing.chaos.recipes.kafka_python_pipeline
 
 Each input record goes to the same partition of the output with the same key, its
 offsets committed in the same transaction (``send_offsets_to_transaction`` with the
 consumer's ``group_metadata()``: KIP-447 fencing of a stale member). Crash-only: any
-error ends the process, the supervisor restarts it from the group's committed offsets.
+error ends the process, the supervisor restarts it from the group's committed offsets,
+and so does a hang: kafka-python's transactional calls (``commit_transaction``,
+``send_offsets_to_transaction``) wait without a timeout, so a watchdog ends a loop
+turn that takes more than WATCHDOG seconds, with every thread's stack in the log.
 The settings a crash test needs are commented where they are set.
 """
 
 from __future__ import annotations
 
+import faulthandler
+import logging
 import os
 import sys
 
 BATCH = 100
+WATCHDOG = 30  # seconds: a loop turn takes 0.5 s idle, a transaction well under 10 s
 
 
 def main() -> int:
     from kafka import KafkaConsumer, KafkaProducer
 
+    logging.basicConfig(level=logging.WARNING)  # the client's warnings into the log
     env = os.environ
     bootstrap, instance = env["TXBROKER_BOOTSTRAP"], env.get("TXBROKER_INSTANCE", "0")
     source, sink = env.get("TXBROKER_INPUT", "orders"), env.get("TXBROKER_OUTPUT", "payments")
@@ -46,6 +53,8 @@ def main() -> int:
         request_timeout_ms=5000)
     producer.init_transactions()
     while True:
+        # Re-armed each turn: a turn that hangs dumps the stacks and exits (code 1).
+        faulthandler.dump_traceback_later(WATCHDOG, exit=True)
         batches = consumer.poll(timeout_ms=500, max_records=BATCH)
         if not batches:
             continue

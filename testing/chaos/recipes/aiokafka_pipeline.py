@@ -2,7 +2,7 @@
 ``txbroker chaos``::
 
     txbroker chaos --input orders --output payments --instances 2 --duration 60 -- \\
-        python -m txbroker.testing.chaos.recipes.aiokafka
+        python -m txbroker.testing.chaos.recipes.aiokafka_pipeline
 
 Each input record goes to the same partition of the output with the same key, its
 offsets committed in the same transaction (``send_offsets_to_transaction``; aiokafka
