@@ -241,7 +241,8 @@ def _ambiguous(repeated: dict[str, int], mapping: Mapping) -> list[str]:
     examples = ", ".join(f"{rid!r} x{n}" for rid, n in list(repeated.items())[:5])
     return [f"{len(repeated)} input id(s) belong to more than one input record under "
             f"mapping {mapping.name} (e.g. {examples}): which one an output came from is "
-            f"unknown. Give each input a unique id (a restarted generator must not repeat "
+            f"unknown, and anomalies below that name them mean nothing. Give each input a "
+            f"unique id (a restarted generator must not repeat "
             f"its keys), or use --mapping header:NAME"]
 
 

@@ -175,3 +175,17 @@ def test_the_command_passes_generator_and_mapping_to_the_run(monkeypatch, capsys
     assert seen["generator"] == "python gen.py 'x y'"
     assert seen["mapping"].name == "header:source"
     assert "txbroker chaos: FAILED" in capsys.readouterr().out
+
+
+def test_ids_that_name_several_inputs_fail_the_run_with_the_reason():
+    from txbroker.testing.chaos.checker import Report
+    from txbroker.testing.chaos.run import ChaosReport, _ambiguous
+
+    assert _ambiguous({}, parse_mapping("key")) == []
+    (error,) = _ambiguous({"customer-0": 5, "customer-1": 2}, parse_mapping("key"))
+    assert "2 input id(s)" in error and "'customer-0' x5" in error
+    assert "header:NAME" in error
+    report = ChaosReport(Report(), errors=[error])
+    assert not report.ok
+    assert f"ERROR: {error}" in report.text()
+    assert ChaosReport(Report()).ok
