@@ -12,8 +12,10 @@ background while a transaction is in flight, and the consumer then fetches its
 committed offsets *before* that transaction's offsets are committed, rewinds to the
 older ones and processes the same records again (a duplicate, seen in ``txbroker
 chaos``). The rebalance listener below closes that window: a rebalance waits for the
-transaction in flight, and records polled before it are not produced (the instance
-exits and starts again from the committed offsets).
+transaction in flight; the offsets come from the records (``position()`` inside the
+transaction would wait for the rebalance, then report the older offset); and records
+polled before a rebalance are not produced (the instance exits and starts again from
+the committed offsets).
 
 Crash-only: any error ends the process, the supervisor restarts it from the group's
 committed offsets. The settings a crash test needs are commented where they are set.
