@@ -44,6 +44,9 @@ def main() -> int:
     producer = Producer({"bootstrap.servers": env["TXBROKER_BOOTSTRAP"],
                          "transactional.id": "orders-generator",
                          "transaction.timeout.ms": 10000,
+                         # The run's request faults reach the generator too: a dropped
+                         # answer is given up on after 5 s, not librdkafka's 60.
+                         "socket.timeout.ms": 5000,
                          "metadata.recovery.strategy": "none"})
     producer.init_transactions(30)
     partitions = len(producer.list_topics(topic, timeout=30).topics[topic].partitions)

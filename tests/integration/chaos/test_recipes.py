@@ -16,7 +16,9 @@ import pytest
 from tests.kafka_reference import ROOT, jars_available, jars_dir
 from txbroker.chaos import run
 
-KILLS = ("instance kill", "broker crash", "broker restart")  # a restart follows a power loss
+# Kill cycles: a restart follows a power loss; a zombie (an instance paused, replaced,
+# resumed) and a clean restart where the run has those events.
+KILLS = ("instance kill", "broker crash", "broker restart", "zombie", "clean restart")
 MIN_KILLS = 6
 
 
