@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 SUDO := $(shell [ "$$(id -u)" = "0" ] || echo sudo)
 
-.PHONY: install system-deps kafka-jars spark-kafka-jars kafkajs test test-kafka test-cluster test-chaos test-long test-fast model-check lint console-screenshots demo bench bench-kafka bench-abuse bench-group-protocols bench-compare fuzz serve clean docs-config
+.PHONY: install system-deps kafka-jars spark-kafka-jars kafkajs chaos-recipes test test-kafka test-cluster test-chaos test-long test-fast model-check lint console-screenshots demo bench bench-kafka bench-abuse bench-group-protocols bench-compare fuzz serve clean docs-config
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -m venv $(VENV) 2>/dev/null || { \
@@ -108,9 +108,16 @@ test: install lint
 test-long: install
 	$(PY) -m pytest -q -p no:cacheprovider -m long
 
-# txbroker chaos runs of the sample pipeline (tests/integration/chaos/): ~75 s.
+# txbroker chaos runs of the sample pipeline, of the recipes per client and with a
+# generator of one's own (tests/integration/chaos/): ~6 min.
 test-chaos: install
 	$(PY) -m pytest -q -p no:cacheprovider -m chaos tests/integration/chaos
+
+# The Java recipe of docs/testing-your-pipeline.md (tests/jvm/chaos/ChaosPipeline.java),
+# compiled against the pinned Kafka client jars: java -cp '.jvm/chaos-recipes:$(KAFKA_JARS)/*'
+chaos-recipes: kafka-jars
+	@mkdir -p .jvm/chaos-recipes
+	javac -nowarn -d .jvm/chaos-recipes -cp '$(KAFKA_JARS)/*' tests/jvm/chaos/*.java
 
 test-kafka: install
 	$(PY) -m pytest -q -p no:cacheprovider tests/differential

@@ -126,6 +126,15 @@ def _add_chaos_parser(sub) -> None:
     c.add_argument("--stall-timeout", type=float, default=60,
                    help="seconds without progress that make a stall (default: 60)")
     c.add_argument("--seed", type=int, help="random seed of the fault schedule")
+    c.add_argument("--generator", metavar="CMD",
+                   help="your command that feeds --input instead of the built-in feeder "
+                        "(one string, split like a shell; done when it exits 0); the input "
+                        "is then learnt by reading --input back")
+    c.add_argument("--mapping", default="key",
+                   help="which input an output record came from: key (default: the output "
+                        "key is the input key), header:NAME (a header holding the input's "
+                        "topic-partition-offset), python:MODULE:FUNCTION (a callable from a "
+                        "record to its input's id)")
     c.add_argument("--data-dir", help="where the broker and instance logs go (default: a "
                                       "temporary directory)")
     c.add_argument("pipeline", nargs=argparse.REMAINDER, metavar="-- COMMAND",
@@ -146,12 +155,20 @@ def _run_chaos(args) -> int:
         raise KeyboardInterrupt
 
     signal.signal(signal.SIGTERM, terminate)
+    from txbroker.testing.chaos.mapping import parse_mapping
+
+    try:
+        mapping = parse_mapping(args.mapping)
+    except ValueError as e:
+        print(f"txbroker chaos: --mapping: {e}", file=sys.stderr)
+        return 2
     report = run(command, input=args.input, output=args.output, instances=args.instances,
                  duration=args.duration, records=args.records, partitions=args.partitions,
                  group=args.group, interval=args.interval, faults=args.faults,
                  broker_crashes=not args.no_broker_crashes, power_loss=not args.no_power_loss,
                  check_order=not args.no_order, stall_timeout=args.stall_timeout,
-                 seed=args.seed, data_dir=args.data_dir, **chaos_events.options(args))
+                 seed=args.seed, data_dir=args.data_dir, generator=args.generator,
+                 mapping=mapping, **chaos_events.options(args))
     print(report.text())
     return 0 if report.ok else 1
 

@@ -10,7 +10,6 @@ import datetime
 import socket
 import struct
 import time
-from collections.abc import Callable
 from typing import Any
 
 from kio.schema.fetch.v4 import request as fetch
@@ -25,14 +24,10 @@ from txbroker.protocol.records import (
 )
 
 from .checker import OPEN, LogRecord, transaction_outcomes
+from .mapping import ChaosRecord, IdOf, key_id
 
 READ_UNCOMMITTED = 0
 FETCH_BYTES = 4 << 20
-
-
-def key_id(record: Record) -> str | None:
-    """The default id of an output record: its key, as text."""
-    return None if record.key is None else record.key.decode(errors="replace")
 
 
 class _Wire:
@@ -59,7 +54,7 @@ class _Wire:
         self.sock.close()
 
 
-def read_log(bootstrap: str, topic: str, *, id_of: Callable[[Record], str | None] = key_id,
+def read_log(bootstrap: str, topic: str, *, id_of: IdOf = key_id,
              timeout: float = 30, settle: float = 5.0) -> list[LogRecord]:
     """Every record of ``topic`` up to its high watermark, with its outcome. A
     transaction still open at the high watermark is waited for up to ``settle``
@@ -81,7 +76,7 @@ def read_log(bootstrap: str, topic: str, *, id_of: Callable[[Record], str | None
 
 
 def _read_partition(wire: _Wire, topic: str, partition: int,
-                    id_of: Callable[[Record], str | None], settle_by: float) -> list[LogRecord]:
+                    id_of: IdOf, settle_by: float) -> list[LogRecord]:
     offset, high = 0, None
     batches, records = [], []
     while True:
@@ -111,11 +106,16 @@ def _read_partition(wire: _Wire, topic: str, partition: int,
             else:
                 batches.append((header.base_offset, header.last_offset, header.producer_id,
                                 header.is_transactional, None))
-                records += [(r.offset, id_of(r)) for r in decode_records(raw, pos)
-                            if r.offset >= offset]
+                records += [(r.offset, id_of(_as_chaos_record(topic, partition, r)))
+                            for r in decode_records(raw, pos) if r.offset >= offset]
             offset = header.last_offset + 1
         if offset == start and offset < high:
             raise RuntimeError(f"fetch {topic}-{partition}@{offset}: no progress")
     outcomes = transaction_outcomes(batches)
     return [LogRecord(rid, topic, partition, off, outcomes.get(off, "plain"))
             for off, rid in records]
+
+
+def _as_chaos_record(topic: str, partition: int, record: Record) -> ChaosRecord:
+    return ChaosRecord(topic, partition, record.offset, record.key, record.value,
+                       tuple(record.headers))

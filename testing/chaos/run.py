@@ -12,6 +12,8 @@ faults off, the run waits for quiescence judged by progress (the group's committ
 offsets reach the input's end, no zombie left; no progress for ``stall_timeout`` is a
 stall, reported with its reason) and checks the output (checker.py). Needs
 confluent-kafka (the feeder and the read_committed reader).
+Instead of the built-in feeder, the user's ``generator`` command can feed the input
+(generator.py); ``mapping`` says which input an output record came from (mapping.py).
 """
 
 from __future__ import annotations
@@ -27,14 +29,16 @@ from typing import Any
 
 from ..broker_process import BrokerProcess
 from . import events
-from .checker import ABORTED, InputRecord, Read, Report, check
+from .checker import Read, Report, check
+from .generator import Generator
 from .history import read_log
+from .mapping import ChaosRecord, IdOf, Mapping, inputs_of, key_id, parse_mapping
 from .supervisor import Instances
 
 POWER_LOSS_POINTS = ("after_prepare_durable", "before_markers", "after_first_marker",
                      "before_complete")
 COUNTED = ("instance kill", "instance exit", "broker crash", "power loss", "broker restart",
-           "request fault", "feeder restart", *events.COUNTED)
+           "request fault", "feeder restart", "generator restart", *events.COUNTED)
 # The feeder's client id: the request faults let its requests through, so that they
 # fall on the pipeline's (a dropped answer would stall the feeder, and the pipeline
 # with it, and the next drop would fall on the feeder again).
@@ -69,10 +73,12 @@ class ChaosReport:
     counts: dict[str, int] = field(default_factory=dict)
     records: int = 0
     seconds: float = 0.0
+    errors: list[str] = field(default_factory=list)  # the run could not check everything
 
     @property
     def ok(self) -> bool:
-        return self.stall is None and self.check is not None and self.check.ok
+        return (self.stall is None and not self.errors and self.check is not None
+                and self.check.ok)
 
     def text(self) -> str:
         lines = ["txbroker chaos: " + ("OK" if self.ok else "FAILED")]
@@ -82,6 +88,7 @@ class ChaosReport:
                          f"({self.records / self.seconds:.0f}/s, quiescence included)")
         if self.stall:
             lines.append(f"STALL: {self.stall}")
+        lines += [f"ERROR: {error}" for error in self.errors]
         if self.check is not None:
             lines.append(self.check.text())
         lines.append("timeline:")
@@ -94,12 +101,17 @@ def run(command: Sequence[str], *, input: str, output: str, instances: int = 2,
         aborted_records: int = 20, group: str = "chaos-pipeline", interval: float = 2.0,
         broker_crashes: bool = True, power_loss: bool = True, faults: str = "default",
         stall_timeout: float = 60, seed: int | None = None, data_dir: str | None = None,
-        check_order: bool = True, log=print,
+        check_order: bool = True, generator: Sequence[str] | str | None = None,
+        mapping: str | IdOf | Mapping = "key", log=print,
         instance_kills: bool = True, clean_restarts: bool = True, hangs: bool = True,
         zombies: bool = True) -> ChaosReport:
-    """Run ``command`` as ``instances`` pipeline instances under fire; a ChaosReport."""
+    """Run ``command`` as ``instances`` pipeline instances under fire; a ChaosReport.
+    ``generator``: a command that feeds ``input`` instead of the built-in feeder (then
+    ``records`` and ``aborted_records`` are only hints); ``mapping``: ``key``,
+    ``header:NAME``, ``python:module:function`` or a callable (mapping.py)."""
     if faults not in FAULT_PROFILES:
         raise ValueError(f"unknown fault profile {faults!r} ({', '.join(FAULT_PROFILES)})")
+    mapper = parse_mapping(mapping)
     rng = random.Random(seed)
     strikes = events.strikes(instance_kills=instance_kills, broker_crashes=broker_crashes,
                              power_loss=power_loss, faults=bool(FAULT_PROFILES[faults]),
@@ -110,6 +122,7 @@ def run(command: Sequence[str], *, input: str, output: str, instances: int = 2,
     broker.start()
     started = time.monotonic()
     report = ChaosReport(None)
+    feeder: Feeder | Generator | None = None
 
     def event(text: str) -> None:
         report.timeline.append((time.monotonic() - started, text))
@@ -123,12 +136,17 @@ def run(command: Sequence[str], *, input: str, output: str, instances: int = 2,
         "TXBROKER_OUTPUT": output, "TXBROKER_GROUP": group}, work)
     try:
         _create_topics(broker.bootstrap, (input, output), partitions)
-        aborted = _feed_aborted(broker.bootstrap, input, aborted_records)
-        feeder = Feeder(broker.bootstrap, input, records, duration * 0.8)
+        if generator is None:
+            aborted = _feed_aborted(broker.bootstrap, input, aborted_records)
+            feeder = Feeder(broker.bootstrap, input, records, duration * 0.8)
+            log(f"feeding {records} records to {input} over {duration * 0.8:.0f}s (and "
+                f"{len(aborted)} in aborted transactions)")
+        else:
+            feeder = Generator(generator, {**pipeline.env, "TXBROKER_RECORDS": str(records),
+                                           "TXBROKER_SECONDS": f"{duration * 0.8:g}"}, work)
+            log(f"generator feeding {input}: {' '.join(feeder.command)}")
         feeder.start()
-        log(f"feeding {records} records to {input} over {duration * 0.8:.0f}s (and "
-            f"{len(aborted)} in aborted transactions); {instances} instance(s) of: "
-            f"{' '.join(command)}")
+        log(f"{instances} instance(s) of: {' '.join(command)}; mapping {mapper.name}")
         pipeline.start_all()
         deadline = started + duration
         while time.monotonic() < deadline:
@@ -139,28 +157,40 @@ def run(command: Sequence[str], *, input: str, output: str, instances: int = 2,
                 continue
             _strike(rng, broker, pipeline, event, strikes, FAULT_PROFILES[faults])
         _calm(broker, event)
-        feeder.join()
+        fed = None
+        if generator is None:
+            feeder.join()
+        else:
+            fed = feeder.finish(lambda: sum(_end_offsets(broker.bootstrap, input).values()),
+                                stall_timeout)
+        kind = "feeder restart" if generator is None else "generator restart"
         for failure in feeder.restarts:
-            event(f"feeder restart: {failure}")
-        written = read_log(broker.bootstrap, input)
-        inputs = [InputRecord(r.id, r.topic, r.partition, r.offset) for r in written
-                  if r.id is not None and r.id.startswith("in-") and r.outcome != ABORTED]
-        report.stall = _quiesce(broker, pipeline, group, input, stall_timeout, event)
+            event(f"{kind}: {failure}")
+        written = inputs_of(read_log(broker.bootstrap, input, id_of=mapper.input_id))
+        report.errors += _ambiguous(written.repeated, mapper)
+        stalls = (fed, _quiesce(broker, pipeline, group, input, stall_timeout, event,
+                                written.ends))
+        report.stall = "; ".join(s for s in stalls if s) or None
         pipeline.stop()
         offsets = _group_offsets(broker.bootstrap, group, input)
-        reads = _read_committed(broker.bootstrap, output)
-        report.check = check(inputs, read_log(broker.bootstrap, output), reads,
-                             group_offsets=offsets, aborted_inputs=aborted,
+        reads = _read_committed(broker.bootstrap, output, mapper.output_id)
+        report.check = check(written.records, read_log(broker.bootstrap, output,
+                                                       id_of=mapper.output_id),
+                             reads, group_offsets=offsets, aborted_inputs=written.aborted,
                              check_order=check_order)
-        in_log = {r.id for r in inputs}
-        for rid in sorted(feeder.acknowledged - in_log):  # the broker lost an input
-            report.check.add("lost-write", {"id": rid, "input": "acknowledged to the "
-                                                              "feeder, not in the input log"})
-        report.records = len(inputs)
+        if generator is None:  # the broker lost an input the feeder was told it has
+            keys = ({r.id for r in written.records} if mapper.input_id is key_id
+                    else {r.id for r in read_log(broker.bootstrap, input)})
+            for rid in sorted(feeder.acknowledged - keys):
+                report.check.add("lost-write", {"id": rid, "input": "acknowledged to the "
+                                                "feeder, not in the input log"})
+        report.records = len(written.records)
         report.seconds = time.monotonic() - started
         return report
     finally:
         pipeline.stop()
+        if isinstance(feeder, Generator):
+            feeder.stop()
         if broker.running:
             broker.terminate()
         (work / "broker.log").write_text(broker.log_text())
@@ -217,11 +247,23 @@ def _calm(broker: BrokerProcess, event) -> None:
     event("faults off: waiting for quiescence")
 
 
+def _ambiguous(repeated: dict[str, int], mapping: Mapping) -> list[str]:
+    if not repeated:
+        return []
+    examples = ", ".join(f"{rid!r} x{n}" for rid, n in list(repeated.items())[:5])
+    return [f"{len(repeated)} input id(s) belong to more than one input record under "
+            f"mapping {mapping.name} (e.g. {examples}): which one an output came from is "
+            f"unknown, and anomalies below that name them mean nothing. Give each input a "
+            f"unique id (a restarted generator must not repeat "
+            f"its keys), or use --mapping header:NAME"]
+
+
 def _quiesce(broker: BrokerProcess, pipeline: Instances, group: str, topic: str,
-             stall_timeout: float, event) -> str | None:
-    """Wait until the group has committed the input's end; the stall's reason if it
-    stops making progress for ``stall_timeout`` seconds first."""
-    ends = _end_offsets(broker.bootstrap, topic)
+             stall_timeout: float, event, ends: dict[tuple[str, int], int]) -> str | None:
+    """Wait until the group has committed past every input (``ends``: per partition,
+    one past its last input; a transaction marker after it need not be committed
+    past); the stall's reason if it stops making progress for ``stall_timeout``
+    seconds first."""
     last, last_change = None, time.monotonic()
     while True:
         _supervise(broker, pipeline, event)
@@ -361,7 +403,7 @@ def _group_offsets(bootstrap: str, group: str, topic: str) -> dict[tuple[str, in
         consumer.close()
 
 
-def _read_committed(bootstrap: str, topic: str) -> list[Read]:
+def _read_committed(bootstrap: str, topic: str, id_of: IdOf = key_id) -> list[Read]:
     """The output as a read_committed consumer sees it, to its last stable offsets."""
     ck = _confluent()
     consumer = ck.Consumer({"bootstrap.servers": bootstrap, "group.id": "chaos-checker",
@@ -380,9 +422,9 @@ def _read_committed(bootstrap: str, topic: str) -> list[Read]:
                 raise RuntimeError(f"reading {topic}: not at its end after 120 s")
             for msg in consumer.consume(500, timeout=0.2):
                 if msg.error() is None:
-                    key = msg.key()
-                    reads.append(Read(None if key is None else key.decode(errors="replace"),
-                                      topic, msg.partition(), msg.offset(),
+                    record = ChaosRecord(topic, msg.partition(), msg.offset(), msg.key(),
+                                         msg.value(), tuple(msg.headers() or ()))
+                    reads.append(Read(id_of(record), topic, msg.partition(), msg.offset(),
                                       at=time.monotonic()))
         return reads
     finally:
