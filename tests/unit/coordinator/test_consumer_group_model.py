@@ -125,8 +125,13 @@ class ConsumerGroupMachine(RuleBasedStateMachine):
         r = self._send(c, c.epoch, dict(c.owned) if report or c.pending is None else None)
         if lost:
             # As the Java client and librdkafka: after a failed heartbeat the next one is
-            # full (all fields), so the answer carries the whole assignment again.
+            # full (all fields), so the answer carries the whole assignment again. The
+            # client waits for that answer instead of applying an assignment it got
+            # before the lost heartbeat: that heartbeat told the coordinator what it
+            # owned, and the coordinator (as Kafka's CurrentAssignmentBuilder does) may
+            # have given a partition it had not yet taken to another member meanwhile.
             c.full_next = True
+            c.pending = None
             return
         c.full_next = False
         if r.error:
@@ -273,3 +278,24 @@ ConsumerGroupMachine.TestCase.settings = settings(
     max_examples=400, stateful_step_count=50, deadline=None,
     suppress_health_check=[HealthCheck.too_slow])
 TestConsumerGroupMachine = ConsumerGroupMachine.TestCase
+
+
+def test_an_assignment_from_before_a_lost_heartbeat_is_not_applied():
+    """`make model-check` (seed 3332621771, scale 3): client 1 got partitions at its join,
+    reported owning none (it had not taken them yet) in a heartbeat whose answer was
+    lost, and the coordinator gave one of them to client 0 meanwhile. Had the client
+    then taken the old assignment it would have consumed a partition client 0 owned;
+    the answer to its next, full, heartbeat tells it the current one."""
+    state = ConsumerGroupMachine()
+    state.join(i=1)
+    state.join(i=2)
+    state.join(i=0)
+    state.heartbeat(ack=False, i=1, lost=True, report=True)
+    state.no_partition_owned_twice()
+    state.heartbeat(ack=False, i=0, lost=False, report=False)
+    state.heartbeat(ack=True, i=0, lost=False, report=False)
+    state.no_partition_owned_twice()
+    state.heartbeat(ack=True, i=1, lost=True, report=False)
+    state.no_partition_owned_twice()
+    state.converge()
+    state.no_partition_owned_twice()
