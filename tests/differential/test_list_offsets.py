@@ -15,6 +15,8 @@ from .util import init_txn
 
 EARLIEST, LATEST, MAX_TIMESTAMP = -2, -1, -3
 T = 1_700_000_000_000
+# Years old: kept from time retention, which could delete them mid-test (test_records.py).
+KEEP = {"retention.ms": "-1"}
 # Out of order on purpose; the maximum appears twice.
 OFFSET_TIMESTAMPS = [T + 1000, T + 5000, T + 3000, T + 5000, T + 2000]
 
@@ -43,7 +45,7 @@ def produce_raw(client, topic: str, batch: bytes) -> int:
 @pytest.fixture(params=["one-batch", "batch-per-record"])
 def timed_topic(request, broker):
     """A topic whose partition 0 holds five records with OFFSET_TIMESTAMPS."""
-    topic = broker.topic(f"list-offsets-{request.param}")
+    topic = broker.topic(f"list-offsets-{request.param}", configs=KEEP)
     client = broker.raw()
     try:
         records = [Record(f"k{i}".encode(), b"v", timestamp=ts)
@@ -86,7 +88,7 @@ def test_list_offsets_max_timestamp(broker, timed_topic):
 
 
 def test_list_offsets_max_timestamp_empty_partition(broker):
-    topic = broker.topic("list-offsets-empty")
+    topic = broker.topic("list-offsets-empty", configs=KEEP)
     client = broker.raw()
     try:
         assert list_offsets(client, topic, MAX_TIMESTAMP) == (0, -1, -1)
@@ -99,7 +101,7 @@ def test_list_offsets_max_timestamp_empty_partition(broker):
 def test_list_offsets_max_timestamp_needs_v7(broker):
     """Below v7 a max-timestamp query is not a thing: Kafka answers UNSUPPORTED_VERSION
     for the partition."""
-    topic = broker.topic("list-offsets-v6")
+    topic = broker.topic("list-offsets-v6", configs=KEEP)
     client = broker.raw()
     try:
         error, _offset, _ts = list_offsets(client, topic, MAX_TIMESTAMP, version=6)
@@ -113,7 +115,7 @@ def test_list_offsets_read_committed_is_last_stable_offset(broker):
     """Three plain records, then an open transaction of two: read_uncommitted's latest
     is the high watermark (5), read_committed's the first offset of the open
     transaction (3); after the commit both are past the marker (6)."""
-    topic = broker.topic("list-offsets-lso")
+    topic = broker.topic("list-offsets-lso", configs=KEEP)
     tid = unique("lso")
     broker.wait_coordinator(tid)
     client = broker.raw()

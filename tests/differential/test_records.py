@@ -10,6 +10,11 @@ from tests.integration.clients import Msg, consume, produce
 
 CODECS = ("none", "gzip", "snappy", "lz4", "zstd")
 BASE_TS = 1_700_000_000_000
+# Records stamped BASE_TS are years old: under the default retention.ms (7 days) a
+# broker's retention check may delete them between produce and fetch (Kafka's runs
+# every 5 min; a kafka-python read then found the log start at 100 and nothing). The
+# topics of this file keep them.
+KEEP = {"retention.ms": "-1"}
 
 
 def messages(n: int) -> list[Msg]:
@@ -27,7 +32,7 @@ def messages(n: int) -> list[Msg]:
 def test_produce_fetch_every_codec(broker, codec):
     """confluent-kafka produces 200 records (nulls, headers, repetitive values that
     compress) compressed with ``codec``; confluent-kafka and kafka-python read them back."""
-    topic = broker.topic(f"codec-{codec}", partitions=2)
+    topic = broker.topic(f"codec-{codec}", partitions=2, configs=KEEP)
     msgs = messages(200)
     acks = produce("confluent", broker.bootstrap, topic, msgs, **{
         "compression.type": codec, "linger.ms": 50, "enable.idempotence": True})
@@ -49,7 +54,7 @@ def test_produce_fetch_every_codec(broker, codec):
 def test_produce_codec_per_topic_config(broker, codec):
     """A topic with compression.type set: what the producer sent uncompressed reads back
     the same (the broker recompresses on Kafka; txbroker documents what it does)."""
-    topic = broker.topic(f"topic-codec-{codec}", configs={"compression.type": codec})
+    topic = broker.topic(f"topic-codec-{codec}", configs={"compression.type": codec, **KEEP})
     msgs = [Msg(f"k{i}".encode(), f"v{i}".encode() * 10, (), BASE_TS + i, 0) for i in range(50)]
     produce("confluent", broker.bootstrap, topic, msgs, **{"compression.type": "none"})
     got = consume("confluent", broker.bootstrap, topic, [0], len(msgs))
