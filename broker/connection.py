@@ -35,6 +35,8 @@ _SIZE = struct.Struct(">i")
 MAX_UNSENT_BYTES = 4 << 20
 # Frames above this are read in chunks into one buffer (Connection._read_large).
 LARGE_FRAME = 1 << 20
+# Frames one connection may read in a row from its buffer before letting others run.
+FRAMES_PER_TURN = 8
 _FETCH_KEY = struct.Struct(">h")
 FETCH = 1
 
@@ -87,6 +89,15 @@ class RequestMemory:
                 with contextlib.suppress(ValueError):
                     self._waiters.remove(waiter)
         self.used += size
+
+    def try_acquire(self, size: int) -> bool:
+        """acquire without waiting: False (nothing taken) if ``size`` does not fit now."""
+        if self.limit < 0:
+            return True
+        if self.used and self.used + size > self.limit:
+            return False
+        self.used += size
+        return True
 
     def release(self, size: int) -> None:
         if self.limit < 0:
@@ -171,6 +182,8 @@ class Connection:
         memory = self.broker.request_memory
         read = self.reader.readexactly
         session = self.session
+        transport = self.writer.transport
+        unyielded = 0  # frames read in a row without suspending
         while True:
             size = _SIZE.unpack(await read(4))[0]
             self.last_active = time.monotonic()
@@ -183,7 +196,8 @@ class Connection:
                 log.warning("closing %s: request size %d is outside [0, socket.request.max.bytes=%d]",
                             self.peer, size, max_bytes)
                 raise CloseConnection
-            await memory.acquire(size)
+            if not memory.try_acquire(size):  # (no coroutine per frame when it fits)
+                await memory.acquire(size)
             try:
                 frame = await read(size) if size <= LARGE_FRAME else await self._read_large(size)
             except BaseException:
@@ -194,7 +208,9 @@ class Connection:
             if is_fetch and self._last_fetch is not None and not self._last_fetch.done():
                 # One Fetch at a time per connection: each may build up to fetch.max.bytes.
                 await asyncio.wait([self._last_fetch])
-            await self._wait_for_room()
+            if len(self._responses) >= self._max_queued or self._unsent > MAX_UNSENT_BYTES \
+                    or transport.get_write_buffer_size() > MAX_UNSENT_BYTES:
+                await self._wait_for_room()
             task = self.broker.dispatch(frame, self.session)
             task.add_done_callback(functools.partial(self._on_done, size))
             if is_fetch:
@@ -208,11 +224,17 @@ class Connection:
                 # During SASL authentication one request at a time, as Kafka: the next
                 # frame is judged by the state this one leaves.
                 await asyncio.wait([task])
-            # Frames already buffered are read without suspending: yield before the next
-            # one, so a client pipelining thousands cannot hold the loop from others.
-            # With nothing buffered the next read suspends anyway: no extra loop turn.
-            if self.reader._buffer:
-                await asyncio.sleep(0)
+            # Frames already buffered are read without suspending: after a few in a row,
+            # yield, so a client pipelining thousands cannot hold the loop from others.
+            # A yield per frame cost a loop turn per request (a librdkafka client's
+            # buffer is rarely empty); a read that suspends is a turn anyway.
+            if len(self.reader._buffer) < 4:
+                unyielded = 0
+            else:
+                unyielded += 1
+                if unyielded >= FRAMES_PER_TURN:
+                    unyielded = 0
+                    await asyncio.sleep(0)
 
     async def _read_large(self, size: int) -> memoryview:
         """A large frame read in chunks into one buffer: StreamReader.readexactly would

@@ -576,7 +576,7 @@ class Broker:
         """Start handling one request frame; the task yields the response bytes, None
         for no response, or CLOSE to close the connection."""
         self.requests_received += 1
-        return asyncio.ensure_future(self._answer(frame, session))
+        return asyncio.get_running_loop().create_task(self._answer(frame, session))
 
     async def _answer(self, frame: bytes, session: Session) -> bytes | object | None:
         # CloseConnection becomes a value: a task that ends in an exception keeps its

@@ -897,6 +897,33 @@ def build_control_batch(
     )
 
 
+@functools.lru_cache(maxsize=64)
+def _marker_tail(control_type: ControlType, coordinator_epoch: int) -> bytes:
+    """The bytes after the header of an end-transaction marker batch: its one record."""
+    built = build_control_batch(control_type, producer_id=0, producer_epoch=0,
+                                coordinator_epoch=coordinator_epoch)
+    return built[HEADER_SIZE:]
+
+
+def build_end_txn_marker(control_type: ControlType, *, producer_id: int, producer_epoch: int,
+                         coordinator_epoch: int, timestamp: int
+                         ) -> tuple[bytearray, BatchHeader]:
+    """build_control_batch of a COMMIT or ABORT marker at offset 0, and its header: the
+    record is the same for every marker of a type and coordinator epoch (built once),
+    only the header and its CRC are written per marker (one per partition per
+    transaction, on the coordinator's path)."""
+    tail = _marker_tail(control_type, coordinator_epoch)
+    batch_length = HEADER_SIZE - LOG_OVERHEAD + len(tail)
+    attributes = ATTR_TRANSACTIONAL | ATTR_CONTROL
+    out = bytearray(_HEADER.pack(0, batch_length, -1, MAGIC_V2, 0, attributes, 0, timestamp,
+                                 timestamp, producer_id, producer_epoch, NO_SEQUENCE, 1))
+    out += tail
+    crc = compute_crc(out, 0, len(out))
+    struct.pack_into(">I", out, 17, crc)
+    return out, BatchHeader(0, batch_length, -1, MAGIC_V2, crc, attributes, 0, timestamp,
+                            timestamp, producer_id, producer_epoch, NO_SEQUENCE, 1)
+
+
 def control_type_of(record: Record) -> ControlType:
     if record.key is None or len(record.key) < 4:
         raise CorruptRecordError("control record key too short")

@@ -26,10 +26,9 @@ from txbroker.protocol.records import (
     BatchHeader,
     ControlType,
     RecordsSummary,
-    build_control_batch,
+    build_end_txn_marker,
     decode_records,
     read_end_txn_marker,
-    read_header,
     set_base_offset,
     set_log_append_time,
 )
@@ -324,17 +323,19 @@ class PartitionLog:
             )
 
     def append(self, batch: bytearray, header: BatchHeader, *, now: int | None = None,
-               flush: bool = True, transaction_version: int = 0) -> AppendResult:
+               flush: bool = True, transaction_version: int = 0,
+               marker: tuple[ControlType, int] | None = None) -> AppendResult:
         """Assign offsets to one validated batch and write it. Synchronous: the
         write goes to the page cache; the flusher makes it durable. With
         ``flush=False`` the flusher is not told: the batch becomes durable with the
         next fsync of this log (a later append, flush.ms, a roll or shutdown), for
-        records whose loss in a crash is repaired on recovery."""
+        records whose loss in a crash is repaired on recovery. ``marker``: (type,
+        coordinator epoch) of an end-transaction marker the caller built, so it is not
+        read back from the batch."""
         if self.closed:
             raise KafkaError(f"{self.name} is closed", code=ErrorCode.not_leader_or_follower)
         now = now_ms() if now is None else now
-        marker = None
-        if header.is_control and header.producer_id >= 0:
+        if marker is None and header.is_control and header.producer_id >= 0:
             marker = read_end_txn_marker(batch)
         duplicate = self.producer_state.check(header, None if marker is None else marker[1],
                                               transaction_version)
@@ -377,11 +378,12 @@ class PartitionLog:
         (INVALID_PRODUCER_EPOCH; at ``transaction_version`` 2 also one of the same
         epoch while a transaction is open), and so is one of an older coordinator
         epoch than the producer's last marker here (TRANSACTION_COORDINATOR_FENCED)."""
-        batch = bytearray(build_control_batch(
-            ControlType.COMMIT if commit else ControlType.ABORT, producer_id=producer_id,
-            producer_epoch=producer_epoch, coordinator_epoch=coordinator_epoch,
-            timestamp=now_ms()))
-        return self.append(batch, read_header(batch), transaction_version=transaction_version)
+        control_type = ControlType.COMMIT if commit else ControlType.ABORT
+        batch, header = build_end_txn_marker(
+            control_type, producer_id=producer_id, producer_epoch=producer_epoch,
+            coordinator_epoch=coordinator_epoch, timestamp=now_ms())
+        return self.append(batch, header, transaction_version=transaction_version,
+                           marker=(control_type, coordinator_epoch))
 
     def _maybe_roll(self, incoming: int, now: int) -> None:
         seg = self.active_segment

@@ -26,6 +26,7 @@ from txbroker.protocol.records import (
     Record,
     build_batch,
     build_control_batch,
+    build_end_txn_marker,
     compute_crc,
     control_type_of,
     decode_records,
@@ -327,6 +328,20 @@ def test_iter_batches_stops_at_partial_tail(counts, tail):
     assert [pos for pos, _ in found] == [sum(len(b) for b in batches[:i]) for i in range(len(batches))]
     assert [h.records_count for _, h in found] == counts
     assert peek_size(data) == len(batches[0])
+
+
+@pytest.mark.parametrize("kind", list(ControlType))
+@pytest.mark.parametrize("coordinator_epoch", [0, 9, 2**31 - 1])
+def test_end_txn_marker_is_build_control_batch(kind, coordinator_epoch):
+    # The marker built from its cached record: the same bytes, and the header it returns
+    # is the one in them (the log appends with it, without reading the batch back).
+    for pid, epoch, ts in ((0, 0, 0), (77, 4, 1_700_000_000_000), (2**62, 32767, 2**41)):
+        batch, header = build_end_txn_marker(kind, producer_id=pid, producer_epoch=epoch,
+                                             coordinator_epoch=coordinator_epoch, timestamp=ts)
+        expected = build_control_batch(kind, producer_id=pid, producer_epoch=epoch,
+                                       coordinator_epoch=coordinator_epoch, timestamp=ts)
+        assert bytes(batch) == expected
+        assert header == validate_batch(expected)
 
 
 @pytest.mark.parametrize("kind", list(ControlType))
