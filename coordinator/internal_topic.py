@@ -4,6 +4,7 @@ records the coordinators encode themselves."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator
 
 from txbroker.protocol.errors import ErrorCode, KafkaError
@@ -45,6 +46,7 @@ def partition_log_for(logs: LogManager, topic: str, key: str) -> PartitionLog:
     return plog
 
 
+@functools.lru_cache(maxsize=4096)  # per request of an id: the ids in use repeat
 def java_string_hash(text: str) -> int:
     """Java's String.hashCode (UTF-16 code units), which Kafka uses to place a
     group id or transactional id on a partition of its internal topic."""

@@ -188,8 +188,7 @@ async def _append_all(ctx, request, named: list, results: dict, durable_waits: l
                                                     turn[0] if turn else None)
                     # After the verification, as in Kafka (ReplicaManager verifies, then
                     # the log validates).
-                    _check_records(plog, f"{name}-{part.index}", records, header,
-                                   content)
+                    _check_records(plog, name, part.index, records, header, content)
                     batch = bytearray(records)
                     if plog.config.message_timestamp_type == "CreateTime" and (
                             header.log_append_time
@@ -258,7 +257,7 @@ def _has_transactional_records(request) -> bool:
     return False
 
 
-def _check_records(plog, partition: str, records: bytes, header, content) -> None:
+def _check_records(plog, topic: str, index: int, records: bytes, header, content) -> None:
     """Kafka's record checks against the topic (LogValidator): the batch's size, every
     record's timestamp (storage's check_batch), no keyless record on a compacted topic.
     A record that fails them fails its batch, and the answer names each such record
@@ -272,8 +271,9 @@ def _check_records(plog, partition: str, records: bytes, header, content) -> Non
     else:
         if not (compacted and content.has_null_key):
             return
-        failure = InvalidRecordError(f"compacted topic {partition} cannot accept a record "
-                                     "without a key")
+        failure = InvalidRecordError(f"compacted topic {topic}-{index} cannot accept a "
+                                     "record without a key")
+    partition = f"{topic}-{index}"  # (built only here: the accepted path returned above)
     config = plog.config
     window = None
     if config.message_timestamp_type == "CreateTime":

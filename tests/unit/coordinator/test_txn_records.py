@@ -224,3 +224,35 @@ def test_decoders_raise_only_value_error_on_random_arrays(items: list) -> None:
             decode(data)
         except ValueError:
             pass
+
+
+
+_edge_ints = st.sampled_from([-(2**63) - 1, -(2**63), -2, -1, 0, 1, 32767, 32768, 2**31 - 1,
+                              2**31, 2**63 - 1, 2**63]) | st.booleans()
+_changes = st.fixed_dictionaries({}, optional={
+    **{name: _edge_ints for name in (
+        "producer_id", "previous_producer_id", "next_producer_id", "producer_epoch",
+        "last_producer_epoch", "timeout_ms", "txn_start_ms", "last_update_ms",
+        "client_transaction_version")},
+    "state": st.sampled_from([*PERSISTED_STATES, "Dead", "PrepareEpochFence"]),
+    "partitions": st.frozensets(st.tuples(st.sampled_from(["a", "b"]), _edge_ints), max_size=3)
+    | st.just(frozenset({("a",)})) | st.just(frozenset({(1, 0)})),
+    "txn_first_offsets": st.dictionaries(st.tuples(st.sampled_from(["a", "b"]), _edge_ints),
+                                         _edge_ints, max_size=2),
+})
+
+
+@settings(max_examples=500, derandomize=True)
+@given(_changes)
+def test_the_fast_validity_check_agrees_with_the_detailed_one(changes) -> None:
+    # encode_value takes the one-expression check first and calls _validate only when it
+    # fails: it must accept nothing _validate refuses, and refuse nothing it accepts.
+    from txbroker.coordinator.transaction.records import _plainly_valid, _validate
+
+    v = value(**changes)
+    try:
+        _validate(v)
+        valid = True
+    except ValueError:
+        valid = False
+    assert _plainly_valid(v) == valid
