@@ -28,6 +28,15 @@ class WakeTimer:
         delay = max(0.0, (wake_ms - time.time() * 1000) / 1000)
         self._handle = asyncio.get_running_loop().call_later(delay, self._run)
 
+    def set_no_later(self, wake_ms: int | None) -> None:
+        """Fire at ``wake_ms`` at the latest: a timer already set earlier is kept, and
+        fires early (for a state machine whose tick does nothing before a deadline,
+        and whose next wake moves later with nearly every call: no timer re-armed
+        per call)."""
+        if self.at is not None and (wake_ms is None or self.at <= wake_ms):
+            return
+        self.set(wake_ms)
+
     def _run(self) -> None:
         self._handle = None
         self.at = None

@@ -91,11 +91,10 @@ async def handle(ctx, request):
     denied, writable = _authorize(ctx, request, named)
     turns = _take_turns(broker, named) if ctx.version >= 12 and denied is None else {}
     try:
-        await _append_all(ctx, request, named, results, durable_waits, record_errors, turns,
-                          denied, writable)
+        errors = await _append_all(ctx, request, named, results, durable_waits, record_errors,
+                                   turns, denied, writable)
     finally:
         _end_turns(broker, turns)  # a request that failed half-way frees its turns
-    errors = sum(1 for parts in results.values() for part in parts if part[1])
     if len(durable_waits) == 1:
         await durable_waits[0]
     elif durable_waits:
@@ -141,8 +140,10 @@ def _named_topics(ctx, request) -> list[tuple[str, object]]:
 
 
 async def _append_all(ctx, request, named: list, results: dict, durable_waits: list,
-                      record_errors: dict, turns: dict, denied, writable) -> None:
-    """Validate and append each partition's batch; its answer goes into ``results``."""
+                      record_errors: dict, turns: dict, denied, writable) -> int:
+    """Validate and append each partition's batch; its answer goes into ``results``.
+    Returns the number of partitions answered with an error."""
+    errors = 0
     broker = ctx.broker
     logs = broker.logs
     acks = request.acks
@@ -229,6 +230,9 @@ async def _append_all(ctx, request, named: list, results: dict, durable_waits: l
             if turns:
                 _end_turns(broker, turns, (name, part.index))
             out.append((part.index, error, base_offset, append_time, start, message))
+            if error:
+                errors += 1
+    return errors
 
 
 def _authorize(ctx, request, named: list) -> tuple[ErrorCode | None, set[str] | None]:

@@ -545,7 +545,10 @@ class TransactionCoordinator:
         return error
 
     def _reschedule(self) -> None:
-        self._timer.set(self.state.next_wake_ms())
+        # The next wake is the earliest timeout of an ongoing transaction: it moves later
+        # as transactions end, several times per transaction. An earlier timer is kept
+        # (tick checks deadlines; one that fires early finds nothing due and re-arms).
+        self._timer.set_no_later(self.state.next_wake_ms())
 
     def _tick(self, now: int | None = None) -> None:
         self._apply(self.state.tick(now_ms() if now is None else now))
