@@ -615,13 +615,13 @@ class Broker:
                             api_name(api_key) if api_key in HANDLERS else f"API key {api_key}",
                             correlation_id)
                 raise CloseConnection
-        if api_key == API_VERSIONS_KEY and not accepts(api_key, version):
-            # KIP-511: answer in v0 with the supported ranges so the client can retry.
-            log.info("%s sent ApiVersions v%d; answering UNSUPPORTED_VERSION with our ranges",
-                     peer, version)
-            return encode_response(API_VERSIONS_KEY, 0, correlation_id,
-                                   api_versions.unsupported_version_response())
         if not accepts(api_key, version):
+            if api_key == API_VERSIONS_KEY:
+                # KIP-511: answer in v0 with the supported ranges so the client can retry.
+                log.info("%s sent ApiVersions v%d; answering UNSUPPORTED_VERSION with our "
+                         "ranges", peer, version)
+                return encode_response(API_VERSIONS_KEY, 0, correlation_id,
+                                       api_versions.unsupported_version_response())
             reason = "unknown API key" if api_key not in HANDLERS else "unsupported version"
             log.warning("closing %s: %s: %s v%d (correlation id %d)", peer, reason,
                         api_name(api_key), version, correlation_id)

@@ -138,8 +138,13 @@ def _parse_request_header(buf: bytes | memoryview) -> RequestHeader:
     return RequestHeader(api_key, api_version, correlation_id, client_id, off)
 
 
+_KEY_VERSION_CORRELATION = struct.Struct(">hhi")
+
+
 def parse_correlation_id(buf: bytes | memoryview) -> tuple[int, int, int]:
     """The first three header fields, readable even when the rest is garbage."""
+    if len(buf) >= 8:
+        return _KEY_VERSION_CORRELATION.unpack_from(buf, 0)
     api_key, off = read_int16(buf, 0)
     api_version, off = read_int16(buf, off)
     correlation_id, _ = read_int32(buf, off)
