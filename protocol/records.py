@@ -430,13 +430,14 @@ def _offset_columns(width: int) -> tuple[bytes, ...]:
     return tuple(columns)
 
 
-def _run_matches(raw, pos: int, k: int, shape: _Shape, first_delta: int,
-                 base_timestamp: int) -> tuple[int, int] | None:
-    """Check the ``k`` records at ``pos`` against ``shape`` with one strided slice per
-    column; (min, max) timestamp delta if all match, else None."""
+def _run_matches(raw, pos: int, k: int, shape: _Shape, constants: list[tuple[int, int]],
+                 first_delta: int, base_timestamp: int) -> tuple[int, int] | None:
+    """Check the ``k`` records at ``pos`` against ``shape`` (``constants``: its
+    constants(raw), taken once per shape) with one strided slice per column; (min, max)
+    timestamp delta if all match, else None."""
     size = shape.size
     stop = pos + (k - 1) * size + 1
-    for at, byte in shape.constants(raw):
+    for at, byte in constants:
         if bytes(raw[pos + at : stop + at : size]).count(byte) != k:
             return None
     o = pos + shape.offset_at
@@ -536,12 +537,15 @@ def _check_in_runs(raw, count: int, base: int, pos: int, n: int) -> _Walked:
             # column tables assume)
             skipped += 1
             continue
+        constants = None
         while True:
             k = min(run, count - delta, (n - pos) // shape.size,
                     _OFFSET_WIDTH_END[shape.offset_width] - delta)
             if k < _MIN_RUN:  # (a column comparison costs about as much as 3 records)
                 break
-            found = _run_matches(raw, pos, k, shape, delta, base)
+            if constants is None:
+                constants = shape.constants(raw)
+            found = _run_matches(raw, pos, k, shape, constants, delta, base)
             if found is None:
                 run, skip, skipped = _RUN_START, min(_MAX_SKIP, skip * 2 or 1), 0
                 break
