@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 SUDO := $(shell [ "$$(id -u)" = "0" ] || echo sudo)
 
-.PHONY: install system-deps kafka-jars spark-kafka-jars kafkajs chaos-recipes test test-kafka test-cluster test-chaos test-long test-fast model-check lint console-screenshots demo bench bench-kafka bench-abuse bench-group-protocols bench-compare fuzz serve clean docs-config
+.PHONY: install system-deps kafka-jars spark-kafka-jars kafkajs chaos-recipes test test-kafka test-cluster test-chaos test-long test-fast model-check lint console-screenshots demo bench bench-kafka bench-abuse bench-group-protocols bench-compare bench-cpu-compare fuzz serve clean docs-config
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -m venv $(VENV) 2>/dev/null || { \
@@ -172,6 +172,12 @@ bench-abuse: install
 bench-compare: $(if $(filter bench-compare,$(MAKECMDGOALS)),$(if $(strip $(BASE)),,$(error \
   make bench-compare needs BASE, the commit to compare with: make bench-compare BASE=<commit>))) install
 	$(PY) -m bench.compare --base $(BASE)
+
+# Event-loop CPU per transaction and per MiB, this checkout against BASE, both brokers
+# under the same load at once (bench/cpu_compare.py, docs/testing.md).
+bench-cpu-compare: $(if $(filter bench-cpu-compare,$(MAKECMDGOALS)),$(if $(strip $(BASE)),,$(error \
+  make bench-cpu-compare needs BASE: make bench-cpu-compare BASE=<commit>))) install
+	$(PY) -m bench.cpu_compare --base $(BASE)
 
 # The frame fuzzer, long-running: findings saved under tests/fuzz/regressions/.
 FUZZ_FRAMES ?= 1000000
