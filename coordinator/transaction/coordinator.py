@@ -385,7 +385,7 @@ class TransactionCoordinator:
             self._apply(self.state.persisted(now_ms(), write_id, _E.none.value))
         if self._completion_waiters:
             self._release_completion_waiters()
-        self._reschedule()
+        self._reschedule(effects.wake_at_ms)
 
     def _report(self, e: TxnEvent) -> None:
         """Log an event of the state machine for operators, and count outcomes."""
@@ -544,11 +544,14 @@ class TransactionCoordinator:
         await self.faults.hit("before_complete")
         return error
 
-    def _reschedule(self) -> None:
+    def _reschedule(self, wake_at_ms: int | None = None) -> None:
         # The next wake is the earliest timeout of an ongoing transaction: it moves later
         # as transactions end, several times per transaction. An earlier timer is kept
         # (tick checks deadlines; one that fires early finds nothing due and re-arms).
-        self._timer.set_no_later(self.state.next_wake_ms())
+        # The effects carry the wake the state machine computed as it returned them (a
+        # nested _apply's later one is then taken too: the earliest stands, never late).
+        self._timer.set_no_later(self.state.next_wake_ms() if wake_at_ms is None
+                                 else wake_at_ms)
 
     def _tick(self, now: int | None = None) -> None:
         self._apply(self.state.tick(now_ms() if now is None else now))
