@@ -25,7 +25,7 @@ from tests.integration.txn_util import (
 
 from .test_exactly_once import wait_aborted
 from .test_transactions import wait_stable
-from .util import init_txn
+from .util import init_txn, wait_txn_state
 
 INVALID_PRODUCER_EPOCH = 47
 PRODUCER_FENCED = 90
@@ -58,6 +58,7 @@ def test_old_epoch_produce_after_abort_with_bump_on_the_wire(broker, version):
                 assert txn.produce(tp, txn.batch(tp, [b"c%d" % i]), version=version)[0] == 0
         assert txn.end(commit=True) == 0
         wait_stable(broker, [a, b], expected=4)
+        wait_txn_state(broker, tid)
         assert txn.add_partitions([a]) == {a: 0}
         assert txn.produce(a, txn.batch(a, [b"doomed"]), version=version)[0] == 0
         # 3 committed, their marker, doomed, ABORT (txbroker's high watermark passes a
@@ -109,6 +110,7 @@ def test_gap_after_transaction_abortable_on_the_wire(broker, version):
             assert txn.produce(a, txn.batch(a, [b"c%d" % i]), version=version)[0] == 0
         assert txn.end(commit=True) == 0
         wait_stable(broker, [a], expected=4)
+        wait_txn_state(broker, tid)
         codes = {"produce without add": txn.produce(a, txn.batch(a, [b"lost"]),
                                                     version=version)[0],
                  "abort": txn.end(commit=False),

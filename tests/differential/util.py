@@ -38,3 +38,28 @@ def describe_group(broker, group: str) -> tuple:
         client.close()
     (g,) = r.groups
     return int(g.error_code), g.group_state, g.protocol_type, len(g.members)
+
+
+def wait_txn_state(broker, transactional_id: str, state: str = "CompleteCommit",
+                   timeout: float = 15) -> None:
+    """Wait until the coordinator says (DescribeTransactions v0, on the wire) the id's
+    transaction is in ``state``. The partitions' markers (wait_stable) come before the
+    coordinator's CompleteCommit record: in between, Kafka answers AddPartitionsToTxn and
+    EndTxn with CONCURRENT_TRANSACTIONS and a produce's verification with
+    NOT_ENOUGH_REPLICAS, a window a loaded machine widens."""
+    from txbroker.protocol.messages import build, request_module
+
+    m = request_module(65, 0)
+    client = broker.raw()
+    try:
+        deadline = time.monotonic() + timeout
+        while True:
+            r = client.request(65, 0, build(m.DescribeTransactionsRequest,
+                                            transactional_ids=(transactional_id,)))
+            (t,) = r.transaction_states
+            if int(t.error_code) == 0 and t.transaction_state == state:
+                return
+            assert time.monotonic() < deadline, (int(t.error_code), t.transaction_state)
+            time.sleep(0.05)
+    finally:
+        client.close()
