@@ -47,7 +47,7 @@ MAGIC_V2 = 2
 CRC_START = 21
 
 _HEADER = struct.Struct(">qiibIhiqqqhii")
-_OFFSET = struct.Struct(">q")
+BASE_OFFSET = struct.Struct(">q")  # a batch's first field, outside its CRC
 _I64 = struct.Struct(">q")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
@@ -228,7 +228,7 @@ def validate_produced_batch(buf, offset: int = 0, end: int | None = None) -> Bat
 # alone; the fast path only ever accepts what the full decoder would accept.
 
 _FEW_RECORDS = 8  # batches of up to this many records are checked record by record
-_RUN_START = 8  # records checked by the first column comparison of a shape
+_RUN_START = 8  # records in the first column comparison after a shape mismatch
 _MIN_RUN = 4  # fewer records left in a run (the last records, a width's end): one by one
 _MAX_SKIP = 64  # records decoded one by one after repeated shape mismatches
 _OFFSET_WIDTH_END = (0, 64, 8192, 1 << 20)  # inner offset deltas per zigzag varint width
@@ -430,6 +430,13 @@ def _offset_columns(width: int) -> tuple[bytes, ...]:
     return tuple(columns)
 
 
+@functools.lru_cache(maxsize=512)
+def _outside_ranks(lo: int, hi: int) -> bytes:
+    """Translation table: 0 for a one-byte zigzag varint whose rank (_ZIGZAG1_RANK)
+    is in [lo, hi], 1 for any other byte (other values, or not a one-byte varint)."""
+    return bytes(0 if b < 0x80 and lo <= _ZIGZAG1_RANK[b] <= hi else 1 for b in range(256))
+
+
 def _run_matches(raw, pos: int, k: int, shape: _Shape, constants: list[tuple[int, int]],
                  first_delta: int, base_timestamp: int) -> tuple[int, int] | None:
     """Check the ``k`` records at ``pos`` against ``shape`` (``constants``: its
@@ -448,10 +455,17 @@ def _run_matches(raw, pos: int, k: int, shape: _Shape, constants: list[tuple[int
     t = pos + shape.ts_at
     if shape.ts_width == 1:
         column = bytes(raw[t : stop + t - pos : size])
-        if not column.isascii():
-            return None
-        ranks = column.translate(_ZIGZAG1_RANK)
-        lo_d, hi_d = min(ranks) - 64, max(ranks) - 64
+        lo_r, hi_r = _ZIGZAG1_RANK[column[0]], _ZIGZAG1_RANK[column[-1]]
+        if lo_r > hi_r:
+            lo_r, hi_r = hi_r, lo_r
+        if b"\x01" in column.translate(_outside_ranks(lo_r, hi_r)):
+            # Not all within the first and last record's (time not monotonic in the
+            # run): min() and max() over it, ten times slower.
+            if not column.isascii():
+                return None
+            ranks = column.translate(_ZIGZAG1_RANK)
+            lo_r, hi_r = min(ranks), max(ranks)
+        lo_d, hi_d = lo_r - 64, hi_r - 64
     else:  # two bytes: the first with its continuation bit, the second without
         low = bytes(raw[t : stop + t - pos : size])
         high = bytes(raw[t + 1 : stop + t + 1 - pos : size])
@@ -511,12 +525,13 @@ def _check_each(raw, count: int, base: int, pos: int, n: int) -> _Walked:
 
 
 def _check_in_runs(raw, count: int, base: int, pos: int, n: int) -> _Walked:
-    """One record decoded, then the records of its shape after it column by column,
-    in runs that double while they match."""
+    """One record decoded, then the records of its shape after it column by column:
+    first all that are left (a producer's batch is usually of one shape), then, after
+    a mismatch, in runs from _RUN_START that double while they match."""
     delta = 0
     lo_ts, hi_ts = None, NO_TIMESTAMP
     null_key = False
-    run = _RUN_START
+    run = count  # the first run tries every record left: one batch is often one shape
     skip = skipped = 0
     while delta < count:
         if pos >= n:
@@ -633,7 +648,7 @@ def iter_batches(buf, offset: int = 0, end: int | None = None) -> Iterator[tuple
 
 
 def set_base_offset(buf: bytearray | memoryview, offset: int, base_offset: int) -> None:
-    _OFFSET.pack_into(buf, offset, base_offset)
+    BASE_OFFSET.pack_into(buf, offset, base_offset)
 
 
 def set_log_append_time(buf: bytearray, offset: int, size: int, timestamp: int) -> None:

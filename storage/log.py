@@ -22,6 +22,7 @@ from txbroker.protocol.errors import (
     RecordTooLargeError,
 )
 from txbroker.protocol.records import (
+    BASE_OFFSET,
     NO_TIMESTAMP,
     BatchHeader,
     ControlType,
@@ -322,7 +323,7 @@ class PartitionLog:
                 f"{now + self.config.timestamp_after_max_ms}] of {self.name}"
             )
 
-    def append(self, batch: bytearray, header: BatchHeader, *, now: int | None = None,
+    def append(self, batch: bytes | bytearray, header: BatchHeader, *, now: int | None = None,
                flush: bool = True, transaction_version: int = 0,
                marker: tuple[ControlType, int] | None = None) -> AppendResult:
         """Assign offsets to one validated batch and write it. Synchronous: the
@@ -343,11 +344,20 @@ class PartitionLog:
             return AppendResult(duplicate.first_offset, duplicate.last_offset, -1,
                                 self.log_start_offset, duplicate=True)
         base = self.log_end_offset
-        set_base_offset(batch, 0, base)
         append_time = -1
+        first_bytes = None  # the stored base offset, when it is written beside ``batch``
         if self.config.message_timestamp_type == "LogAppendTime":
+            if not isinstance(batch, bytearray):
+                batch = bytearray(batch)
+            set_base_offset(batch, 0, base)
             set_log_append_time(batch, 0, len(batch), now)
             append_time = now
+        elif isinstance(batch, bytearray):
+            set_base_offset(batch, 0, base)
+        else:
+            # A produced batch as it came (bytes): its offset is written beside it
+            # rather than copying a megabyte to change eight bytes.
+            first_bytes = BASE_OFFSET.pack(base)
         placed = BatchHeader(
             base, header.batch_length, header.partition_leader_epoch, header.magic,
             header.crc, header.attributes, header.last_offset_delta, header.base_timestamp,
@@ -355,7 +365,7 @@ class PartitionLog:
             header.producer_epoch, header.base_sequence, header.records_count,
         )
         self._maybe_roll(placed.size, now)
-        self.active_segment.append(batch, placed)
+        self.active_segment.append(batch, placed, first_bytes)
         if placed.producer_id >= 0:
             self._track_transaction(placed, marker)
         self.producer_state.update(placed, None if marker is None else marker[1])

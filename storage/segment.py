@@ -388,14 +388,24 @@ class LogSegment:
             self._bytes_since_index = 0
         self._bytes_since_index += header.size
 
-    def append(self, data: bytes | bytearray | memoryview, header: BatchHeader) -> int:
-        """Write one batch (offsets already assigned) at the end; returns its position."""
+    def append(self, data: bytes | bytearray | memoryview, header: BatchHeader,
+               first_bytes: bytes | None = None) -> int:
+        """Write one batch (offsets already assigned) at the end; returns its position.
+        ``first_bytes``: the batch's base offset field as stored, written in place of
+        the first bytes of ``data`` (which then still holds the producer's)."""
         position = self.size
         view = memoryview(data)
-        written = 0
-        while written < len(view):
-            written += os.pwrite(self.fd, view[written:], position + written)
-        self.size += len(view)
+        size = len(view)
+        if first_bytes is None:
+            written = os.pwrite(self.fd, view, position)
+        else:
+            written = os.pwritev(self.fd, (first_bytes, view[len(first_bytes):]), position)
+        while written < size:  # a short write: the rest, from where it stopped
+            if first_bytes is not None and written < len(first_bytes):
+                written += os.pwrite(self.fd, first_bytes[written:], position + written)
+            else:
+                written += os.pwrite(self.fd, view[written:], position + written)
+        self.size += size
         self._note_appended(position, header)
         self.next_offset = header.last_offset + 1
         return position

@@ -190,11 +190,14 @@ async def _append_all(ctx, request, named: list, results: dict, durable_waits: l
                     # After the verification, as in Kafka (ReplicaManager verifies, then
                     # the log validates).
                     _check_records(plog, name, part.index, records, header, content)
-                    batch = bytearray(records)
+                    # Stored as it came: the log writes the base offset beside it and
+                    # copies it only to change what the CRC covers.
+                    batch = records
                     if plog.config.message_timestamp_type == "CreateTime" and (
                             header.log_append_time
                             or header.max_timestamp != content.max_timestamp):
                         # As Kafka, the stored header carries the records' real maximum.
+                        batch = bytearray(records)
                         header = set_create_time_max_timestamp(
                             batch, header, header.max_timestamp if header.log_append_time
                             else content.max_timestamp)

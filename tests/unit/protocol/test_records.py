@@ -483,6 +483,23 @@ def test_many_records_of_one_shape_pass(n, value_size, codec, spread):
     assert summary.min_timestamp == 1_000_000
 
 
+@FAST
+@given(stamps=st.lists(st.integers(-3, 70), min_size=9, max_size=300),
+       base=st.sampled_from([0, 1_700_000_000_000]), data=st.data())
+def test_column_timestamps_in_any_order(stamps, base, data):
+    """The column path takes a run's lowest and highest timestamp from its first and
+    last record when every other lies between them, else from all: any order of
+    one-byte timestamp deltas (and -1 timestamps among them, at base 0) gives the
+    smallest and largest of the records."""
+    if data.draw(st.booleans()):
+        stamps = sorted(stamps, reverse=data.draw(st.booleans()))
+    timestamps = [base + t if base == 0 or t != -1 else t for t in stamps]
+    recs = [Record(b"k", b"v" * 30, timestamp=t) for t in timestamps]
+    summary = _check(build_batch(recs))
+    assert summary.max_timestamp == max(timestamps)
+    assert summary.min_timestamp == min((t for t in timestamps if t != -1), default=None)
+
+
 def test_ten_thousand_records_cross_every_offset_width():
     recs = [Record(b"k", b"v") for _ in range(10_000)]
     assert _check(build_batch(recs)).records_count == 10_000

@@ -215,6 +215,56 @@ def test_log_append_time(logdir):
     plog.close()
 
 
+@pytest.mark.parametrize("timestamp_type", ["CreateTime", "LogAppendTime"])
+def test_a_batch_appended_as_bytes_is_stored_with_its_offsets(logdir, timestamp_type):
+    """The produce path hands the log the producer's bytes, not a copy to change: the
+    base offset is written beside them (LogAppendTime copies, the CRC changes), and
+    what is stored reads back and recovers as if the batch had been changed in place."""
+    plog = open_log(logdir, replace(LAZY, message_timestamp_type=timestamp_type))
+    sent = []
+    for i in range(4):
+        data = make_batch(2 + i, ts=5, tag=i)
+        before = bytes(data)
+        result = plog.append(data, validate_produced_batch(data), now=1_700_000_000_000 + i)
+        assert data == before
+        sent.append(result.base_offset)
+    stored = read_all(plog)
+    assert [base for base, _ in stored] == sent == [0, 2, 5, 9]
+    for base, batch in stored:
+        header = validate_batch(batch)
+        assert header.base_offset == base
+        assert header.log_append_time == (timestamp_type == "LogAppendTime")
+    plog.close()
+    reopened = open_log(logdir, replace(LAZY, message_timestamp_type=timestamp_type))
+    assert read_all(reopened) == stored and reopened.log_end_offset == 14
+    reopened.close()
+
+
+@pytest.mark.parametrize("short", [3, 8, 61, 500])
+def test_segment_append_finishes_a_short_write(tmp_path, monkeypatch, short):
+    """os.pwritev may write less than asked (a filling disk): the rest follows, byte for
+    byte, whether it stopped inside the base offset written beside the batch or after."""
+    import txbroker.storage.segment as segment_module
+
+    seg = LogSegment(str(tmp_path), 7, index_interval_bytes=0, create=True)
+    seg.recover()
+    data = make_batch(3, size=200)
+    calls = []
+
+    def pwritev_short(fd, buffers, position):
+        whole = b"".join(bytes(b) for b in buffers)
+        calls.append(len(whole))
+        return os.pwrite(fd, whole[:short], position)
+
+    monkeypatch.setattr(segment_module.os, "pwritev", pwritev_short)
+    seg.append(data, read_header(with_base(data, 7)), struct.pack(">q", 7))
+    assert calls == [len(data)]
+    with open(seg.log_path, "rb") as f:
+        assert f.read() == with_base(data, 7)
+    assert seg.size == len(data) and seg.next_offset == 10
+    seg.close()
+
+
 def test_check_batch_limits(logdir):
     plog = open_log(logdir, replace(LAZY, max_message_bytes=200,
                                     timestamp_after_max_ms=1000))
