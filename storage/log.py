@@ -57,6 +57,12 @@ class AppendResult:
     duplicate: bool = False  # a retried idempotent batch: nothing was appended
 
 
+# A produced batch (bytes) below this is copied to set its base offset: under load a
+# pwritev of two buffers cost 10 us where the copy and one pwrite cost 5 (cProfile of
+# the 4 x 10 transaction load); above it the copy costs more (45 us per MiB).
+COPY_BELOW = 64 * 1024
+
+
 class PartitionLog:
     def __init__(self, topic: str, partition: int, directory: str, config: LogConfig) -> None:
         self.topic = topic
@@ -352,11 +358,13 @@ class PartitionLog:
             set_base_offset(batch, 0, base)
             set_log_append_time(batch, 0, len(batch), now)
             append_time = now
-        elif isinstance(batch, bytearray):
+        elif isinstance(batch, bytearray) or len(batch) < COPY_BELOW:
+            if not isinstance(batch, bytearray):
+                batch = bytearray(batch)
             set_base_offset(batch, 0, base)
         else:
-            # A produced batch as it came (bytes): its offset is written beside it
-            # rather than copying a megabyte to change eight bytes.
+            # A large produced batch as it came (bytes): its offset is written beside
+            # it rather than copying a megabyte to change eight bytes.
             first_bytes = BASE_OFFSET.pack(base)
         placed = BatchHeader(
             base, header.batch_length, header.partition_leader_epoch, header.magic,

@@ -215,11 +215,17 @@ def test_log_append_time(logdir):
     plog.close()
 
 
+@pytest.mark.parametrize("copy_below", [0, 1 << 16])
 @pytest.mark.parametrize("timestamp_type", ["CreateTime", "LogAppendTime"])
-def test_a_batch_appended_as_bytes_is_stored_with_its_offsets(logdir, timestamp_type):
+def test_a_batch_appended_as_bytes_is_stored_with_its_offsets(logdir, monkeypatch,
+                                                               timestamp_type, copy_below):
     """The produce path hands the log the producer's bytes, not a copy to change: the
-    base offset is written beside them (LogAppendTime copies, the CRC changes), and
-    what is stored reads back and recovers as if the batch had been changed in place."""
+    base offset of a large batch is written beside them (small ones and LogAppendTime
+    are copied), and what is stored reads back and recovers as if the batch had been
+    changed in place."""
+    import txbroker.storage.log as log_module
+
+    monkeypatch.setattr(log_module, "COPY_BELOW", copy_below)
     plog = open_log(logdir, replace(LAZY, message_timestamp_type=timestamp_type))
     sent = []
     for i in range(4):
