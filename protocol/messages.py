@@ -10,9 +10,8 @@ from __future__ import annotations
 import dataclasses
 import io
 import struct
-from dataclasses import dataclass
 from functools import cache
-from typing import Any
+from typing import Any, NamedTuple
 
 from kio.index import KioIndexError, load_payload_module
 from kio.schema.index import api_key_map
@@ -31,8 +30,9 @@ from .primitives import (
 API_VERSIONS_KEY = 18
 
 
-@dataclass(frozen=True, slots=True)
-class RequestHeader:
+class RequestHeader(NamedTuple):
+    # A named tuple: one per request, and a frozen dataclass's __init__ costs a
+    # setattr call per field.
     api_key: int
     api_version: int
     correlation_id: int
