@@ -41,7 +41,8 @@ class RequestHeader(NamedTuple):
 
 
 def api_name(api_key: int) -> str:
-    return api_key_map.get(api_key, f"unknown({api_key})")
+    name = api_key_map.get(api_key)  # (the fallback is not formatted on every request)
+    return name if name is not None else f"unknown({api_key})"
 
 
 @cache
