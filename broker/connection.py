@@ -37,6 +37,7 @@ MAX_UNSENT_BYTES = 4 << 20
 LARGE_FRAME = 1 << 20
 # Frames one connection may read in a row from its buffer before letting others run.
 FRAMES_PER_TURN = 8
+_DRAIN = object()  # Connection._send_ready: the writer must wait for the socket
 _FETCH_KEY = struct.Struct(">h")
 FETCH = 1
 
@@ -125,6 +126,7 @@ class Connection:
         self._queued = asyncio.Event()  # the writer has something to do (or must stop)
         self._progress = asyncio.Event()  # the writer answered one (the reader may go on)
         self._unsent = 0  # bytes of computed responses not yet given to the socket
+        self._draining = False  # the writer waits for the socket: nothing more is written
         self._last_fetch: asyncio.Task | None = None
         self._read_task: asyncio.Task | None = None
         self.closing = False
@@ -217,7 +219,6 @@ class Connection:
                 self._last_fetch = task
             self.in_flight += 1
             self._responses.append(task)
-            self._queued.set()
             if self.closing:
                 return
             if not session.authenticated:
@@ -280,59 +281,94 @@ class Connection:
             response = task.result()
             if type(response) is bytes or type(response) is ResponseParts:
                 self._unsent += len(response)
+        if self._responses and self._responses[0] is task:
+            # The oldest request is answered here, and those finished behind it: waking
+            # the writer task for each cost two task steps per request.
+            if self._send_ready() is not None or (self.closing and not self._responses):
+                self._queued.set()  # what only the writer does: a drain, a close
 
-    async def _write_loop(self) -> None:
-        while True:
-            if not self._responses:
-                if self.closing:
-                    return
-                self._queued.clear()
-                await self._queued.wait()
+    def _send_ready(self) -> object | None:
+        """Write the answers of the finished requests at the head of the queue, in
+        arrival order. None: nothing finished is left unanswered. _DRAIN: the socket
+        has more than a MiB it has not taken (the writer waits for it). Else the
+        finished head task this does not answer: an error or a close."""
+        if self._draining:
+            return _DRAIN
+        responses = self._responses
+        writer = self.writer
+        transport = writer.transport
+        while responses:
+            task = responses[0]
+            if not task.done():
+                return None
+            if task.cancelled():
+                responses.popleft()
                 continue
-            task = self._responses[0]
-            try:
-                response = await task
-            except asyncio.CancelledError:
-                if not task.cancelled():
-                    raise  # this writer itself was cancelled
-                self._responses.popleft()
-                continue
-            except CloseConnection:
-                self._abort_reading()
-                self._cancel_pending()
-                return
-            except Exception:
-                log.exception("request from %s failed; closing the connection", self.peer)
-                self._abort_reading()
-                self._cancel_pending()
-                return
-            self._responses.popleft()
+            if task.exception() is not None:
+                return task
+            response = task.result()
+            if response is CLOSE or type(response) is CloseAfter or (
+                    response is not None and transport.is_closing()):
+                return task
+            responses.popleft()
             self.in_flight -= 1
-            if response is CLOSE:
-                self._abort_reading()
-                self._cancel_pending()
-                return
-            if type(response) is CloseAfter:
-                if not self.writer.transport.is_closing():
-                    self.writer.write(bytes(response.data))
-                self._abort_reading()
-                self._cancel_pending()
-                return
             if response is not None:
-                if self.writer.transport.is_closing():
-                    self._cancel_pending()
-                    return
                 if type(response) is ResponseParts:
-                    self.writer.writelines(response.parts)
+                    writer.writelines(response.parts)
                 else:
-                    self.writer.write(response)
+                    writer.write(response)
                 self._unsent -= len(response)
-                if self.writer.transport.get_write_buffer_size() > 1 << 20:
-                    await self.writer.drain()
-            if not self._responses:
+            if not responses:
                 self._unsent = 0
             self._progress.set()
             self.last_active = time.monotonic()
+            if transport.get_write_buffer_size() > 1 << 20:
+                return _DRAIN
+        return None
+
+    async def _write_loop(self) -> None:
+        """Answers what the requests' done callbacks cannot: waits for the socket to
+        take a large backlog, closes the connection on a close or a failure, and ends
+        once a closing connection has answered everything in flight."""
+        while True:
+            head = self._send_ready()
+            if head is None:
+                if self.closing and not self._responses:
+                    return
+                self._queued.clear()
+                await self._queued.wait()
+            elif head is _DRAIN:
+                self._draining = True
+                try:
+                    await self.writer.drain()
+                finally:
+                    self._draining = False
+            else:
+                self._close_after(head)
+                return
+
+    def _close_after(self, task: asyncio.Task) -> None:
+        """The connection ends at this finished request: CLOSE, a CloseAfter (its
+        answer written first), a failure, or a socket already closing."""
+        error = task.exception()
+        if error is not None:
+            if not isinstance(error, CloseConnection):
+                log.error("request from %s failed; closing the connection", self.peer,
+                          exc_info=error)
+            self._abort_reading()
+            self._cancel_pending()
+            return
+        response = task.result()
+        self._responses.popleft()
+        self.in_flight -= 1
+        if type(response) is CloseAfter:
+            if not self.writer.transport.is_closing():
+                self.writer.write(bytes(response.data))
+        elif response is not CLOSE:  # an answer for a socket already closing
+            self._cancel_pending()
+            return
+        self._abort_reading()
+        self._cancel_pending()
 
     def _cancel_pending(self) -> None:
         while self._responses:
