@@ -284,8 +284,13 @@ class Connection:
         if self._responses and self._responses[0] is task:
             # The oldest request is answered here, and those finished behind it: waking
             # the writer task for each cost two task steps per request.
-            if self._send_ready() is not None or (self.closing and not self._responses):
-                self._queued.set()  # what only the writer does: a drain, a close
+            try:
+                if self._send_ready() is not None or (self.closing and not self._responses):
+                    self._queued.set()  # what only the writer does: a drain, a close
+            except Exception:  # (in the writer it would end the connection: so here)
+                log.exception("answering %s failed; closing the connection", self.peer)
+                self._abort_reading()
+                self._cancel_pending()
 
     def _send_ready(self) -> object | None:
         """Write the answers of the finished requests at the head of the queue, in

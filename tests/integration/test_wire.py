@@ -115,6 +115,33 @@ def test_pipelined_requests_are_answered_in_order(txbroker, caplog):
     _no_errors_logged(caplog)
 
 
+def test_a_failing_write_of_an_answer_closes_the_connection(txbroker, caplog):
+    """Answers are written from the finished request's done callback: a write that
+    fails there closes that connection with an ERROR line (as the writer task did),
+    instead of leaving the client waiting; the broker serves the next connection."""
+    client = connect(txbroker)
+    client.send_frame(frame(API_VERSIONS, 3, 1, api_versions_request(3)))
+    assert recv_response(client, API_VERSIONS, 3) is not None
+
+    def break_writes(b):
+        for conn in b._connections:
+            def failing_write(data):
+                raise RuntimeError("the socket write failed")
+            conn.writer.write = failing_write
+
+    txbroker.call(break_writes)
+    with caplog.at_level(logging.ERROR):
+        client.send_frame(frame(API_VERSIONS, 3, 2, api_versions_request(3)))
+        expect_closed(client)
+        assert wait_until(lambda: any("answering" in r.getMessage() and "failed" in r.getMessage()
+                                      for r in caplog.records if r.levelno == logging.ERROR),
+                          timeout=5)
+    other = connect(txbroker)
+    other.send_frame(frame(API_VERSIONS, 3, 3, api_versions_request(3)))
+    assert recv_response(other, API_VERSIONS, 3)[0] == 3
+    other.close()
+
+
 # --- Fetch: long poll ----------------------------------------------------------------------
 
 
