@@ -2,7 +2,7 @@
 
 Each connection reads 4-byte size-prefixed frames. Requests are handled
 concurrently but answered strictly in the order they arrived (a per-connection
-queue of handler tasks drained by one writer), so pipelining clients see
+queue of handler tasks, answered from the head as they finish), so pipelining clients see
 Kafka's ordering. A frame larger than ``socket.request.max.bytes`` closes that
 connection only, with a log line, as Kafka does. Every cost a connection can cause
 is bounded: queued requests (``queued.max.requests``), unsent response bytes

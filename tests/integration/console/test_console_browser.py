@@ -63,9 +63,24 @@ def _navigate(driver, element) -> None:
 
     old = driver.find_element("tag name", "html")
     element.click()
-    WebDriverWait(driver, 15).until(expected_conditions.staleness_of(old))
+    WebDriverWait(driver, 15).until(lambda d: _gone(old, expected_conditions))
     WebDriverWait(driver, 15).until(
         lambda d: d.execute_script("return document.readyState") == "complete")
+
+
+def _gone(element, expected_conditions) -> bool:
+    """selenium's staleness_of, and also chromedriver's other answer for an element
+    caught while its page is being replaced ("Node with given id does not belong to
+    the document", an unknown error rather than a stale element: a fresh-clone
+    make test failed on it once)."""
+    from selenium.common.exceptions import WebDriverException
+
+    try:
+        return expected_conditions.staleness_of(element)(None)
+    except WebDriverException as e:
+        if "does not belong to the document" in str(e):
+            return True
+        raise
 
 
 def _shot(driver, name: str) -> None:
