@@ -352,20 +352,18 @@ class PartitionLog:
         base = self.log_end_offset
         append_time = -1
         first_bytes = None  # the stored base offset, when it is written beside ``batch``
-        if self.config.message_timestamp_type == "LogAppendTime":
-            if not isinstance(batch, bytearray):
-                batch = bytearray(batch)
-            set_base_offset(batch, 0, base)
-            set_log_append_time(batch, 0, len(batch), now)
-            append_time = now
-        elif isinstance(batch, bytearray) or len(batch) < COPY_BELOW:
-            if not isinstance(batch, bytearray):
-                batch = bytearray(batch)
-            set_base_offset(batch, 0, base)
-        else:
+        log_append_time = self.config.message_timestamp_type == "LogAppendTime"
+        if not log_append_time and not isinstance(batch, bytearray) and len(batch) >= COPY_BELOW:
             # A large produced batch as it came (bytes): its offset is written beside
             # it rather than copying a megabyte to change eight bytes.
             first_bytes = BASE_OFFSET.pack(base)
+        else:
+            if not isinstance(batch, bytearray):
+                batch = bytearray(batch)
+            set_base_offset(batch, 0, base)
+            if log_append_time:
+                set_log_append_time(batch, 0, len(batch), now)
+                append_time = now
         placed = BatchHeader(
             base, header.batch_length, header.partition_leader_epoch, header.magic,
             header.crc, header.attributes, header.last_offset_delta, header.base_timestamp,
