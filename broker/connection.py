@@ -296,40 +296,55 @@ class Connection:
         """Write the answers of the finished requests at the head of the queue, in
         arrival order. None: nothing finished is left unanswered. _DRAIN: the socket
         has more than a MiB it has not taken (the writer waits for it). Else the
-        finished head task this does not answer: an error or a close."""
+        finished head task this does not answer: an error or a close.
+
+        Answers found finished together go to the socket in one write, up to a MiB at
+        a time: a flush round finishes a client's produce requests of all its
+        partitions at once, and a send each cost a system call each."""
         if self._draining:
             return _DRAIN
         responses = self._responses
-        writer = self.writer
-        transport = writer.transport
-        while responses:
-            task = responses[0]
-            if not task.done():
-                return None
-            if task.cancelled():
+        transport = self.writer.transport
+        while True:
+            out: list = []
+            pending = answered = 0
+            head = None
+            while responses and pending <= 1 << 20:
+                task = responses[0]
+                if not task.done():
+                    break
+                if task.cancelled():
+                    responses.popleft()
+                    continue
+                if task.exception() is not None:
+                    head = task
+                    break
+                response = task.result()
+                if response is CLOSE or type(response) is CloseAfter or (
+                        response is not None and transport.is_closing()):
+                    head = task
+                    break
                 responses.popleft()
-                continue
-            if task.exception() is not None:
-                return task
-            response = task.result()
-            if response is CLOSE or type(response) is CloseAfter or (
-                    response is not None and transport.is_closing()):
-                return task
-            responses.popleft()
-            self.in_flight -= 1
-            if response is not None:
-                if type(response) is ResponseParts:
-                    writer.writelines(response.parts)
-                else:
-                    writer.write(response)
-                self._unsent -= len(response)
-            if not responses:
-                self._unsent = 0
-            self._progress.set()
-            self.last_active = time.monotonic()
-            if transport.get_write_buffer_size() > 1 << 20:
-                return _DRAIN
-        return None
+                self.in_flight -= 1
+                answered += 1
+                if response is not None:
+                    if type(response) is ResponseParts:
+                        out += response.parts
+                    else:
+                        out.append(response)
+                    pending += len(response)
+            if answered:
+                self._unsent = self._unsent - pending if responses else 0
+                self._progress.set()
+                self.last_active = time.monotonic()
+                if len(out) == 1:
+                    self.writer.write(out[0])
+                elif out:
+                    self.writer.writelines(out)
+                if transport.get_write_buffer_size() > 1 << 20:
+                    return _DRAIN
+            if head is not None or pending <= 1 << 20 or not responses:
+                return head
 
     async def _write_loop(self) -> None:
         """Answers what the requests' done callbacks cannot: waits for the socket to

@@ -115,6 +115,34 @@ def test_pipelined_requests_are_answered_in_order(txbroker, caplog):
     _no_errors_logged(caplog)
 
 
+def test_answers_finished_together_leave_in_one_write(txbroker, caplog):
+    """Pipelined requests that finish together are answered with fewer socket writes
+    than answers (one writev, not a send each), still in order."""
+    client = connect(txbroker)
+    client.send_frame(frame(API_VERSIONS, 3, 1, api_versions_request(3)))
+    assert recv_response(client, API_VERSIONS, 3) is not None
+    writes = []
+
+    def count_writes(b):
+        for conn in b._connections:
+            write, writelines = conn.writer.write, conn.writer.writelines
+            conn.writer.write = lambda data, w=write: (writes.append(1), w(data))
+            conn.writer.writelines = lambda parts, w=writelines: (writes.append(len(parts)),
+                                                                   w(parts))
+
+    txbroker.call(count_writes)
+    n = 10
+    client.send_frame(b"".join(frame(API_VERSIONS, 3, cid, api_versions_request(3))
+                               for cid in range(2, 2 + n)))
+    for cid in range(2, 2 + n):
+        got = recv_response(client, API_VERSIONS, 3)
+        assert got is not None and got[0] == cid
+    assert sum(writes) == n  # every answer written once
+    assert len(writes) < n, writes
+    client.close()
+    _no_errors_logged(caplog)
+
+
 def test_a_failing_write_of_an_answer_closes_the_connection(txbroker, caplog):
     """Answers are written from the finished request's done callback: a write that
     fails there closes that connection with an ERROR line (as the writer task did),
@@ -127,7 +155,7 @@ def test_a_failing_write_of_an_answer_closes_the_connection(txbroker, caplog):
         for conn in b._connections:
             def failing_write(data):
                 raise RuntimeError("the socket write failed")
-            conn.writer.write = failing_write
+            conn.writer.write = conn.writer.writelines = failing_write
 
     txbroker.call(break_writes)
     with caplog.at_level(logging.ERROR):
