@@ -11,6 +11,7 @@ import itertools
 import logging
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from kio.schema.errors import ErrorCode
@@ -591,7 +592,7 @@ class TransactionCoordinator:
                 return False
             await asyncio.sleep(0.01)
 
-    async def _call(self, start, what: str = "") -> object:
+    async def _call(self, start, what: Callable[[], str] | None = None) -> object:
         token = next(self._tokens)
         fut = asyncio.get_running_loop().create_future()
         self._futures[token] = fut
@@ -600,11 +601,13 @@ class TransactionCoordinator:
             result = await fut
         finally:
             self._futures.pop(token, None)
-        if log.isEnabledFor(logging.DEBUG):
+        if what is not None and log.isEnabledFor(logging.DEBUG):
             # The coordinator's answers with the state they left, to trace a client's
-            # view of its transactions (docs/operations.md, debugging).
-            tid = what.split(" ", 1)[0]
-            log.debug("%s -> %s; now %s", what, result, self.state.inspect(tid) if tid else None)
+            # view of its transactions (docs/operations.md, debugging). ``what`` is
+            # formatted only then: a repr of the partitions cost ~4 us per request.
+            text = what()
+            tid = text.split(" ", 1)[0]
+            log.debug("%s -> %s; now %s", text, result, self.state.inspect(tid) if tid else None)
         return result
 
     # --- requests -------------------------------------------------------------------
@@ -634,8 +637,8 @@ class TransactionCoordinator:
         await self._partition_loaded(transactional_id)
         result = await self._call(lambda t: self.state.init_producer_id(
             t, now_ms(), transactional_id, txn_timeout_ms, producer_id, producer_epoch,
-            api_version=api_version), f"{transactional_id} InitProducerId v{api_version} "
-            f"producer {producer_id} epoch {producer_epoch}")
+            api_version=api_version), lambda: f"{transactional_id} InitProducerId "
+            f"v{api_version} producer {producer_id} epoch {producer_epoch}")
         return result or InitProducerIdResult(_E.coordinator_not_available.value)
 
     def _completing(self, transactional_id: str) -> bool:
@@ -665,7 +668,8 @@ class TransactionCoordinator:
                     del self._completion_waiters[transactional_id]
         return not self._completing(transactional_id)
 
-    async def _add_with_wait(self, transactional_id: str, call, empty, what: str):
+    async def _add_with_wait(self, transactional_id: str, call, empty,
+                             what: Callable[[], str]):
         # The producer's next transaction usually starts (AddPartitionsToTxn) while the
         # previous commit's markers are still being written. Clients back off ~20 ms on
         # CONCURRENT_TRANSACTIONS; waiting here for the completion (milliseconds) and
@@ -674,7 +678,7 @@ class TransactionCoordinator:
         result = await self._call(call, what)
         if result is not None and result.error == _E.concurrent_transactions.value and \
                 await self._wait_completion(transactional_id):
-            result = await self._call(call, what + " (after the completion)")
+            result = await self._call(call, lambda: what() + " (after the completion)")
         return result or empty
 
     async def add_partitions(self, transactional_id: str, producer_id: int, producer_epoch: int,
@@ -686,8 +690,8 @@ class TransactionCoordinator:
                                                 producer_epoch, partitions,
                                                 api_version=api_version),
             AddPartitionsResult(_E.coordinator_not_available.value, tuple(partitions)),
-            f"{transactional_id} AddPartitionsToTxn v{api_version} producer {producer_id} "
-            f"epoch {producer_epoch} {partitions}")
+            lambda: f"{transactional_id} AddPartitionsToTxn v{api_version} producer "
+            f"{producer_id} epoch {producer_epoch} {partitions}")
 
     async def add_offsets(self, transactional_id: str, producer_id: int, producer_epoch: int,
                           group_id: str, api_version: int) -> AddOffsetsResult:
@@ -696,8 +700,8 @@ class TransactionCoordinator:
             lambda t: self.state.add_offsets(t, now_ms(), transactional_id, producer_id,
                                              producer_epoch, group_id, api_version=api_version),
             AddOffsetsResult(_E.coordinator_not_available.value),
-            f"{transactional_id} AddOffsetsToTxn v{api_version} producer {producer_id} "
-            f"epoch {producer_epoch} group {group_id!r}")
+            lambda: f"{transactional_id} AddOffsetsToTxn v{api_version} producer "
+            f"{producer_id} epoch {producer_epoch} group {group_id!r}")
 
     async def add_offsets_partition(self, transactional_id: str, producer_id: int,
                                     producer_epoch: int, group_id: str) -> int:
@@ -719,6 +723,6 @@ class TransactionCoordinator:
         await self._partition_loaded(transactional_id)
         result = await self._call(lambda t: self.state.end_txn(
             t, now_ms(), transactional_id, producer_id, producer_epoch, commit,
-            api_version=api_version), f"{transactional_id} EndTxn v{api_version} producer "
-            f"{producer_id} epoch {producer_epoch} {'commit' if commit else 'abort'}")
+            api_version=api_version), lambda: f"{transactional_id} EndTxn v{api_version} "
+            f"producer {producer_id} epoch {producer_epoch} {'commit' if commit else 'abort'}")
         return result or EndTxnResult(_E.coordinator_not_available.value)

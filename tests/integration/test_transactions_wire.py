@@ -155,6 +155,27 @@ def test_idempotent_producer_duplicates_and_gaps(txbroker):
     client.close()
 
 
+def test_debug_log_traces_each_coordinator_answer(txbroker, caplog):
+    """At DEBUG the transaction coordinator logs each request with its answer and the
+    state it left (docs/operations.md); the request's text is formatted only then."""
+    topic = unique("wire-debug")
+    txbroker.create_topic(topic, 1)
+    tp = (topic, 0)
+    client = connect(txbroker)
+    tid = unique("wire-debug-tid")
+    txn = RawTxn(client, tid)
+    with caplog.at_level(logging.DEBUG, logger="txbroker"):
+        txn.init()
+        assert txn.add_partitions([tp])[tp] == NONE
+        assert txn.end(True) == NONE
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith(tid + " ")]
+    assert any(" InitProducerId v" in m and " -> " in m for m in lines), lines
+    assert any(f" AddPartitionsToTxn v3 producer {txn.producer_id} epoch 0 [{tp!r}] -> " in m
+               for m in lines), lines
+    assert any(" EndTxn v3 " in m and " commit -> " in m for m in lines), lines
+    client.close()
+
+
 def test_init_producer_id_transaction_timeout_above_the_maximum(txbroker):
     client = connect(txbroker)
     for version in (0, 4):
