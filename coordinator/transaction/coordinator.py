@@ -92,6 +92,11 @@ class TxnCoordinatorConfig:
     txn: TxnConfig = field(default_factory=TxnConfig)
 
 
+def _resolve(fut: asyncio.Future) -> None:
+    if not fut.done():
+        fut.set_result(None)
+
+
 class TransactionCoordinator:
     def __init__(self, logs: LogManager, groups, producer_ids, config: TxnCoordinatorConfig,
                  faults: FaultInjector) -> None:
@@ -656,15 +661,19 @@ class TransactionCoordinator:
         completed, so a CONCURRENT_TRANSACTIONS answer is worth retrying here."""
         if not self._completing(transactional_id):
             return True
-        fut = asyncio.get_running_loop().create_future()
-        self._completion_waiters.setdefault(transactional_id, []).append(fut)
+        loop = asyncio.get_running_loop()
+        fut = loop.create_future()
+        waiters = self._completion_waiters.setdefault(transactional_id, [])
+        waiters.append(fut)
+        # A timer, not asyncio.wait_for (a task step and a future more, per transaction).
+        timeout = loop.call_later(COMPLETION_WAIT_S, _resolve, fut)
         try:
-            await asyncio.wait_for(fut, COMPLETION_WAIT_S)
-        except TimeoutError:
-            waiters = self._completion_waiters.get(transactional_id, [])
+            await fut
+        finally:
+            timeout.cancel()
             if fut in waiters:
                 waiters.remove(fut)
-                if not waiters:
+                if not waiters and self._completion_waiters.get(transactional_id) is waiters:
                     del self._completion_waiters[transactional_id]
         return not self._completing(transactional_id)
 
@@ -673,10 +682,16 @@ class TransactionCoordinator:
         # The producer's next transaction usually starts (AddPartitionsToTxn) while the
         # previous commit's markers are still being written. Clients back off ~20 ms on
         # CONCURRENT_TRANSACTIONS; waiting here for the completion (milliseconds) and
-        # answering then is the same outcome, sooner.
+        # answering then is the same outcome, sooner. The wait comes first when the
+        # previous transaction is known to be completing: asking the state machine
+        # before it would only be answered CONCURRENT_TRANSACTIONS.
         await self._partition_loaded(transactional_id)
+        waited = self._completing(transactional_id)
+        if waited:  # (one wait in all: a timeout is answered CONCURRENT_TRANSACTIONS)
+            await self._wait_completion(transactional_id)
         result = await self._call(call, what)
-        if result is not None and result.error == _E.concurrent_transactions.value and \
+        if not waited and result is not None and \
+                result.error == _E.concurrent_transactions.value and \
                 await self._wait_completion(transactional_id):
             result = await self._call(call, lambda: what() + " (after the completion)")
         return result or empty
