@@ -78,11 +78,17 @@ def now_ms() -> int:
     return int(time.time() * 1000)
 
 
-def _note(view: dict[str, list], tid: str, value: TxnLogValue | None) -> None:
+def _note(view: dict[str, list | TxnLogValue], tid: str, value: TxnLogValue | None) -> None:
+    # The record itself: its snapshot row is built when a snapshot is written (an id
+    # is written three times per transaction, a snapshot every few thousand records).
     if value is None:  # a tombstone: the id expired
         view.pop(tid, None)
     else:
-        view[tid] = row_of(tid, value)
+        view[tid] = value
+
+
+def _snapshot_rows(view: dict[str, list | TxnLogValue]) -> list[list]:
+    return [v if type(v) is list else row_of(tid, v) for tid, v in view.items()]
 
 
 @dataclass
@@ -120,7 +126,8 @@ class TransactionCoordinator:
         self._partition_waiters: dict[int, asyncio.Event] = {}
         # Per partition of __transaction_state: the latest record of each id (what a
         # snapshot holds), records appended since the last snapshot, snapshots running.
-        self._latest: dict[int, dict[str, list]] = {}  # id -> snapshot row
+        # Per partition: id -> its snapshot row (loaded) or latest record (since).
+        self._latest: dict[int, dict[str, list | TxnLogValue]] = {}
         self._since_snapshot: dict[int, int] = {}
         self._snapshotting: set[int] = set()
         self._stopped = False
@@ -237,7 +244,7 @@ class TransactionCoordinator:
             if plog is None:
                 self._recovered(p)
                 continue
-            view: dict[str, list] = {}
+            view: dict[str, list | TxnLogValue] = {}
             self._latest[p] = view
             start = await self._load_snapshot(plog, view)
             snapshot_rows += len(view)
@@ -293,7 +300,8 @@ class TransactionCoordinator:
                         ", ".join(effects.expired))
         self._apply(effects)
 
-    async def _load_snapshot(self, plog: PartitionLog, view: dict[str, list]) -> int:
+    async def _load_snapshot(self, plog: PartitionLog,
+                             view: dict[str, list | TxnLogValue]) -> int:
         """Load the partition's snapshot into the state machine and ``view``; the
         offset to replay from (the log start if there is no usable snapshot)."""
         try:
@@ -344,7 +352,7 @@ class TransactionCoordinator:
             plog = self.logs.get_log(TXN_TOPIC, p)
             if plog is None:
                 return
-            rows = list(self._latest.get(p, {}).values())
+            rows = _snapshot_rows(self._latest.get(p, {}))
             offset = plog.log_end_offset
             self._since_snapshot[p] = 0
             await self.logs.flusher.wait_durable(plog, offset)
