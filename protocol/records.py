@@ -23,6 +23,8 @@ from __future__ import annotations
 
 import functools
 import struct
+import sys
+from array import array
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from enum import IntEnum
@@ -436,6 +438,23 @@ def _offset_columns(width: int) -> tuple[bytes, ...]:
     return tuple(columns)
 
 
+_ODD = bytes(b & 1 for b in range(256))  # translate: 1 for an odd byte
+_LOW_FIRST = sys.byteorder == "little"
+
+
+def _two_byte_delta_range(low: bytes, high: bytes, k: int) -> tuple[int, int]:
+    """(lowest, highest) of ``k`` two-byte zigzag varints of non-negative values, given
+    as their first bytes (continuation bit set) and second bytes (without it)."""
+    both = bytearray(2 * k)
+    both[0::2], both[1::2] = (low, high) if _LOW_FIRST else (high, low)
+    values = array("H")
+    values.frombytes(both)
+    lo_v, hi_v = min(values), max(values)
+    # value = high << 8 | low, with low's bit 7 set: the varint is high << 7 | low & 0x7F,
+    # and its zigzag (even: non-negative) halves to the delta.
+    return ((lo_v >> 8) << 7 | (lo_v & 0x7F)) >> 1, ((hi_v >> 8) << 7 | (hi_v & 0x7F)) >> 1
+
+
 @functools.lru_cache(maxsize=512)
 def _outside_ranks(lo: int, hi: int) -> bytes:
     """Translation table: 0 for a one-byte zigzag varint whose rank (_ZIGZAG1_RANK)
@@ -477,9 +496,16 @@ def _run_matches(raw, pos: int, k: int, shape: _Shape, constants: list[tuple[int
         high = bytes(raw[t + 1 : stop + t + 1 - pos : size])
         if not (high.isascii() and low.translate(_FLIP_HIGH).isascii()):
             return None
-        zs = [(a & 0x7F) | (b << 7) for a, b in zip(low, high, strict=True)]
-        deltas = [(z >> 1) ^ -(z & 1) for z in zs]
-        lo_d, hi_d = min(deltas), max(deltas)
+        if b"\x01" in low.translate(_ODD):
+            # A negative delta among them (zigzag odd): decoded one by one.
+            zs = [(a & 0x7F) | (b << 7) for a, b in zip(low, high, strict=True)]
+            deltas = [(z >> 1) ^ -(z & 1) for z in zs]
+            lo_d, hi_d = min(deltas), max(deltas)
+        else:
+            # All deltas >= 0 (a lingering producer's batch): as every first byte has
+            # its continuation bit, the 16-bit values high:low order as the varints do,
+            # so the lowest and highest come from one C-level min()/max() of them.
+            lo_d, hi_d = _two_byte_delta_range(low, high, k)
     if base_timestamp + lo_d <= NO_TIMESTAMP <= base_timestamp + hi_d and lo_d != hi_d:
         return None  # a -1 timestamp inside the run is exempt from checks: decode one by one
     return lo_d, hi_d

@@ -500,6 +500,26 @@ def test_column_timestamps_in_any_order(stamps, base, data):
     assert summary.min_timestamp == min((t for t in timestamps if t != -1), default=None)
 
 
+@FAST
+@given(data=st.data(), negative=st.booleans(), base=st.sampled_from([10_000, 1_700_000_000_000]))
+def test_column_two_byte_timestamps_in_any_order(data, negative, base):
+    """Two-byte timestamp deltas (64 to 8191 ms from the batch's base timestamp, as a
+    lingering producer's batch has; or -8192 to -65, records older than the base): the
+    column path's lowest and highest, in any order, with and without negative deltas."""
+    delta = st.integers(64, 8191)
+    if negative:
+        delta = st.one_of(delta, st.integers(-8192, -65))
+    deltas = data.draw(st.lists(delta, min_size=9, max_size=300))
+    if data.draw(st.booleans()):
+        deltas.sort(reverse=data.draw(st.booleans()))
+    timestamps = [base + d for d in deltas]
+    recs = [Record(b"k", b"v" * 30, timestamp=t) for t in timestamps]
+    summary = _check(build_batch(recs, base_timestamp=base))
+    assert summary.records_count == len(recs)
+    assert summary.max_timestamp == max(timestamps)
+    assert summary.min_timestamp == min(timestamps)
+
+
 def test_ten_thousand_records_cross_every_offset_width():
     recs = [Record(b"k", b"v") for _ in range(10_000)]
     assert _check(build_batch(recs)).records_count == 10_000
