@@ -199,12 +199,10 @@ class TransactionCoordinator:
         await self._tasks.cancel_all(self._load_task)
         self._timer.cancel()
         for fut in self._futures.values():
-            if not fut.done():
-                fut.set_result(None)
+            _resolve(fut)
         for waiters in self._completion_waiters.values():
             for fut in waiters:
-                if not fut.done():
-                    fut.set_result(None)
+                _resolve(fut)
         self._completion_waiters.clear()
 
     @property
@@ -661,8 +659,7 @@ class TransactionCoordinator:
     def _release_completion_waiters(self) -> None:
         for tid in [t for t in self._completion_waiters if not self._completing(t)]:
             for fut in self._completion_waiters.pop(tid):
-                if not fut.done():
-                    fut.set_result(None)
+                _resolve(fut)
 
     async def _wait_completion(self, transactional_id: str) -> bool:
         """Wait (bounded) while the id's previous transaction is completing. True if it
