@@ -569,34 +569,40 @@ class PartitionLog:
     # --- retention ------------------------------------------------------------------
 
     def delete_old_segments(self, now: int | None = None) -> int:
-        """Apply retention.ms and retention.bytes to closed segments; returns how many
-        segments were deleted. The log start offset moves to the first kept segment."""
+        """Apply retention.bytes, then retention.ms, from the oldest segment on, as
+        Kafka's retention check does; returns how many segments were deleted. The
+        active segment goes too once everything in it is below the high watermark and
+        old enough (or over the size): it is rolled first, so the log keeps one (empty)
+        segment at the log end. The log start offset moves to the first kept segment."""
         if "delete" not in self.config.cleanup_policy:
             return 0
         now = now_ms() if now is None else now
-        deletable: list[LogSegment] = []
-        closed = self.segments[:-1]
+        segments = self.segments
+        n = 0  # segments[:n] are deletable
+        retention_bytes = self.config.retention_bytes
+        if retention_bytes >= 0:
+            excess = self.size_bytes - retention_bytes
+            while n < len(segments) and self._past_retention(n) \
+                    and excess >= segments[n].size:
+                excess -= segments[n].size
+                n += 1
         retention_ms = self.config.retention_ms
         if retention_ms >= 0:
-            for seg in closed:
-                # Only segments entirely below the high watermark can go.
-                if seg.next_offset > self.high_watermark:
-                    break
-                if seg.max_timestamp >= 0 and now - seg.max_timestamp > retention_ms:
-                    deletable.append(seg)
-                elif seg.max_timestamp < 0 and seg.size == 0:
-                    deletable.append(seg)
-                else:
-                    break
-        if self.config.retention_bytes >= 0:
-            excess = self.size_bytes - self.config.retention_bytes
-            for seg in closed[len(deletable):]:
-                if seg.next_offset > self.high_watermark or excess < seg.size:
-                    break
-                excess -= seg.size
-                deletable.append(seg)
+            while n < len(segments) and self._past_retention(n):
+                seg = segments[n]
+                if seg.max_timestamp >= 0:
+                    if now - seg.max_timestamp <= retention_ms:
+                        break
+                elif seg.size:
+                    break  # records without timestamps: kept
+                n += 1
+        deletable = segments[:n]
         if not deletable:
             return 0
+        if n == len(segments):
+            # Kafka keeps at least one segment: appends go on at the log end (roll()
+            # has the flusher fsync the new file's directory entry).
+            self.roll()
         for seg in deletable:
             self.segments.remove(seg)
             if seg in self.pending_sync:
@@ -609,6 +615,15 @@ class PartitionLog:
         log.info("%s: retention deleted %d segment(s); log start offset now %d", self.name,
                  len(deletable), self.log_start_offset)
         return len(deletable)
+
+    def _past_retention(self, index: int) -> bool:
+        """Whether retention may delete ``segments[index]`` (if old or large enough):
+        every offset in it is below the high watermark, so the log start offset never
+        passes it, and it is not the active segment while that is empty."""
+        segments = self.segments
+        if index + 1 < len(segments):
+            return segments[index + 1].base_offset <= self.high_watermark
+        return segments[index].size > 0 and self.log_end_offset <= self.high_watermark
 
     def delete_records_before(self, offset: int) -> int:
         """DeleteRecords: move the log start offset up to ``offset`` (at most the high

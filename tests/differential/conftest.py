@@ -152,17 +152,19 @@ def _kafka_leg_unavailable() -> str | None:
     return why
 
 
-@pytest.fixture(scope="session", params=[
+BROKER_PARAMS = [
     pytest.param("txbroker", id="txbroker"),
     pytest.param("kafka", id="kafka", marks=pytest.mark.kafka),
-])
-def broker(request, tmp_path_factory) -> Iterator[Broker]:
-    """txbroker or Apache Kafka: the same test runs against each. pytest runs all the
-    tests of one parameter together, so each broker starts once and stops after its leg."""
-    if request.param == "txbroker":
+]
+
+
+def running_broker(name: str, tmp_path_factory, config: Mapping[str, str]) -> Iterator[Broker]:
+    """Start txbroker (a BrokerThread) or Apache Kafka with ``config``, yield it, stop it:
+    the body of a fixture parametrized with BROKER_PARAMS."""
+    if name == "txbroker":
         from txbroker.testing import BrokerThread
 
-        thread = BrokerThread(str(tmp_path_factory.mktemp("txbroker-diff")), COMMON_CONFIG)
+        thread = BrokerThread(str(tmp_path_factory.mktemp("txbroker-diff")), dict(config))
         thread.start()
         b = Broker("txbroker", thread.host, thread.port)
         try:
@@ -174,7 +176,7 @@ def broker(request, tmp_path_factory) -> Iterator[Broker]:
     why = _kafka_leg_unavailable()
     if why:
         pytest.skip(why)
-    kafka = KafkaProcess(tmp_path_factory.mktemp("kafka"), COMMON_CONFIG)
+    kafka = KafkaProcess(tmp_path_factory.mktemp("kafka"), dict(config))
     kafka.start()
     print(f"\nApache Kafka {kafka_version()} started in {kafka.startup_seconds:.1f}s"
           f" at {kafka.bootstrap}")
@@ -185,6 +187,13 @@ def broker(request, tmp_path_factory) -> Iterator[Broker]:
         b.close()
         if kafka.running:
             kafka.terminate()
+
+
+@pytest.fixture(scope="session", params=BROKER_PARAMS)
+def broker(request, tmp_path_factory) -> Iterator[Broker]:
+    """txbroker or Apache Kafka: the same test runs against each. pytest runs all the
+    tests of one parameter together, so each broker starts once and stops after its leg."""
+    yield from running_broker(request.param, tmp_path_factory, COMMON_CONFIG)
 
 
 @pytest.fixture(scope="session")

@@ -11,9 +11,9 @@ from tests.integration.clients import Msg, consume, produce
 CODECS = ("none", "gzip", "snappy", "lz4", "zstd")
 BASE_TS = 1_700_000_000_000
 # Records stamped BASE_TS are years old: under the default retention.ms (7 days) a
-# broker's retention check may delete them between produce and fetch (Kafka's runs
-# every 5 min; a kafka-python read then found the log start at 100 and nothing). The
-# topics of this file keep them.
+# broker's retention check may delete them between produce and fetch, the active
+# segment's too (Kafka's runs every 5 min; a kafka-python read then found the log start
+# at 100 and nothing). The topics of this file keep them.
 KEEP = {"retention.ms": "-1"}
 
 

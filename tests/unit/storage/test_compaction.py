@@ -367,7 +367,8 @@ def test_cleaning_runs_in_a_thread_and_gives_up_if_retention_took_a_segment(tmp_
             await asyncio.sleep(0.005)
         # The event loop is free: reads see the old segments, appends go to the active one.
         assert records(plog) == before
-        append(plog, [(b"x", b"during")], ts=T0 + 500)
+        # A new record: its segment (the active one) is not past retention.ms.
+        append(plog, [(b"x", b"during")], ts=T0 + 6 * 3600_000 + DAY)
         # compact,delete: retention still applies, and takes the oldest segment.
         assert plog.delete_old_segments(now=T0 + 6 * 3600_000 + DAY) > 0
         release.set()

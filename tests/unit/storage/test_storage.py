@@ -564,12 +564,31 @@ def test_retention_ms_moves_log_start(logdir, caplog):
     assert read_all(plog) == new
     assert old and all(b < first_new for b, _ in old)
     assert any("retention deleted" in r.getMessage() for r in caplog.records)
-    # Far in the future everything is old, but the active segment is never deleted.
+    # Far in the future everything is old, the active segment too (Kafka rolls it and
+    # deletes it): one empty segment is left at the log end, where appends go on.
     end = plog.log_end_offset
     assert plog.delete_old_segments(now + 10**12) >= 1
-    assert len(plog.segments) == 1
-    assert plog.log_start_offset == plog.active_segment.base_offset
-    assert plog.log_end_offset == end
+    assert len(plog.segments) == 1 and plog.active_segment.size == 0
+    assert plog.log_start_offset == plog.active_segment.base_offset == end
+    assert plog.log_end_offset == end and read_all(plog) == []
+    assert plog.delete_old_segments(now + 10**12) == 0  # an empty active segment stays
+    later = _fill(plog, 2, ts=now)
+    assert later[0][0] == end and read_all(plog) == later
+    plog.close()
+    plog = open_log(logdir, config, log_start_offset=end)
+    assert plog.log_start_offset == end and read_all(plog) == later
+    plog.close()
+
+
+def test_retention_ms_keeps_an_active_segment_with_a_new_record(logdir):
+    config = replace(LAZY, segment_bytes=10**6, retention_ms=3_600_000)
+    plog = open_log(logdir, config)
+    now = int(time.time() * 1000)
+    _fill(plog, 5, ts=now - 10 * 3_600_000)
+    newest = _fill(plog, 1, ts=now - 1000)
+    # The segment's newest record decides, as in Kafka: the old ones stay with it.
+    assert plog.delete_old_segments(now) == 0
+    assert len(read_all(plog)) == 6 and read_all(plog)[-1] == newest[0]
     plog.close()
 
 
@@ -586,6 +605,40 @@ def test_retention_bytes_keeps_the_newest_segments(logdir):
     start = plog.log_start_offset
     assert start == plog.segments[0].base_offset > 0
     assert read_all(plog) == [(b, d) for b, d in sent if b >= start]
+    plog.close()
+
+
+def test_retention_bytes_then_ms_delete_no_more_than_each_asks(logdir):
+    """Kafka applies retention.bytes, then retention.ms to what is left: a segment that
+    is both old and counted by the size rule is not counted twice (which deleted a
+    segment that neither rule asks for)."""
+    config = replace(LAZY, segment_bytes=10**6, retention_ms=-1)
+    plog = open_log(logdir, config)
+    now = int(time.time() * 1000)
+    old = _fill(plog, 4, ts=now - 10 * 3_600_000)
+    plog.roll()
+    middle = _fill(plog, 4, ts=now - 1000)
+    plog.roll()
+    new = _fill(plog, 4, ts=now - 1000)
+    first, second, _ = plog.segments
+    # The size rule alone takes the first segment; the time rule alone too.
+    plog.config = replace(config, retention_ms=3_600_000,
+                          retention_bytes=plog.size_bytes - first.size)
+    assert plog.delete_old_segments(now) == 1
+    assert plog.log_start_offset == second.base_offset
+    assert read_all(plog) == middle + new
+    assert old and len(plog.segments) == 2
+    plog.close()
+
+
+def test_retention_bytes_takes_the_active_segment_when_zero(logdir):
+    config = replace(LAZY, segment_bytes=400, retention_ms=-1, retention_bytes=0)
+    plog = open_log(logdir, config)
+    _fill(plog, 10)
+    end = plog.log_end_offset
+    assert len(plog.segments) > 1
+    assert plog.delete_old_segments() >= 2
+    assert len(plog.segments) == 1 and plog.log_start_offset == end == plog.log_end_offset
     plog.close()
 
 
