@@ -52,6 +52,27 @@ def test_summary_is_the_median_of_the_per_round_ratios():
     assert compare.summarize(PRODUCE, [{"this": None, "base": 1.0}])["ratio"] is None
 
 
+def test_median_ci95_takes_the_order_statistics_that_cover_95_percent():
+    # Below 6 rounds even [min, max] covers less than 95 % (5 rounds: 30/32).
+    assert compare.median_ci95([1.0, 0.9, 1.1, 0.8, 1.2]) is None
+    assert compare.median_ci95([0.9, None, 1.1, 0.8, 1.2, 1.0, 0.95]) == (0.8, 1.2)
+    # 11 rounds: x(2) and x(10) (98.8 %; x(3)..x(9) would be 93.5 %).
+    values = [i / 10 for i in range(11)]
+    assert compare.median_ci95(values[::-1]) == (0.1, 0.9)
+    # 21 rounds: x(6) and x(16) (97.3 %; x(7)..x(15) would be 92.2 %).
+    assert compare.median_ci95(list(range(21))) == (5, 15)
+
+
+def test_summary_carries_the_interval_and_the_terminal_line_says_it():
+    rounds = [{"this": 100.0 + i, "base": 100.0} for i in range(6)]
+    s = compare.summarize(PRODUCE, rounds)
+    assert s["ratio_ci95"] == [1.0, 1.05]
+    assert "95% CI 1.00-1.05, 6 rounds" in compare.ratio_line("produce", s)
+    short = compare.summarize(PRODUCE, rounds[:3])
+    assert short["ratio_ci95"] is None
+    assert "no 95% CI below 6 rounds" in compare.ratio_line("produce", short)
+
+
 def summaries(**ratios):
     return {k: {"ratio": r} for k, r in ratios.items()}
 
