@@ -582,13 +582,13 @@ class PartitionLog:
         retention_bytes = self.config.retention_bytes
         if retention_bytes >= 0:
             excess = self.size_bytes - retention_bytes
-            while n < len(segments) and self._past_retention(n) \
+            while n < len(segments) and self._retention_may_delete(n) \
                     and excess >= segments[n].size:
                 excess -= segments[n].size
                 n += 1
         retention_ms = self.config.retention_ms
         if retention_ms >= 0:
-            while n < len(segments) and self._past_retention(n):
+            while n < len(segments) and self._retention_may_delete(n):
                 seg = segments[n]
                 if seg.max_timestamp >= 0:
                     if now - seg.max_timestamp <= retention_ms:
@@ -616,7 +616,7 @@ class PartitionLog:
                  len(deletable), self.log_start_offset)
         return len(deletable)
 
-    def _past_retention(self, index: int) -> bool:
+    def _retention_may_delete(self, index: int) -> bool:
         """Whether retention may delete ``segments[index]`` (if old or large enough):
         every offset in it is below the high watermark, so the log start offset never
         passes it, and it is not the active segment while that is empty."""
