@@ -600,9 +600,15 @@ class PartitionLog:
         if not deletable:
             return 0
         if n == len(segments):
-            # Kafka keeps at least one segment: appends go on at the log end (roll()
-            # has the flusher fsync the new file's directory entry).
+            # Kafka keeps at least one segment: appends go on at the log end.
             self.roll()
+        # The kept segments' directory entries are made durable before any file goes:
+        # a power failure must not leave the partition with no segment (its log end
+        # would then fall back to a checkpointed log start offset).
+        pending = unsynced_entries(self.directory)
+        if pending and any(os.path.basename(seg.log_path) in pending
+                           for seg in self.segments[n:]):
+            fsync_directory(self.directory)
         for seg in deletable:
             self.segments.remove(seg)
             if seg in self.pending_sync:

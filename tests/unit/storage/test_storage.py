@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
 import os
 import shutil
@@ -628,6 +629,34 @@ def test_retention_bytes_then_ms_delete_no_more_than_each_asks(logdir):
     assert plog.log_start_offset == second.base_offset
     assert read_all(plog) == middle + new
     assert old and len(plog.segments) == 2
+    plog.close()
+
+
+def test_retention_of_every_segment_keeps_the_log_end_through_a_power_loss(
+        logdir, monkeypatch):
+    """The segment a whole-log deletion rolls to is the only file left: its directory
+    entry is fsynced before the others are unlinked, so a power failure right after
+    cannot leave the partition without a segment (which would reopen at the stale log
+    start offset of the last checkpoint, 0 here, and hand out offsets again). A roll's
+    producer snapshot fsyncs the directory too, but not when it cannot be written: a
+    full disk, when retention matters most."""
+    config = replace(LogConfig(), segment_bytes=400, retention_ms=1000)
+    plog = open_log(logdir, config)
+    now = int(time.time() * 1000)
+    _fill(plog, 10, ts=now - 60_000)
+    plog.mark_flushed(plog.log_end_offset)
+    end = plog.log_end_offset
+
+    def disk_full():
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(plog, "write_producer_snapshot", disk_full)
+    assert plog.delete_old_segments(now) >= 2
+    assert plog.log_start_offset == end and len(plog.segments) == 1
+    plog.simulate_power_loss()
+    plog = open_log(logdir, config, log_start_offset=0)
+    assert plog.log_end_offset == end and plog.log_start_offset == end
+    assert read_all(plog) == []
     plog.close()
 
 
