@@ -1027,10 +1027,13 @@ class ModelBatch:
 
 
 class PartitionLogMachine(RuleBasedStateMachine):
-    """Appends, rolls, flushes, clean restarts and crashes that tear the unflushed tail.
+    """Appends, rolls, flushes, retention, clean restarts and crashes that tear the
+    unflushed tail.
 
     Durable = everything that was flushed or cleanly closed; a crash may lose any
-    suffix of what came after it, but never more, and never a part of a batch."""
+    suffix of what came after it, but never more, and never a part of a batch.
+    Retention takes whole segments from the oldest, the active one too, and never
+    moves the log end."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -1041,6 +1044,10 @@ class PartitionLogMachine(RuleBasedStateMachine):
         self.model: list[ModelBatch] = []
         self.durable = 0  # number of model batches that must survive a crash
         self.next_seq: dict[int, int] = {}
+        self.log_start = 0  # moved by retention
+        # Each producer's next sequence after the batches retention deleted: the producer
+        # state keeps them (snapshots), whatever a crash takes after them.
+        self.retired_seq: dict[int, int] = {}
 
     def teardown(self) -> None:
         if not self.plog.closed:
@@ -1049,7 +1056,13 @@ class PartitionLogMachine(RuleBasedStateMachine):
 
     @property
     def end(self) -> int:
-        return self.model[-1].base + self.model[-1].count if self.model else 0
+        return self.model[-1].base + self.model[-1].count if self.model else self.log_start
+
+    def _sequences_from_model(self) -> None:
+        self.next_seq = dict(self.retired_seq)
+        for b in self.model:
+            if b.pid >= 0:
+                self.next_seq[b.pid] = b.seq + b.count
 
     @initialize()
     def start(self) -> None:
@@ -1134,32 +1147,29 @@ class PartitionLogMachine(RuleBasedStateMachine):
         self.model = survivors
         assert len(self.model) >= self.durable
         self.durable = len(self.model)
-        self.next_seq = {}
-        for b in self.model:
-            if b.pid >= 0:
-                self.next_seq[b.pid] = b.seq + b.count
+        self._sequences_from_model()
 
     @rule(trust=st.booleans())
     def power_loss(self, trust):
         """Everything not fsynced is lost (the flushed offset is where the cut goes), even
         across rolled segments; the rest survives whole."""
         durable_end = self.model[self.durable - 1].base + self.model[self.durable - 1].count \
-            if self.durable else 0
-        assert self.plog.flushed_offset == durable_end
+            if self.durable else self.log_start
+        if self.durable:
+            assert self.plog.flushed_offset == durable_end
+        else:  # retention may have taken unflushed batches (the high watermark covered them)
+            assert self.plog.flushed_offset <= durable_end
         dropped = self.plog.simulate_power_loss()
         assert dropped == sum(len(b.data) for b in self.model[self.durable:])
         self.plog = open_log(self.directory, self.config, clean=False,
                              recovery_point=durable_end if trust else 0)
         self.model = self.model[:self.durable]
-        self.next_seq = {}
-        for b in self.model:
-            if b.pid >= 0:
-                self.next_seq[b.pid] = b.seq + b.count
+        self._sequences_from_model()
 
     @rule(data=st.data())
     def read_from_a_batch(self, data):
         if not self.model:
-            assert self.plog.read(0, 1 << 20).data == b""
+            assert self.plog.read(self.log_start, 1 << 20).data == b""
             return
         i = data.draw(st.integers(0, len(self.model) - 1))
         inner = data.draw(st.integers(0, self.model[i].count - 1))
@@ -1172,8 +1182,46 @@ class PartitionLogMachine(RuleBasedStateMachine):
         assert len(got) >= 1
         assert len(result.data) <= max(max_bytes, len(want[0][1]))
 
+    @rule(by_size=st.booleans(), keep=st.integers(0, 3000))
+    def retention(self, by_size, keep):
+        """retention.bytes=keep, or retention.ms with every record old (the model's are
+        stamped 1970): whole segments go from the oldest, the active one too (rolled
+        first, so one empty segment is left at the log end)."""
+        end = self.end
+        self.plog.config = replace(self.config, retention_bytes=keep, retention_ms=-1) \
+            if by_size else replace(self.config, retention_bytes=-1, retention_ms=1000)
+        size_before = self.plog.size_bytes
+        try:
+            deleted = self.plog.delete_old_segments(int(time.time() * 1000))
+        finally:
+            self.plog.config = self.config
+        start = self.plog.log_start_offset
+        assert self.plog.log_end_offset == end
+        if not deleted:
+            assert start == self.log_start
+            return
+        assert self.log_start < start <= end
+        assert start == self.plog.segments[0].base_offset
+        if by_size:
+            # Kafka's rule: what is left is at least retention.bytes, and so it would not
+            # be without the oldest kept segment.
+            assert keep <= self.plog.size_bytes < size_before
+            assert self.plog.size_bytes - self.plog.segments[0].size < keep \
+                or len(self.plog.segments) == 1
+        else:
+            assert start == end and len(self.plog.segments) == 1  # everything was old
+        gone = [b for b in self.model if b.base < start]
+        assert all(b.base + b.count <= start for b in gone)  # whole batches only
+        for b in gone:
+            if b.pid >= 0:
+                self.retired_seq[b.pid] = b.seq + b.count
+        self.model = self.model[len(gone):]
+        self.durable = max(0, self.durable - len(gone))
+        self.log_start = start
+
     @invariant()
     def log_matches_model(self):
+        assert self.plog.log_start_offset == self.log_start
         assert self.plog.log_end_offset == self.end
         assert self.plog.high_watermark == self.end
         got = read_all(self.plog)
