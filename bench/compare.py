@@ -144,12 +144,15 @@ def summarize(load: Load, rounds: Sequence[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
+def _ci_text(ci: Sequence[float] | None) -> str:
+    return "n/a" if not ci else f"{ci[0]:.2f}-{ci[1]:.2f}"
+
+
 def ratio_line(key: str, s: dict[str, Any]) -> str:
     """One load's median ratio with its confidence interval, for the terminal."""
     ci = s.get("ratio_ci95")
     rounds = sum(x is not None for x in s["round_ratios"])
-    interval = (f"95% CI {ci[0]:.2f}-{ci[1]:.2f}" if ci
-                else "no 95% CI below 6 rounds")
+    interval = f"95% CI {_ci_text(ci)}" if ci else "no 95% CI below 6 rounds"
     return (f"{key}: median ratio {report.fmt(s['ratio'], 2)} ({s['ratio_is']}; {interval}, "
             f"{rounds} rounds)")
 
@@ -673,10 +676,6 @@ def run(args: argparse.Namespace, command: str) -> tuple[int, dict[str, Any]]:
         "exit_status": code,
         "errors": errors,
     }
-
-
-def _ci_text(ci: Sequence[float] | None) -> str:
-    return "n/a" if not ci else f"{ci[0]:.2f}-{ci[1]:.2f}"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
