@@ -23,7 +23,9 @@ the loads round after round, alternating which broker goes first (ABBA):
              pytest session per tree (PYTHONPATH=tree, installed plugins autoloaded)
              times the fixture's set-up: the plugin's imports (txbroker.broker.testing)
              and the BrokerThread's start until it serves; the best of 3 starts per
-             broker and round, interleaved (seconds, lower is better)
+             broker and round, interleaved (seconds, lower is better). Python writes
+             and reuses .pyc files there as on a user's machine, even when the shell
+             sets PYTHONDONTWRITEBYTECODE
 
 Per load: the medians of each broker and the median of the per-round ratios, oriented so
 that **> 1 is better for this checkout** in every row (throughput: this/base; fixture
@@ -471,6 +473,17 @@ def test_first_txbroker_fixture(txbroker):
 """
 
 
+def fixture_session_env(tree: Path, result_file: Path) -> dict[str, str]:
+    """The environment of the pytest session that times ``tree``'s first fixture."""
+    env = {**tree_env(tree), "BENCH_COMPARE_PACKAGE": broker_package(tree),
+           "BENCH_COMPARE_RESULT": str(result_file)}
+    # A user's first fixture imports cached bytecode (pip compiles it at install; Python
+    # writes it at the first import). With PYTHONDONTWRITEBYTECODE inherited, every
+    # session would compile ~90 modules from source (~0.25 s) and time that instead.
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    return env
+
+
 def fixture_start_s(tree: Path, scratch: Path) -> float:
     """Seconds the first ``txbroker`` fixture of a fresh pytest session takes to set up,
     with PYTHONPATH set to ``tree`` (``scratch``: a new directory for the session)."""
@@ -478,8 +491,7 @@ def fixture_start_s(tree: Path, scratch: Path) -> float:
     (scratch / "conftest.py").write_text(FIXTURE_CONFTEST)
     (scratch / "test_fixture_start.py").write_text(FIXTURE_TEST)
     result_file = scratch / "result.json"
-    env = {**tree_env(tree), "BENCH_COMPARE_PACKAGE": broker_package(tree),
-           "BENCH_COMPARE_RESULT": str(result_file)}
+    env = fixture_session_env(tree, result_file)
     done = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-o", "addopts=",
          "--basetemp", str(scratch / "tmp"), "test_fixture_start.py"],

@@ -30,6 +30,16 @@ def test_a_missing_or_zero_side_has_no_ratio():
     assert compare.round_ratio(0.0, 1.0, True) is None
 
 
+def test_the_fixture_session_writes_and_reuses_bytecode_like_a_users(monkeypatch, tmp_path):
+    # Inherited PYTHONDONTWRITEBYTECODE would make every timed session compile the
+    # broker's modules from source, which a user's installed package never does.
+    monkeypatch.setenv("PYTHONDONTWRITEBYTECODE", "1")
+    env = compare.fixture_session_env(tmp_path, tmp_path / "result.json")
+    assert "PYTHONDONTWRITEBYTECODE" not in env
+    assert env["PYTHONPATH"] == str(tmp_path)
+    assert env["BENCH_COMPARE_RESULT"] == str(tmp_path / "result.json")
+
+
 def test_rounds_alternate_which_broker_goes_first():
     assert [compare.first_in_round(r) for r in range(4)] == [
         ("this", "base"), ("base", "this"), ("this", "base"), ("base", "this")]
