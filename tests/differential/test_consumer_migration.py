@@ -16,6 +16,7 @@ from txbroker.protocol.messages import build, request_module
 
 from tests.differential.util import describe_group
 from tests.integration.consumer_util import owned
+from tests.integration.group_worker import KAFKA_PYTHON_POLL_MS
 
 PARTITIONS = 4
 BATCH = 12
@@ -170,13 +171,9 @@ def test_kafka_python_classic_member_in_a_migrated_group(broker):
     def poll_all(predicate, timeout: float = 60) -> bool:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            # Not a short poll: kafka-python 3.0.12 loses a rebalance whose JoinGroup and
-            # SyncGroup outlast one poll() when it rejoins because its metadata changed
-            # (as it does once after its first assignment here): its leader's assignment
-            # clears the reason to rejoin while the SyncGroup is in flight, so no later
-            # poll() takes the answer, the member never leaves REBALANCING and every
-            # commit fails. 50 ms polls hit that under CPU load on both brokers.
-            for tp, records in kp.poll(timeout_ms=1000).items():
+            # Not a short poll: a kafka-python bug (group_worker.py) leaves the member
+            # REBALANCING for good, every commit failing; 50 ms polls hit it under load.
+            for tp, records in kp.poll(timeout_ms=KAFKA_PYTHON_POLL_MS).items():
                 for r in records:
                     try:
                         kp.commit({tp: OffsetAndMetadata(r.offset + 1, "", -1)})

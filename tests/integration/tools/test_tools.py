@@ -22,6 +22,7 @@ from tests.helpers import wait_until
 from txbroker.cli import main as cli_main
 
 from ..clients import unique_topic
+from ..group_worker import KAFKA_PYTHON_POLL_MS
 
 
 @pytest.fixture
@@ -214,7 +215,8 @@ def test_groups_describe_lag_reset_and_delete(txbroker, tmp_path):
                              enable_auto_commit=False, client_id="tools-consumer")
     try:
         # (60 s: on a machine at load 6, kafka-python's first join took over 20 s twice)
-        assert wait_until(lambda: consumer.poll(100) is not None and
+        # (a long poll: the kafka-python bug of group_worker.py)
+        assert wait_until(lambda: consumer.poll(KAFKA_PYTHON_POLL_MS) is not None and
                           len(consumer.assignment()) == 2, timeout=60)
         r = cli("groups", "--bootstrap-server", b, "describe", "--group", group, "--members",
                 "--verbose")
