@@ -2,20 +2,45 @@
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
-STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
-SUDO := $(shell [ "$$(id -u)" = "0" ] || echo sudo)
+# The development environment installs from the lock (requirements/dev.lock: every package,
+# transitive ones included, with hashes), so `make test` installs the same versions on any
+# day; `make lock` refreshes it (docs/testing.md, docs/dependencies.md).
+DEV_LOCK := requirements/dev.lock
+BUILD_LOCK := requirements/build.lock
+STAMP := $(VENV)/.installed-$(shell cat pyproject.toml $(DEV_LOCK) $(BUILD_LOCK) | cksum | cut -d' ' -f1)
 
-.PHONY: install system-deps kafka-jars spark-kafka-jars kafkajs chaos-recipes test test-kafka test-cluster test-chaos test-long test-fast model-check lint console-screenshots demo bench bench-kafka bench-abuse bench-group-protocols bench-compare bench-cpu-compare fuzz serve clean docs-config
-
-$(STAMP): pyproject.toml
-	@$(PYTHON) -m venv $(VENV) 2>/dev/null || { \
-	  echo "python3 -m venv failed: installing python3-venv"; \
+# $(call locked-venv,DIR,PYTHON): a virtual environment at DIR made by PYTHON and filled
+# from the lock: first the installer and build backend, then every locked package without
+# dependency resolution (--no-deps: the lock already holds them all) and without build
+# isolation (an sdist such as pyspark's builds with the locked setuptools, not the day's),
+# then txbroker itself in editable mode, and `pip check` to prove the set consistent.
+define locked-venv
+	@$(2) -m venv $(1) 2>/dev/null || { \
+	  echo "$(2) -m venv failed: installing python3-venv"; \
 	  $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq python3-venv && \
-	  rm -rf $(VENV) && $(PYTHON) -m venv $(VENV); }
-	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[test,bench,spark]'
+	  rm -rf $(1) && $(2) -m venv $(1); }
+	$(1)/bin/python -m pip install -q --disable-pip-version-check --require-hashes --no-deps -r $(BUILD_LOCK)
+	$(1)/bin/python -m pip install -q --require-hashes --no-deps --no-build-isolation -r $(DEV_LOCK)
+	$(1)/bin/python -m pip install -q --no-deps --no-build-isolation -e .
+	$(1)/bin/python -m pip check
+endef
+
+$(STAMP): pyproject.toml $(DEV_LOCK) $(BUILD_LOCK)
+	$(call locked-venv,$(VENV),$(PYTHON))
 	@rm -f $(VENV)/.installed-*
 	@touch $(STAMP)
+
+# Refresh the lock: the lower end of each of pyproject.toml's ranges (uv's lowest-direct
+# resolution: the lock tests the floors; `make test-latest` the newest) and the newest
+# release of every transitive package that fits them, for every supported Python.
+UV_VERSION := 0.13.10
+LOCK_OPTS := --universal --python-version 3.11 --generate-hashes -q
+lock:
+	@[ -x .venv-uv/bin/uv ] || { $(PYTHON) -m venv .venv-uv && \
+	  .venv-uv/bin/python -m pip install -q --disable-pip-version-check uv==$(UV_VERSION); }
+	.venv-uv/bin/uv pip compile $(LOCK_OPTS) requirements/build.in -o $(BUILD_LOCK)
+	.venv-uv/bin/uv pip compile $(LOCK_OPTS) --resolution lowest-direct --all-extras \
+	  pyproject.toml requirements/build.in -o $(DEV_LOCK)
 
 # kcat is used by the tests (a librdkafka CLI client); chromium and chromium-driver by the
 # console's browser test (tests/integration/console/, driven by Selenium: docs/dependencies.md).
@@ -51,6 +76,25 @@ $(KAFKA_STAMP): tests/kafka/pom.xml
 	@touch $@
 
 kafka-jars: $(KAFKA_STAMP)
+
+# MirrorMaker 2's jars, a classpath of their own at their own version (tests/kafka/mirror/pom.xml):
+# only `make test-cluster` uses them (tests/cluster/mirror.py). Same stamp pattern.
+MIRROR_POM := tests/kafka/mirror/pom.xml
+MIRROR_VERSION := $(shell sed -n 's:.*<mirror.version>\(.*\)</mirror.version>.*:\1:p' $(MIRROR_POM))
+MIRROR_JARS := .jvm/mirror-$(MIRROR_VERSION)
+MIRROR_STAMP := $(MIRROR_JARS)/.complete
+
+$(MIRROR_STAMP): $(MIRROR_POM)
+	@echo "fetching MirrorMaker 2 $(MIRROR_VERSION) jars into $(MIRROR_JARS)"
+	@rm -rf $(MIRROR_JARS) $(MIRROR_JARS).tmp
+	@mkdir -p .jvm
+	@mvn -q -B -f $(MIRROR_POM) dependency:copy-dependencies -DincludeScope=runtime \
+	  -DoutputDirectory=$(CURDIR)/$(MIRROR_JARS).tmp >.jvm/maven-mirror.log 2>&1 || { \
+	  cat .jvm/maven-mirror.log; echo "make mirror-jars: Maven failed (log above)" >&2; exit 1; }
+	@mv $(MIRROR_JARS).tmp $(MIRROR_JARS)
+	@touch $@
+
+mirror-jars: $(MIRROR_STAMP)
 
 # Spark's Kafka connector (spark-sql-kafka-0-10) and the jars it needs that pyspark does
 # not ship, for `format("kafka")` (spark_jobs/session.py passes them as spark.jars).
@@ -125,7 +169,7 @@ test-kafka: install
 
 # The three-node Apache Kafka cluster (tests/cluster/, issue 30): its harness and the
 # payments pipeline across broker and coordinator fail-overs (docs/testing.md).
-test-cluster: install
+test-cluster: install mirror-jars
 	$(PY) -m pytest -q -p no:cacheprovider -m cluster tests/cluster
 
 test-fast: install

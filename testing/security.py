@@ -41,7 +41,8 @@ class TestCertificates:
         try:
             import trustme
         except ImportError:  # pragma: no cover - the test extra installs it
-            raise RuntimeError("a TLS test broker needs trustme: pip install 'txbroker[test]'") from None
+            raise RuntimeError("a TLS test broker makes its certificates with trustme, which is "
+                               "not installed: pip install 'txbroker[tls]'") from None
         self._trustme = trustme
         self.directory = directory
         os.makedirs(directory, exist_ok=True)
@@ -73,7 +74,10 @@ class TestCertificates:
         now = datetime.datetime.now(datetime.UTC)
         kwargs = {"not_before": now - datetime.timedelta(days=3),
                   "not_after": now - datetime.timedelta(days=1)} if expired else {}
-        cert = ca.issue_cert(common_name=common_name, organization_name="txbroker",
+        # One subjectAltName entry, as Kafka's own test certificates have (DNS:localhost):
+        # cryptography 51 refuses a certificate whose SAN extension is empty, which is what
+        # trustme writes when it is given no identity. The principal comes from the subject.
+        cert = ca.issue_cert("localhost", common_name=common_name, organization_name="txbroker",
                              organization_unit_name="clients", **kwargs)
         tag = common_name + ("-expired" if expired else "") + ("-untrusted" if untrusted else "")
         return (self._write(f"{tag}.crt", b"".join(b.bytes() for b in cert.cert_chain_pems)),

@@ -42,6 +42,17 @@ def jars_dir() -> Path:
     return ROOT / ".jvm" / f"kafka-{kafka_version()}"
 
 
+MIRROR_POM = ROOT / "tests" / "kafka" / "mirror" / "pom.xml"
+
+
+def mirror_jars_dir() -> Path:
+    """MirrorMaker 2's classpath (``make mirror-jars``), pinned apart from the broker's:
+    connect-mirror is not served at every Kafka version (tests/kafka/mirror/pom.xml)."""
+    m = re.search(r"<mirror\.version>([^<]+)</mirror\.version>", MIRROR_POM.read_text())
+    assert m, f"no <mirror.version> in {MIRROR_POM}"
+    return ROOT / ".jvm" / f"mirror-{m.group(1)}"
+
+
 def jars_available() -> bool:
     """True once ``make kafka-jars`` completed (it writes the stamp last)."""
     return (jars_dir() / ".complete").exists() and shutil.which("java") is not None

@@ -1,5 +1,5 @@
 """MirrorMaker 2 as its own JVM (Kafka's dedicated driver,
-``org.apache.kafka.connect.mirror.MirrorMaker``, from the jars ``make kafka-jars`` pins),
+``org.apache.kafka.connect.mirror.MirrorMaker``, from the jars ``make mirror-jars`` pins),
 copying txbroker (cluster alias ``txbroker``) to a Kafka cluster (alias ``kafka``)::
 
     with MirrorMaker2(work_dir, broker.bootstrap, cluster.bootstrap, topics="payments.*"):
@@ -16,7 +16,7 @@ import signal
 import subprocess
 from pathlib import Path
 
-from tests.kafka_reference import LOG4J2, file_tail, jars_dir
+from tests.kafka_reference import LOG4J2, file_tail, mirror_jars_dir
 
 MAIN = "org.apache.kafka.connect.mirror.MirrorMaker"
 
@@ -104,7 +104,7 @@ class MirrorMaker2:
             ["nice", "-n", str(self.nice), "java", f"-Xmx{self.heap}", "-XX:+UseG1GC",
              "-XX:TieredStopAtLevel=1",
              f"-Dlog4j2.configurationFile={self.work_dir / 'log4j2.properties'}",
-             "-cp", str(jars_dir() / "*"), MAIN, str(config)],
+             "-cp", str(mirror_jars_dir() / "*"), MAIN, str(config)],
             stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         return self
 
