@@ -146,6 +146,49 @@ lint: install
 test: install lint
 	$(PY) -m pytest -q -p no:cacheprovider -m "(not kafka or kafka_ci) and not cluster and not chaos and not long"
 
+# The subset `make test-latest` and `make test-python` run: every dependency is exercised
+# (about 5 minutes on two cores): kio, crc32c, msgpack, cramjam and hypothesis by the unit
+# tests and models (run at `make test`'s example counts); aiohttp, prometheus-client and
+# selenium by the console and metrics tests; trustme and cryptography by the TLS fixture and
+# the secured pipeline; kafka-python, aiokafka, confluent-kafka, kcat, lz4, zstandard and
+# python-snappy by the client and compression tests; psutil, uvloop and the fixture by the
+# fixture's tests; pyspark, pyarrow and numpy by the Spark source's tests; ruff by lint.
+SUBSET_TESTS := tests/unit tests/integration/test_clients.py tests/integration/test_compression.py \
+  tests/integration/test_metrics.py tests/integration/testing tests/integration/security \
+  tests/integration/console/test_console_browser.py tests/integration/spark/test_source.py
+SUBSET_MARKS := (not kafka or kafka_ci) and not cluster and not chaos and not long
+
+# The newest release of every dependency, no lock: a fresh environment each time, the
+# versions it got in .venv-latest/versions.txt, and the subset above. A dependency's newest
+# release outside pyproject.toml's range is not installed (docs/dependencies.md).
+LATEST_VENV := .venv-latest
+test-latest: system-deps kafka-jars
+	@rm -rf $(LATEST_VENV)
+	$(PYTHON) -m venv $(LATEST_VENV)
+	$(LATEST_VENV)/bin/python -m pip install -q --disable-pip-version-check --upgrade pip setuptools wheel
+	$(LATEST_VENV)/bin/python -m pip install -q --no-cache-dir --upgrade --upgrade-strategy eager \
+	  -e '.[test,bench,spark,tls]'
+	$(LATEST_VENV)/bin/python -m pip check
+	@$(LATEST_VENV)/bin/python -m pip freeze --exclude-editable > $(LATEST_VENV)/versions.txt
+	@$(LATEST_VENV)/bin/python -m tests.lock_report $(DEV_LOCK) $(LATEST_VENV)/versions.txt
+	$(LATEST_VENV)/bin/python -m ruff check .
+	$(LATEST_VENV)/bin/python -m pytest -q -p no:cacheprovider -m "$(SUBSET_MARKS)" $(SUBSET_TESTS)
+
+# The same subset on another Python, from the lock: `make test-python PYTHON=3.13` (a
+# version, found as python3.13 on PATH or under pyenv, or an interpreter's path);
+# TESTS=... runs other tests, e.g. TESTS=tests for the whole suite.
+TESTS ?= $(SUBSET_TESTS)
+PYTHON_BIN = $(shell p='$(PYTHON)'; case "$$p" in */*) echo "$$p";; *[0-9]) \
+  command -v python$$p 2>/dev/null || { r=$$(pyenv root 2>/dev/null) && \
+  ls -d $$r/versions/$$p*/bin/python$$p 2>/dev/null | tail -1; } ;; *) command -v $$p;; esac)
+PY_VENV = .venv-$(notdir $(PYTHON_BIN))
+test-python: system-deps kafka-jars
+	@[ -n "$(PYTHON_BIN)" ] || { echo "make test-python: no interpreter for PYTHON=$(PYTHON)" >&2; exit 1; }
+	@echo "test-python: $(PYTHON_BIN) ($$($(PYTHON_BIN) --version))"
+	@rm -rf $(PY_VENV)
+	$(call locked-venv,$(PY_VENV),$(PYTHON_BIN))
+	$(PY_VENV)/bin/python -m pytest -q -p no:cacheprovider -m "$(SUBSET_MARKS)" $(TESTS)
+
 # Tests over a minute each on two cores (marker long) whose ground a faster test in
 # `make test` covers in part: the Spark driver's SIGTERM stop and the SIGKILL of a
 # driver reading with Spark's Kafka connector (the txbroker source's kill stays in).
