@@ -169,7 +169,7 @@ test-latest: system-deps kafka-jars
 	$(LATEST_VENV)/bin/python -m pip install -q --no-cache-dir --upgrade --upgrade-strategy eager \
 	  -e '.[test,bench,spark,tls]'
 	$(LATEST_VENV)/bin/python -m pip check
-	@$(LATEST_VENV)/bin/python -m pip freeze --exclude-editable > $(LATEST_VENV)/versions.txt
+	@$(LATEST_VENV)/bin/python -m pip freeze --all --exclude-editable > $(LATEST_VENV)/versions.txt
 	@$(LATEST_VENV)/bin/python -m tests.lock_report $(DEV_LOCK) $(LATEST_VENV)/versions.txt
 	$(LATEST_VENV)/bin/python -m ruff check .
 	$(LATEST_VENV)/bin/python -m pytest -q -p no:cacheprovider -m "$(SUBSET_MARKS)" $(SUBSET_TESTS)

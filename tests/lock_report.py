@@ -10,7 +10,9 @@ import re
 import sys
 from pathlib import Path
 
-PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==([^\s;\\]+)")
+from packaging.markers import Marker
+
+PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==([^\s;\\]+)\s*(?:;([^\\]*))?")
 
 
 def pins(path: Path) -> dict[str, str]:
@@ -18,7 +20,8 @@ def pins(path: Path) -> dict[str, str]:
     out = {}
     for line in path.read_text().splitlines():
         m = PIN.match(line.strip())
-        if m:
+        # A package locked for another platform (colorama on Windows) is not expected here.
+        if m and (m.group(3) is None or Marker(m.group(3).strip()).evaluate()):
             out[re.sub(r"[-_.]+", "-", m.group(1)).lower()] = m.group(2)
     return out
 
