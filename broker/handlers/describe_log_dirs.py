@@ -1,7 +1,8 @@
 """DescribeLogDirs (key 35): the one log directory (the data directory) with the size of
 each partition's log, for kafka-log-dirs and Admin.describeLogDirs. One broker has no
 replicas to catch up or move, so every offset lag is 0 and nothing is a future log.
-Version 0 is gone from Kafka 4 (KIP-896)."""
+Version 0 is gone from Kafka 4 (KIP-896). v5 (Kafka 4.4) adds ``is_cordoned``: this broker
+has no way to cordon its log directory, so it is always false."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from txbroker.protocol.messages import build
 
 API_KEY = 35
 MIN_VERSION = 1
-MAX_VERSION = 4
+MAX_VERSION = 5
 
 _ZERO = datetime.timedelta(0)
 
@@ -57,6 +58,7 @@ async def handle(ctx, request):
     except OSError:
         total = usable = -1
     result = build(schema.DescribeLogDirsResult, error_code=ErrorCode.none, log_dir=logs.data_dir,
-                   topics=tuple(topics), total_bytes=total, usable_bytes=usable)
+                   topics=tuple(topics), total_bytes=total, usable_bytes=usable,
+                   is_cordoned=False)
     return build(ctx.response_type, throttle_time=_ZERO, error_code=ErrorCode.none,
                  results=(result,))

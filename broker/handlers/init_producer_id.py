@@ -4,6 +4,10 @@ Without a transactional.id every call gets a fresh producer id at epoch 0 (as
 Kafka). With one, the transaction coordinator bumps the epoch (fencing older
 producers), finishes or aborts the previous transaction first, and from v3
 accepts the KIP-360 form carrying the current producer id and epoch.
+
+v5 (KIP-890) only tells the broker that the client understands TRANSACTION_ABORTABLE;
+neither Kafka 4.4's transaction coordinator nor ours ever answers InitProducerId with
+it (Kafka returns it only from partition verification), so v5 is served as v4.
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ from ._groups import ZERO, code, ms
 
 API_KEY = 22
 MIN_VERSION = 0
-MAX_VERSION = 4
+MAX_VERSION = 5
 
 
 async def handle(ctx, request):

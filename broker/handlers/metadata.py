@@ -1,4 +1,8 @@
-"""Metadata (key 3): brokers, topics and partitions; auto-creates topics."""
+"""Metadata (key 3): brokers, topics and partitions; auto-creates topics.
+
+v13 (KIP-1102) adds a top-level error code, for REBOOTSTRAP_REQUIRED; Kafka 4.4's
+broker always answers 0 there, and so does this one (it has nothing to rebootstrap to).
+"""
 
 from __future__ import annotations
 
@@ -14,7 +18,7 @@ from ..context import CloseConnection
 
 API_KEY = 3
 MIN_VERSION = 0
-MAX_VERSION = 12
+MAX_VERSION = 13
 
 log = logging.getLogger(__name__)
 _ZERO = datetime.timedelta(0)
@@ -134,4 +138,4 @@ async def handle(ctx, request):
                        if ctx.authorize_cluster(DESCRIBE) else 0)
     return build(ctx.response_type, throttle_time=_ZERO, brokers=brokers,
                  cluster_id=broker.cluster_id, controller_id=broker.node_id, topics=tuple(topics),
-                 cluster_authorized_operations=cluster_ops)
+                 cluster_authorized_operations=cluster_ops, error_code=ErrorCode.none)
