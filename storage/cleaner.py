@@ -152,7 +152,8 @@ class LogCleaner:
 
     def cleanable(self, plog: PartitionLog, now: int) -> _Cleanable | None:
         """The cleanable range of ``plog`` and its dirtiness; None if nothing is cleanable."""
-        if "compact" not in plog.config.cleanup_policy or plog.closed:
+        if "compact" not in plog.config.cleanup_policy or plog.closed \
+                or plog.offline is not None:
             return None
         segs = plog.segments
         limit = min(plog.last_stable_offset, plog.high_watermark)
@@ -226,7 +227,8 @@ class LogCleaner:
         return _Job(plog, sources, [[sources[i] for i in g] for g in groups], c.first_dirty,
                     c.end_offset, now, plog.config.delete_retention_ms,
                     plog.config.index_interval_bytes, producers,
-                    lambda: self._abort.is_set() or cancelled.is_set() or plog.closed, cancelled,
+                    lambda: self._abort.is_set() or cancelled.is_set() or plog.closed
+                    or plog.offline is not None, cancelled,
                     aborted, entries, epochs)
 
     def _steps(self, job: _Job, stats: CleanStats) -> Generator[Callable[[], object], object, None]:
@@ -265,7 +267,7 @@ class LogCleaner:
             i = next(k for k, s in enumerate(segs) if s is old[0])
         except StopIteration:
             return False  # retention or a topic deletion got there first
-        if plog.closed or i + len(old) >= len(segs) or \
+        if plog.closed or plog.offline is not None or i + len(old) >= len(segs) or \
                 any(a is not b for a, b in zip(segs[i : i + len(old)], old, strict=True)):
             return False
         prefix = out.prefix

@@ -7,6 +7,19 @@ then advances each log's flushed offset, which releases ``acks=all`` producers
 and, with ``flush.messages=1``, moves the high watermark. Appends that arrive
 during a round are picked up by the next one, so the fsync cost is shared by
 every request that arrived while the previous one was running.
+
+A failed fsync is not retried: Linux may have dropped the dirty pages it covered
+(PostgreSQL's "fsyncgate"), so a later fsync that succeeds would not make them
+durable. The partition goes offline until the broker restarts
+(``PartitionLog.take_offline``: its files cut back to its flushed offset, appends
+and reads refused with KAFKA_STORAGE_ERROR), every write waiting for its durability
+fails with ``LogOfflineError``, and the condition is logged in a few lines
+(``ConditionLog``), never once per attempt. Kafka takes the whole log directory
+offline on such an error (its LogDirFailureChannel) because a broker has several and
+its replicas elsewhere; here there is one data directory holding the coordinators'
+topics too, and fsync reports its error per file, so only the partition whose fsync
+failed goes offline: the others' successful fsyncs are as durable as before, and a
+file system that is gone fails every partition at its next fsync anyway.
 """
 
 from __future__ import annotations
@@ -23,6 +36,7 @@ import time
 from collections.abc import Callable
 
 from . import fsync_helper
+from .condition_log import ConditionLog
 from .durable_file import entries_synced, unsynced_entries
 from .log import PartitionLog, now_ms
 from .segment import LogSegment
@@ -263,6 +277,12 @@ class Flusher:
         self._logs: dict[PartitionLog, None] = {}  # a dict: track() is O(1) for big creations
         self._inflight: dict[PartitionLog, int] = {}  # log -> offset its running fsync covers
         self._postponed = False  # a log's files could not be opened for the last round
+        self.failed_fsyncs = 0  # fsync jobs that failed (each took its log offline)
+        # Fault injection: each is called with a log whose fsync job just succeeded and
+        # returns an errno to report instead (its budget taken), or None (faults.md).
+        self.fsync_faults: list[Callable[[PartitionLog], int | None]] = []
+        self._failures = ConditionLog(log, "fsync failed, partition(s) taken offline")
+        self._no_fds = ConditionLog(log, "fsync postponed (cannot open the files)")
         self.rounds = 0
         self.fsyncs = 0
         # Told each round's duration (seconds) and file count, e.g. for a histogram.
@@ -327,6 +347,9 @@ class Flusher:
         if plog.flushed_offset >= offset or plog.closed:
             return None
         fut = asyncio.get_running_loop().create_future()
+        if plog.offline is not None:  # it never will be
+            fut.set_exception(plog.offline_error())
+            return fut
         self._waiters.setdefault(plog, []).append((offset, fut))
         if self._inflight.get(plog, -1) < offset:
             self._mark(plog)  # else the fsync in flight covers it
@@ -335,11 +358,12 @@ class Flusher:
     async def flush_now(self) -> None:
         """Flush every log once (used on shutdown and in tests)."""
         for plog in list(self._logs):
-            if not plog.closed and (plog.flushed_offset < plog.log_end_offset or plog.pending_sync
-                                    or plog.directory_dirty):
+            if not plog.closed and plog.offline is None and (
+                    plog.flushed_offset < plog.log_end_offset or plog.pending_sync
+                    or plog.directory_dirty):
                 self._dirty[plog] = None
         # Several rounds when more logs are dirty than one round takes (MAX_FDS_PER_ROUND);
-        # a log whose fsync keeps failing is retried a bounded number of times.
+        # a log whose files cannot be opened is retried a bounded number of times.
         for _ in range(len(self._dirty) // 64 + 3):
             if not self._dirty:
                 break
@@ -373,7 +397,7 @@ class Flusher:
                 for later in batch[n:]:  # the next round, right after this one
                     self._mark(later)
                 break
-            if plog.closed:
+            if plog.closed or plog.offline is not None:
                 continue
             target = plog.log_end_offset
             if plog.flushed_offset >= target and not plog.pending_sync \
@@ -389,7 +413,7 @@ class Flusher:
             except OSError as e:
                 # EMFILE/ENFILE: this log's waiters wait for a round that can open its
                 # files (take_sync_fds left nothing open and everything pending).
-                log.error("fsync of %s postponed: %s", plog.name, e)
+                self._no_fds.occurred(f"{plog.name}: {e}", plog.name)
                 self._mark(plog)
                 self._postponed = True
                 continue
@@ -417,11 +441,13 @@ class Flusher:
         if self.on_round is not None:
             self.on_round(time.perf_counter() - started, taken_fds)
         now = now_ms()
-        for (plog, target, count, taken, entries), result in zip(jobs, results, strict=True):
+        failed = False
+        for (plog, target, count, _taken, entries), result in zip(jobs, results, strict=True):
+            if result is None and self.fsync_faults:
+                result = self._injected(plog)
             if result is not None:
-                log.error("fsync of %s failed: %s", plog.name, result)
-                plog.sync_failed(*taken)
-                self._mark(plog)
+                failed = True
+                self._failed(plog, result)
                 continue
             if entries:
                 entries_synced(plog.directory, entries)
@@ -429,6 +455,37 @@ class Flusher:
             plog.last_flush_ms = now
             plog.mark_flushed(target)
             self._release(plog, target)
+        if not self._postponed:
+            self._no_fds.cleared()
+        if not failed and self._failures.active:
+            offline = [p.name for p in self._logs if p.offline is not None]
+            self._failures.cleared(
+                f"fsyncs succeed again; {len(offline)} partition(s) stay offline until the "
+                f"broker restarts: {', '.join(offline[:10])}{' ...' if len(offline) > 10 else ''}")
+
+    def _injected(self, plog: PartitionLog) -> OSError | None:
+        for fault in list(self.fsync_faults):
+            code = fault(plog)
+            if code is not None:
+                return OSError(code, f"{os.strerror(code)} (injected fault)")
+        return None
+
+    def _failed(self, plog: PartitionLog, error: BaseException) -> None:
+        """The fsync of ``plog``'s files failed: no retry (see the module's docstring).
+        The log goes offline and every write waiting for its durability fails."""
+        self.failed_fsyncs += 1
+        if not isinstance(error, OSError):  # (the pools report OSErrors; be safe)
+            error = OSError(str(error))
+        outcome = plog.take_offline(error)
+        self._dirty.pop(plog, None)
+        waiters = self._waiters.pop(plog, [])
+        for _, fut in waiters:
+            if not fut.done():
+                fut.set_exception(plog.offline_error())
+        self._failures.occurred(
+            f"{plog.name}: {error}; {len(waiters)} waiting write(s) failed with "
+            f"KAFKA_STORAGE_ERROR; the partition refuses appends and fetches until the broker "
+            f"restarts; files {outcome}", plog.name)
 
     def _release(self, plog: PartitionLog, target: int) -> None:
         """Answer the waiters of ``plog`` at or below ``target`` (durable now); the
@@ -453,9 +510,12 @@ class Flusher:
         batches appended with ``flush=False`` within LAZY_FLUSH_MS."""
         while True:
             await asyncio.sleep(0.1)
+            self._failures.tick()
+            self._no_fds.tick()
             now = now_ms()
             for plog in self._logs:
-                if plog.closed or plog.flushed_offset >= plog.log_end_offset:
+                if plog.closed or plog.offline is not None \
+                        or plog.flushed_offset >= plog.log_end_offset:
                     continue
                 interval = LAZY_FLUSH_MS if plog.config.fsync_every_append \
                     else plog.config.flush_ms

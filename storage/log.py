@@ -63,6 +63,18 @@ class AppendResult:
 COPY_BELOW = 64 * 1024
 
 
+class LogOfflineError(KafkaError, OSError):
+    """A partition taken offline by a failed fsync (Kafka's KafkaStorageException for a
+    log directory it took offline). A KafkaError with KAFKA_STORAGE_ERROR for handlers,
+    and an OSError too, so that every caller that already treats a disk error as a
+    storage error (the coordinators' appends and durable waits) treats this one alike."""
+
+    code = ErrorCode.kafka_storage_error
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, ErrorCode.kafka_storage_error)
+
+
 class PartitionLog:
     def __init__(self, topic: str, partition: int, directory: str, config: LogConfig) -> None:
         self.topic = topic
@@ -88,6 +100,9 @@ class PartitionLog:
         self.aborted = AbortedTxnIndex()
         self._txnindex_dirty = False
         self.closed = False
+        # The failed fsync that took this log offline (take_offline), else None: it then
+        # refuses appends and reads until the broker restarts.
+        self.offline: OSError | None = None
 
     # --- opening and recovery ---------------------------------------------------
 
@@ -341,6 +356,8 @@ class PartitionLog:
         read back from the batch."""
         if self.closed:
             raise KafkaError(f"{self.name} is closed", code=ErrorCode.not_leader_or_follower)
+        if self.offline is not None:
+            raise self.offline_error()
         now = now_ms() if now is None else now
         if marker is None and header.is_control and header.producer_id >= 0:
             marker = read_end_txn_marker(batch)
@@ -505,6 +522,8 @@ class PartitionLog:
     def read(self, offset: int, max_bytes: int, *, max_offset: int | None = None,
              min_one: bool = False) -> ReadResult:
         """Whole batches from ``offset`` up to ``max_offset`` (default: high watermark)."""
+        if self.offline is not None:
+            raise self.offline_error()
         limit = self.high_watermark if max_offset is None else max_offset
         if offset >= limit:
             return ReadResult(b"", -1, offset)
@@ -535,6 +554,8 @@ class PartitionLog:
     def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
         """(offset, timestamp) of the first record with timestamp >= ``timestamp``
         below the high watermark, as Kafka's ListOffsets answers it."""
+        if self.offline is not None:
+            raise self.offline_error()
         for seg in self.segments:
             if seg.max_timestamp < timestamp or seg.size == 0:
                 continue
@@ -549,6 +570,8 @@ class PartitionLog:
 
     def max_timestamp_offset(self) -> tuple[int, int] | None:
         """(offset, timestamp) of the record with the largest timestamp (KIP-734)."""
+        if self.offline is not None:
+            raise self.offline_error()
         best: tuple[int, int, int, int, LogSegment] | None = None  # ts, -, pos, size, seg
         for seg in self.segments:
             if seg.size == 0 or (best is not None and seg.max_timestamp <= best[0]):
@@ -574,7 +597,7 @@ class PartitionLog:
         active segment goes too once everything in it is below the high watermark and
         old enough (or over the size): it is rolled first, so the log keeps one (empty)
         segment at the log end. The log start offset moves to the first kept segment."""
-        if "delete" not in self.config.cleanup_policy:
+        if "delete" not in self.config.cleanup_policy or self.offline is not None:
             return 0
         now = now_ms() if now is None else now
         segments = self.segments
@@ -666,28 +689,10 @@ class PartitionLog:
         .txnindex, checkpoints: each written to a temporary file, fsynced, renamed).
         Returns the number of log bytes dropped."""
         cut = self.flushed_offset if durable is None else min(durable, self.flushed_offset)
-        dropped = 0
-        kept: list[LogSegment] = []
-        for i, seg in enumerate(self.segments):
-            if seg.closed:
-                continue
-            if i > 0 and seg.base_offset >= cut:
-                dropped += seg.size
-                seg.delete()
-                continue
-            kept.append(seg)
-            if seg.next_offset <= cut:
-                continue  # entirely below the cut: fsynced
-            found = seg.position_of(cut)
-            position = seg.size if found is None else found[0]
-            if position < seg.size:
-                dropped += seg.size - position
-                os.ftruncate(seg.fd, position)
-                seg.size = position
-        self.segments = kept
+        dropped, _ = self._cut_files(cut, sync=False)
         self.pending_sync = []
         self.closed = True
-        for seg in kept:
+        for seg in self.segments:
             seg.close()
         if dropped:
             log.warning("%s: simulated power loss: %d unsynced byte(s) dropped from offset %d",
@@ -698,10 +703,87 @@ class PartitionLog:
                         self.name, ", ".join(lost))
         return dropped
 
+    def _cut_files(self, cut: int, *, sync: bool) -> tuple[int, list[LogSegment]]:
+        """Truncate the segment holding offset ``cut`` at its first batch at or above it
+        and delete the later segments with their index files (the first segment always
+        stays). ``sync``: fsync the truncated file, and the directory if a file was
+        deleted, so that the cut survives a power failure. Returns the bytes dropped
+        and the segments deleted."""
+        dropped = 0
+        kept: list[LogSegment] = []
+        deleted: list[LogSegment] = []
+        for i, seg in enumerate(self.segments):
+            if seg.closed:
+                continue
+            if i > 0 and seg.base_offset >= cut:
+                dropped += seg.size
+                seg.delete()
+                deleted.append(seg)
+                continue
+            kept.append(seg)
+            if seg.next_offset <= cut:
+                continue  # entirely below the cut: fsynced
+            found = seg.position_of(cut)
+            position = seg.size if found is None else found[0]
+            if position < seg.size:
+                dropped += seg.size - position
+                os.ftruncate(seg.fd, position)
+                seg.size = position
+                if sync:
+                    os.fsync(seg.fd)
+        self.segments = kept
+        if sync and deleted:
+            fsync_directory(self.directory)
+        return dropped, deleted
+
+    def offline_error(self) -> LogOfflineError:
+        """What an append or read of this log raises once it is offline."""
+        return LogOfflineError(f"{self.name} is offline since an fsync failed "
+                               f"({self.offline}); restart the broker to recover it")
+
+    def take_offline(self, error: OSError) -> str:
+        """A failed fsync (``error``): this log goes offline until the broker restarts,
+        as Kafka takes a log directory offline. Linux may have dropped the dirty pages
+        the fsync covered while the page cache still shows them (PostgreSQL's
+        "fsyncgate"), so nothing above the flushed offset can be trusted or repaired
+        by another fsync: the files are cut back to the flushed offset (best effort: a
+        file system that is gone refuses that too), so that neither a restart nor a
+        power loss brings back records no client was told were written. Appends and
+        reads raise LogOfflineError (KAFKA_STORAGE_ERROR) from now on; the next start
+        recovers the partition from its recovery point (the data directory is not
+        marked clean). Returns what became of the files, for the caller's log line."""
+        if self.offline is not None:
+            return "already offline"
+        self.offline = error
+        # Long-polling fetches answer now, with the error (fetch checks ``offline``).
+        waiters, self._waiters = self._waiters, set()
+        for fut in waiters:
+            if not fut.done():
+                fut.set_result(None)
+        cut = self.flushed_offset
+        self.pending_sync = []
+        self.directory_dirty = False
+        try:
+            dropped, deleted = self._cut_files(cut, sync=True)
+            outcome = f"cut back to offset {cut} ({dropped} unsynced byte(s) dropped" + (
+                f", {len(deleted)} segment(s) deleted)" if deleted else ")")
+        except OSError as e:
+            outcome = f"not cut back to offset {cut}: {e}"
+        for seg in self.segments:
+            seg.close()  # nothing reads them any more; a restart reopens them
+        return outcome
+
     def close(self) -> None:
         if self.closed:
             return
         self.closed = True
+        if self.offline is not None:
+            # Nothing to fsync or snapshot: what is not durable was cut (take_offline).
+            waiters, self._waiters = self._waiters, set()
+            for fut in waiters:
+                if not fut.done():
+                    fut.set_result(None)
+            return
         try:
             self.write_producer_snapshot()
         except OSError as e:

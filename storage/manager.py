@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from txbroker.protocol.errors import ErrorCode, KafkaError
 
 from .cleaner import CLEANER_CHECKPOINT_FILE, LogCleaner
+from .condition_log import ConditionLog
 from .durable_file import drop_unsynced_entries, fsync_directory, write_durably
 from .flusher import Flusher
 from .log import PartitionLog
@@ -242,8 +243,16 @@ class LogManager:
         for plog in self.logs.values():
             plog.close()
         self.write_checkpoints()
-        with open(os.path.join(self.data_dir, CLEAN_SHUTDOWN_FILE), "w"):
-            pass
+        offline = [plog.name for plog in self.logs.values() if plog.offline is not None]
+        if offline:
+            # Not a clean shutdown: the next start recovers every partition from its
+            # recovery point, and the offline ones (a failed fsync) come back from what
+            # their files hold, not from what this process believed.
+            log.error("data directory %s not marked clean: %d partition(s) offline after a "
+                      "failed fsync (%s)", self.data_dir, len(offline), ", ".join(offline[:10]))
+        else:
+            with open(os.path.join(self.data_dir, CLEAN_SHUTDOWN_FILE), "w"):
+                pass
         if self._lock_fd >= 0:
             fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
             os.close(self._lock_fd)
@@ -618,15 +627,26 @@ class LogManager:
         """Checkpoint recovery points soon after flush rounds move them (an unclean
         start validates only what was written after them), and log start offsets."""
         last = time.monotonic()
+        failures = ConditionLog(log, "writing checkpoints failed")
+        retry_at = 0.0
         while True:
             await asyncio.sleep(RECOVERY_CHECKPOINT_INTERVAL_S)
-            moved = any(not p.closed and p.flushed_offset != p.recovery_point
+            failures.tick()
+            if time.monotonic() < retry_at:
+                continue
+            moved = any(not p.closed and p.offline is None and p.flushed_offset != p.recovery_point
                         for p in self.logs.values())
             if not moved and time.monotonic() - last < CHECKPOINT_INTERVAL_S:
                 continue
             try:
                 await self.checkpoint_recovery_points()
                 last = time.monotonic()
+                failures.cleared()
+            except OSError as e:
+                # A failing disk (EIO, ENOSPC, ENOTCONN): a few lines while it lasts, no
+                # traceback, and the next try after CHECKPOINT_INTERVAL_S, not at once.
+                failures.occurred(repr(e))
+                retry_at = time.monotonic() + CHECKPOINT_INTERVAL_S
             except Exception:
                 log.exception("writing checkpoints failed")
 
@@ -642,7 +662,9 @@ class LogManager:
         for plog in list(self.logs.values()):
             if plog.closed:
                 continue
-            point = plog.flushed_offset
+            # An offline log's files are closed: its point stays where it was (what an
+            # unclean start relies on below a newer one was never made durable).
+            point = plog.flushed_offset if plog.offline is None else plog.recovery_point
             points.append((plog, point))
             if point == plog.recovery_point:
                 continue
@@ -695,7 +717,8 @@ class LogManager:
 
     def _checkpoint_rows(self) -> tuple[list, list]:
         logs = list(self.logs.values())
-        recovery = [(p.topic, p.partition, p.flushed_offset) for p in logs]
+        recovery = [(p.topic, p.partition,
+                     p.flushed_offset if p.offline is None else p.recovery_point) for p in logs]
         starts = [(p.topic, p.partition, p.log_start_offset) for p in logs]
         return recovery, starts
 

@@ -34,7 +34,7 @@ from txbroker.protocol.records import (
     validate_produced_batch,
 )
 from txbroker.storage.durable_file import entries_synced, note_new_entry, unsynced_entries
-from txbroker.storage.log import PartitionLog
+from txbroker.storage.log import LogOfflineError, PartitionLog
 from txbroker.storage.log_config import ConfigError, LogConfig
 from txbroker.storage.manager import CLEAN_SHUTDOWN_FILE, LogManager, TopicError
 from txbroker.storage.producer_state import (
@@ -1166,6 +1166,38 @@ class PartitionLogMachine(RuleBasedStateMachine):
         self.model = self.model[:self.durable]
         self._sequences_from_model()
 
+    @rule(trust=st.booleans(), roll=st.booleans())
+    def failed_fsync(self, trust, roll):
+        """A flush round whose fsync fails (issue 42): the log goes offline with its files
+        cut back to the flushed offset (the dirty pages the fsync covered may be gone),
+        refuses appends and reads, and the next start recovers exactly what was durable,
+        through a power loss right after it too."""
+        if roll and self.plog.active_segment.size:
+            self.plog.roll()  # the failed round covers a rolled segment and the directory
+        cut = self.plog.flushed_offset
+        for fd in self.plog.take_sync_fds():
+            os.close(fd)  # handed to a "failed" fsync
+        self.plog.take_offline(OSError(errno.EIO, "Input/output error"))
+        with pytest.raises(LogOfflineError) as refused:
+            append(self.plog, make_batch(1))
+        assert refused.value.code == ErrorCode.kafka_storage_error
+        with pytest.raises(LogOfflineError):
+            self.plog.read(self.log_start, 1 << 20)
+        self.plog.close()
+        kept = [b for b in self.model if b.base + b.count <= cut]
+        assert kept == self.model[:len(kept)] and len(kept) >= min(self.durable, len(kept))
+        if self.durable and self.model:
+            assert kept == self.model[:self.durable]  # nothing acknowledged is lost
+        self.plog = open_log(self.directory, self.config, clean=False,
+                             log_start_offset=self.log_start,
+                             recovery_point=cut if trust else 0)
+        self.plog.simulate_power_loss()  # the cut itself was fsynced
+        self.plog = open_log(self.directory, self.config, clean=False,
+                             log_start_offset=self.log_start, recovery_point=0)
+        self.model = kept
+        self.durable = len(kept)
+        self._sequences_from_model()
+
     @rule(data=st.data())
     def read_from_a_batch(self, data):
         if not self.model:
@@ -1279,36 +1311,59 @@ class _FailFirstRound:
         pass
 
 
-def test_a_failed_fsync_round_is_retried_with_the_rolled_segments_and_directory(logdir,
-                                                                               caplog):
-    """After a roll, a round fsyncs the rolled segment (log + indexes), the active one
-    and the directory. If it fails, the retry must fsync all of them again, not only
-    the active segment, before the flushed offset passes the rolled segment."""
+def test_a_failed_fsync_round_takes_the_log_offline_and_is_never_retried(logdir, caplog):
+    """Issue 42: after a roll, a round fsyncs the rolled segment (log + indexes), the
+    active one and the directory. If it fails, the pages it covered may be gone (a
+    later fsync that succeeds proves nothing): no retry; the waiting write fails with
+    KAFKA_STORAGE_ERROR, the flushed offset and high watermark stay where they were,
+    the files are cut back to the flushed offset and the log refuses appends and reads.
+    The old code retried at once, forever, and released the waiter."""
     from txbroker.storage.flusher import Flusher
 
     async def main():
         plog = open_log(logdir, replace(LogConfig(), segment_bytes=500))
-        plog.mark_flushed(0)
+        append(plog, make_batch(2, size=10, tag=9))
+        plog.mark_flushed(plog.log_end_offset)  # 2 durable records
         fl = Flusher()
         pool = fl._pool = _FailFirstRound()
         fl.start([plog])
         fl.track(plog)
         try:
-            append(plog, make_batch(3, size=120, tag=0))
+            first = append(plog, make_batch(3, size=120, tag=0))
+            wait = fl.durable(plog, first.last_offset + 1)
             append(plog, make_batch(3, size=120, tag=1))  # rolls the first segment
-            assert plog.pending_sync and plog.directory_dirty
-            await asyncio.wait_for(fl.wait_durable(plog, plog.log_end_offset), 5)
-            assert plog.flushed_offset == plog.log_end_offset == 6
-            assert len(pool.rounds) == 2 and pool.rounds[0] == pool.rounds[1]
-            assert pool.rounds[0][0] >= 5  # rolled log + 3 indexes, active log, directory
-            assert not plog.pending_sync and not plog.directory_dirty
+            with pytest.raises(LogOfflineError) as failed:
+                await asyncio.wait_for(wait, 5)
+            assert failed.value.code == ErrorCode.kafka_storage_error
+            await asyncio.sleep(0.3)  # no retry round comes
+            assert len(pool.rounds) == 1 and pool.rounds[0][0] >= 5
+            assert plog.flushed_offset == plog.high_watermark == 2
+            assert plog.offline is not None
+            with pytest.raises(LogOfflineError):
+                append(plog, make_batch(1))
+            with pytest.raises(LogOfflineError):
+                plog.read(0, 1 << 20)
+            with pytest.raises(LogOfflineError):  # later durable waits fail at once
+                await fl.wait_durable(plog, 3)
+            await fl.wait_durable(plog, 2)  # what was durable stays durable
+            assert fl.failed_fsyncs == 1
         finally:
             await fl.stop()
             plog.close()
+        assert len(pool.rounds) == 1  # not even at shutdown
+        # The files hold exactly the durable records: a restart serves those.
+        again = open_log(logdir, replace(LogConfig(), segment_bytes=500), recovery_point=0)
+        try:
+            assert again.log_end_offset == 2 and len(read_all(again)) == 1
+        finally:
+            again.close()
 
-    with caplog.at_level(logging.ERROR, logger="txbroker.storage.flusher"):
+    with caplog.at_level(logging.INFO, logger="txbroker.storage"):
         asyncio.run(main())
-    assert "fsync of" in caplog.text and "Input/output error" in caplog.text
+    lines = [r for r in caplog.records if r.name == "txbroker.storage.flusher"]
+    assert len(lines) == 1, caplog.text
+    assert "Input/output error" in lines[0].getMessage() and not lines[0].exc_info
+    assert "t-0" in lines[0].getMessage() and "cut back to offset 2" in lines[0].getMessage()
 
 
 # --- file descriptors and orphans (issue 14, partition storms) ---------------------------------
