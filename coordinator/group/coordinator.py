@@ -248,7 +248,10 @@ class GroupCoordinator(ConsumerGroupShell):
     async def _after_durable(self, plog: PartitionLog | None, last: int, write_id: int,
                              error: int) -> None:
         if plog is not None and error == _E.none.value:
-            await self.logs.flusher.wait_acked(plog, last + 1)
+            try:
+                await self.logs.flusher.wait_acked(plog, last + 1)
+            except OSError:  # its fsync failed (LogOfflineError): the write did not happen
+                error = map_storage_error(_E.kafka_storage_error)
         self._apply(self.state.group_persisted(now_ms(), write_id, error))
 
     def _spawn(self, coro) -> None:
