@@ -89,6 +89,10 @@ def _collect(ctx, request, read_committed: bool, partitions: list[tuple[str, lis
                 error = ErrorCode.unknown_topic_or_partition
             elif epoch is not None and epoch > 0:
                 error = ErrorCode.unknown_leader_epoch
+            elif plog.offline is not None:
+                # A failed fsync took it offline (storage/flusher.py): as Kafka answers
+                # a partition of an offline log directory, until the broker restarts.
+                error = ErrorCode.kafka_storage_error
             else:
                 touched.append(plog)
                 hw = plog.high_watermark

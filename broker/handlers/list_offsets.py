@@ -42,6 +42,8 @@ async def handle(ctx, request):
                 error = ErrorCode.unknown_topic_or_partition
             elif epoch is not None and epoch > 0:
                 error = ErrorCode.unknown_leader_epoch
+            elif plog.offline is not None:  # a failed fsync (storage/flusher.py), as Kafka
+                error = ErrorCode.kafka_storage_error
             elif lp.timestamp == LATEST:
                 offset = plog.last_stable_offset if read_committed else plog.high_watermark
             elif lp.timestamp == EARLIEST:

@@ -43,7 +43,7 @@ from txbroker.protocol.records import (
     validate_produced_batch,
     validate_produced_records,
 )
-from txbroker.storage.log import now_ms
+from txbroker.storage.log import LogOfflineError, now_ms
 
 from ..context import CloseConnection
 
@@ -95,10 +95,8 @@ async def handle(ctx, request):
                                    turns, denied, writable)
     finally:
         _end_turns(broker, turns)  # a request that failed half-way frees its turns
-    if len(durable_waits) == 1:
-        await durable_waits[0]
-    elif durable_waits:
-        await asyncio.gather(*durable_waits)
+    if durable_waits:
+        errors += await _await_durable(durable_waits, results)
     if acks == 0:
         if errors:
             # Kafka closes the connection so an acks=0 producer notices and refreshes metadata.
@@ -211,7 +209,8 @@ async def _append_all(ctx, request, named: list, results: dict, durable_waits: l
                                  part.index, base_offset)
                     if acks == -1 and (fut := broker.logs.flusher.acked(
                             plog, result.last_offset + 1)) is not None:
-                        durable_waits.append(fut)
+                        # (its answer's place, filled in again if the fsync fails)
+                        durable_waits.append((fut, out, len(out)))
                 except KafkaError as e:
                     error = e.code
                     message = str(e)
@@ -219,8 +218,9 @@ async def _append_all(ctx, request, named: list, results: dict, durable_waits: l
                         # Kafka answers these with the log start offset (other failures -1).
                         record_errors[(name, part.index)] = e.record_errors
                         start = plog.log_start_offset
-                    log.warning("produce to %s-%d from %s rejected: %s: %s", name,
-                                part.index, ctx.peer, error.name.upper(), e)
+                    if not isinstance(e, LogOfflineError):  # (the flusher logged that)
+                        log.warning("produce to %s-%d from %s rejected: %s: %s", name,
+                                    part.index, ctx.peer, error.name.upper(), e)
                 except OSError as e:
                     # A full or failing disk (ENOSPC, EIO): nothing was appended (the log
                     # moves on only after its write), and clients retry KAFKA_STORAGE_ERROR.
@@ -236,6 +236,32 @@ async def _append_all(ctx, request, named: list, results: dict, durable_waits: l
             if error:
                 errors += 1
     return errors
+
+
+async def _await_durable(waits: list, results: dict) -> int:
+    """Wait until the appended batches of acks=all are durable. A batch whose fsync
+    failed (the flusher took its partition offline: LogOfflineError) is answered with
+    KAFKA_STORAGE_ERROR instead of its offset: it was never acknowledged, and a retry
+    gets the same error until the broker restarts (Kafka's answer for a partition of
+    an offline log directory). Returns the number of partitions that failed so."""
+    if len(waits) == 1:  # the common case: no gather
+        try:
+            await waits[0][0]
+            return 0
+        except OSError as e:
+            outcomes: list = [e]
+    else:
+        outcomes = await asyncio.gather(*(w[0] for w in waits), return_exceptions=True)
+    failed = 0
+    for (_, out, i), outcome in zip(waits, outcomes, strict=True):
+        if outcome is None:
+            continue
+        if not isinstance(outcome, OSError):
+            raise outcome  # not a storage error: as before
+        index = out[i][0]
+        out[i] = (index, ErrorCode.kafka_storage_error, -1, -1, -1, str(outcome))
+        failed += 1
+    return failed
 
 
 def _authorize(ctx, request, named: list) -> tuple[ErrorCode | None, set[str] | None]:

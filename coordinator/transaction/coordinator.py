@@ -493,12 +493,20 @@ class TransactionCoordinator:
     def _persisted_callback(self, fut: asyncio.Future, write_id: int) -> None:
         if fut.cancelled() or self._stopped:
             return  # stopped, or the flusher was abandoned (crash teardown)
-        self._apply(self.state.persisted(now_ms(), write_id, _E.none.value))
+        error = _E.none.value
+        if fut.exception() is not None:
+            # Its fsync failed (LogOfflineError): never durable, so never acted on; the
+            # client gets NOT_COORDINATOR, as for a failed append (Kafka's mapping).
+            error = coordinator_append_error(_E.kafka_storage_error.value)
+        self._apply(self.state.persisted(now_ms(), write_id, error))
 
     async def _report_persisted(self, plog: PartitionLog | None, last: int,
                                 request: PersistRequest, error: int) -> None:
         if plog is not None:
-            await self.logs.flusher.wait_durable(plog, last + 1)
+            try:
+                await self.logs.flusher.wait_durable(plog, last + 1)
+            except OSError:  # its fsync failed (LogOfflineError): not durable, not acted on
+                error = coordinator_append_error(_E.kafka_storage_error.value)
         state = request.record.state if request.record is not None else None
         if error == _E.none.value and state in ("PrepareCommit", "PrepareAbort"):
             await self.faults.hit("after_prepare_durable")
@@ -546,9 +554,13 @@ class TransactionCoordinator:
                                 "partition has moved on", tp, marker.producer_id,
                                 marker.producer_epoch, code.name.upper())
                 elif code not in (_E.none, _E.unknown_topic_or_partition):
-                    # Retried by the state machine (a deleted topic counts as done).
-                    log.error("marker for %s of producer %d failed: %s", tp,
-                              marker.producer_id, code.name.upper())
+                    # Retried by the state machine (a deleted topic counts as done). A
+                    # partition a failed fsync took offline is retried until a restart,
+                    # every MARKER_RETRY_BACKOFF_S: the flusher logged it, not each retry.
+                    plog = self.logs.get_log(*tp)
+                    if plog is None or plog.offline is None:
+                        log.error("marker for %s of producer %d failed: %s", tp,
+                                  marker.producer_id, code.name.upper())
                     error = code.value
                     failed.add(tp)
             if i == 0:

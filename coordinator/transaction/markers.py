@@ -14,6 +14,7 @@ from collections.abc import Iterable
 
 from kio.schema.errors import ErrorCode
 from txbroker.protocol.errors import KafkaError
+from txbroker.storage.log import LogOfflineError
 from txbroker.storage.manager import LogManager
 
 from ..internal_topic import OFFSETS_TOPIC
@@ -43,6 +44,11 @@ async def write_markers(logs: LogManager, groups, producer_id: int, producer_epo
         try:
             result = plog.append_marker(producer_id, producer_epoch, commit, coordinator_epoch,
                                         transaction_version)
+        except LogOfflineError:
+            # A failed fsync took the partition offline (logged once by the flusher):
+            # retried as any storage error, without a line per retry.
+            results[(topic, partition)] = ErrorCode.kafka_storage_error
+            continue
         except KafkaError as e:
             log.warning("%s marker for producer %d epoch %d refused by %s: %s",
                         "COMMIT" if commit else "ABORT", producer_id, producer_epoch,
@@ -64,9 +70,18 @@ async def write_markers(logs: LogManager, groups, producer_id: int, producer_epo
             completes_offsets = True
         fut = logs.flusher.acked(plog, result.last_offset + 1)
         if fut is not None:
-            waits.append(fut)
+            waits.append(((topic, partition), fut))
     if waits:
-        await asyncio.gather(*waits)
+        outcomes = await asyncio.gather(*(fut for _, fut in waits), return_exceptions=True)
+        for (tp, _), outcome in zip(waits, outcomes, strict=True):
+            if isinstance(outcome, OSError):
+                # Its fsync failed (LogOfflineError): the marker is not durable, so the
+                # transaction is not complete there; the caller writes it again later.
+                results[tp] = ErrorCode.kafka_storage_error
+                if tp[0] == OFFSETS_TOPIC:
+                    completes_offsets = False  # (retried: completed by the retry)
+            elif outcome is not None:
+                raise outcome
     if completes_offsets and groups is not None:
         groups.complete_transaction(producer_id, commit)
     return results
