@@ -48,22 +48,22 @@ _E = ErrorCode
 
 class TopicImage(Mapping[str, tuple[uuid.UUID, int]]):
     """The topics as the assignors see them: name -> (topic id, partitions), read from
-    the log manager on lookup (no copy per heartbeat)."""
+    the log manager on lookup (no copy per heartbeat). The internal topics are in it:
+    Kafka's coordinator resolves names and regexes against its whole metadata image, so
+    a member subscribed to ``__consumer_offsets`` is assigned its partitions."""
 
     def __init__(self, topics: Mapping[str, Any]) -> None:
         self._topics = topics
 
     def __getitem__(self, name: str) -> tuple[uuid.UUID, int]:
         info = self._topics[name]
-        if info.internal:
-            raise KeyError(name)
         return info.topic_id, info.partitions
 
     def __iter__(self) -> Iterator[str]:
-        return (n for n, i in self._topics.items() if not i.internal)
+        return iter(self._topics)
 
     def __len__(self) -> int:
-        return sum(1 for _ in self)
+        return len(self._topics)
 
 
 class ConsumerGroupShell:
