@@ -19,11 +19,16 @@ Connection faults: ``connections="refuse"`` (accepted, then closed at once), wit
 Broker faults: ``broker="hang"`` with ``ms``: nothing served or answered for that long
 (broker/hang.py); ``broker="crash"`` or ``"power_loss"``: the broker crashes now (on
 demand only, not from the configuration).
+Storage faults: ``fsync`` with an errno name (EIO, ENOSPC, EDQUOT, EROFS, ENOTCONN):
+the flusher's fsyncs of the matched partitions (``topic``, ``partition``: default every
+one) report that error, ``count`` of them after ``after``; a failed fsync takes its
+partition offline until a restart (storage/flusher.py).
 ``profile`` names a preset (PROFILES) whose keys the spec's own override.
 """
 
 from __future__ import annotations
 
+import errno as _errno
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -55,13 +60,15 @@ MATCH_KEYS = ("api", "version", "client_id", "principal", "topic", "partition",
               "transactional_id", "group_id", "except_client_id")
 ACTION_KEYS = ("error", "delay_ms", "drop", "close", "callable")
 KEYS = frozenset((*MATCH_KEYS, *ACTION_KEYS, "count", "after", "profile", "point", "action",
-                  "connections", "broker", "ms", "id"))
+                  "connections", "broker", "ms", "fsync", "id"))
 BROKER_ACTIONS = ("hang", "crash", "power_loss")
+# The errors a failing disk or file system gives fsync (storage faults).
+FSYNC_ERRNOS = ("EIO", "ENOSPC", "EDQUOT", "EROFS", "ENOTCONN")
 
 
 @dataclass(frozen=True, slots=True)
 class FaultSpec:
-    kind: str  # "request", "point", "connection", "hang" or "crash"
+    kind: str  # "request", "point", "connection", "hang", "crash" or "fsync"
     api_keys: frozenset[int] = frozenset()  # {ANY_API} for every API
     version: int | None = None
     client_id: str | None = None
@@ -81,6 +88,7 @@ class FaultSpec:
     point: str | None = None
     action: str | None = None
     hang_ms: int | None = None
+    fsync_errno: int | None = None  # kind "fsync": the errno its fsyncs fail with
     source: Mapping[str, Any] | None = None  # what was asked, for listings
 
     def describe(self) -> dict[str, Any]:
@@ -176,6 +184,8 @@ def parse_spec(spec: Mapping[str, Any], *, allow_callable: bool = True) -> Fault
     after = _int(spec, "after", 0) or 0
     if spec.get("point") is not None:
         return _point_spec(spec, source)
+    if spec.get("fsync") is not None:
+        return _fsync_spec(spec, source, count, after)
     if spec.get("broker") is not None or "ms" in spec:
         return _broker_spec(spec, source)
     if spec.get("connections") is not None:
@@ -251,6 +261,23 @@ def _point_spec(spec: Mapping[str, Any], source: dict) -> FaultSpec:
     action = spec.get("action") or ("drop" if point == "drop_end_txn_response" else "crash")
     check_fault_point(point, action)
     return FaultSpec("point", point=point, action=action, count=1, source=source)
+
+
+def _fsync_spec(spec: Mapping[str, Any], source: dict, count: int | None,
+                after: int) -> FaultSpec:
+    name = spec["fsync"]
+    if name not in FSYNC_ERRNOS:
+        raise ValueError(f"fsync must be one of {', '.join(FSYNC_ERRNOS)}, not {name!r}")
+    extra = sorted(k for k in (*MATCH_KEYS, *ACTION_KEYS, "connections", "action", "broker",
+                               "ms") if k in spec and k not in ("topic", "partition"))
+    if extra:
+        raise ValueError(f"an fsync fault takes topic, partition, count and after, not "
+                         f"{', '.join(extra)}")
+    topic, partition = _str(spec, "topic"), _int(spec, "partition", 0)
+    if partition is not None and topic is None:
+        raise ValueError("partition needs topic")
+    return FaultSpec("fsync", topic=topic, partition=partition, count=count, after=after,
+                     fsync_errno=getattr(_errno, name), source=source)
 
 
 def _broker_spec(spec: Mapping[str, Any], source: dict) -> FaultSpec:

@@ -87,10 +87,14 @@ class FaultCall:
 
 class FaultTable:
     def __init__(self, injector: FaultInjector, *, topic_names: Callable[[], Mapping] = dict,
-                 crash: Callable[[str, bool], None] | None = None) -> None:
+                 crash: Callable[[str, bool], None] | None = None,
+                 fsync_faults: list | None = None) -> None:
         """``topic_names()`` is {topic id: name} (Produce v13 names topics by id);
-        ``crash(why, power_loss)`` crashes the broker (server.Broker.crash)."""
+        ``crash(why, power_loss)`` crashes the broker (server.Broker.crash);
+        ``fsync_faults`` the flusher's list of fsync fault hooks (Flusher.fsync_faults)."""
         self._crash = crash
+        self._fsync_faults = fsync_faults if fsync_faults is not None else []
+        self._fsync_hooks: dict[str, Callable] = {}  # fault id -> its hook in that list
         self.points = injector
         injector.on_fired = self._point_fired
         self.by_api: dict[int, ApiFaults] = {}  # the server's per-request check reads this
@@ -148,6 +152,10 @@ class FaultTable:
             self.hang.begin(fault, lambda f: self.remove(f.id))
         elif spec.kind == "crash":
             self._crash_soon(fault)
+        elif spec.kind == "fsync":
+            hook = _fsync_hook(fault)
+            self._fsync_hooks[fault.id] = hook
+            self._fsync_faults.append(hook)
         elif spec.kind == "request":
             from .handlers import HANDLER_TABLE
 
@@ -186,6 +194,10 @@ class FaultTable:
             self.hang.end(fault)
         elif spec.kind == "crash":
             pass  # (it fired as it was installed)
+        elif spec.kind == "fsync":
+            hook = self._fsync_hooks.pop(fault.id, None)
+            if hook in self._fsync_faults:
+                self._fsync_faults.remove(hook)
         else:
             for key, bucket in list(self.by_api.items()):
                 group = bucket.any_topic if spec.topic is None else bucket.by_topic.get(
@@ -368,6 +380,25 @@ class FaultTable:
                 await asyncio.wait_for(asyncio.shield(session.held), idle)
             raise CloseConnection
         return response
+
+
+def _fsync_hook(fault: Fault) -> Callable[[Any], int | None]:
+    """The flusher's hook for an fsync fault: called with a partition log whose fsync
+    succeeded, it returns the errno to report instead while the budget lasts."""
+    spec = fault.spec
+
+    def hook(plog: Any) -> int | None:
+        if spec.topic is not None and (plog.topic != spec.topic or spec.partition not in (
+                None, plog.partition)):
+            return None
+        if not fault.active or not fault.take():
+            return None
+        log.warning("fault %s fired: the fsync of %s fails with %s (%d of %s)", fault.id,
+                    plog.name, spec.source.get("fsync") if spec.source else spec.fsync_errno,
+                    fault.fired, spec.count or "unlimited")
+        return spec.fsync_errno
+
+    return hook
 
 
 def _matches_request(spec: FaultSpec, ctx, request) -> bool:

@@ -201,7 +201,8 @@ class Broker:
         # Request, connection and commit-protocol faults (request_faults.py). fault_apis
         # is its index by API key: empty, it costs a request one truth test.
         self.faults = FaultTable(injector, topic_names=lambda: {
-            info.topic_id: name for name, info in self.logs.topics.items()}, crash=self.crash)
+            info.topic_id: name for name, info in self.logs.topics.items()}, crash=self.crash,
+            fsync_faults=self.logs.flusher.fsync_faults)
         self.fault_apis = self.faults.by_api
         self.hang = self.faults.hang  # a broker hang fault: hang.on holds every request
         self.faults.add_json(load_fault_specs(config.get("txbroker.faults")))

@@ -73,6 +73,18 @@ class _Shortcuts:
         exits with 137. (The fixture's own ``crash()`` does this at once.)"""
         return self.add(broker="power_loss" if power_loss else "crash")
 
+    def fail_fsync(self, topic: str | None = None, partition: int | None = None, *,
+                   count: int | None = None, after: int = 0, errno: str = "EIO") -> Any:
+        """The flusher's next ``count`` fsyncs (after ``after``) of ``topic``/``partition``
+        (default: every partition) fail with ``errno`` (EIO, ENOSPC, EDQUOT, EROFS,
+        ENOTCONN): each takes its partition offline until a restart."""
+        spec: dict[str, Any] = {"fsync": errno, "count": count, "after": after}
+        if topic is not None:
+            spec["topic"] = topic
+        if partition is not None:
+            spec["partition"] = partition
+        return self.add(spec)
+
     def hang(self, ms: int) -> Any:
         """The broker serves and answers nothing for ``ms`` ms, on every connection (a
         long GC pause); then the held requests are served. ``fired``: requests held;
