@@ -13,7 +13,8 @@ import java.nio.charset.StandardCharsets;
 import java.nio.file.*;
 import java.util.*;
 
-import org.apache.kafka.common.utils.Exit;
+// Kafka 4.4 moved Exit from org.apache.kafka.common.utils to its internals package (same API).
+import org.apache.kafka.common.utils.internals.Exit;
 
 public class ToolRunner {
     static final class ExitCalled extends RuntimeException {
