@@ -671,4 +671,13 @@ def _consumer_group_config(config: BrokerConfig) -> ConsumerGroupConfig:
     return ConsumerGroupConfig(heartbeat_interval_ms=bounded("heartbeat.interval.ms"),
                                session_timeout_ms=bounded("session.timeout.ms"),
                                max_size=config.get("group.consumer.max.size"),
-                               migration_policy=config.get("group.consumer.migration.policy"))
+                               migration_policy=config.get("group.consumer.migration.policy"),
+                               # The bounds of the group configs (group_configs.py).
+                               min_heartbeat_interval_ms=config.get(
+                                   "group.consumer.min.heartbeat.interval.ms"),
+                               max_heartbeat_interval_ms=config.get(
+                                   "group.consumer.max.heartbeat.interval.ms"),
+                               min_session_timeout_ms=config.get(
+                                   "group.consumer.min.session.timeout.ms"),
+                               max_session_timeout_ms=config.get(
+                                   "group.consumer.max.session.timeout.ms"))

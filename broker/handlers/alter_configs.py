@@ -32,5 +32,14 @@ def replacement(configs) -> dict[str, str]:
     return new
 
 
+def group_replacement(_current: dict[str, str], configs) -> dict[str, str | None]:
+    """A group's new override set: exactly the configs sent (checked by
+    GroupConfigStore.replace)."""
+    if len({c.name for c in configs}) != len(configs):
+        raise KafkaError("Error due to duplicate config keys", ErrorCode.invalid_request)
+    return {c.name: c.value for c in configs}
+
+
 async def handle(ctx, request):
-    return alter_configs_response(ctx, request, lambda _info, configs: replacement(configs), log)
+    return alter_configs_response(ctx, request, lambda _info, configs: replacement(configs), log,
+                                  group_replacement)

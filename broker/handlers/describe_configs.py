@@ -7,6 +7,7 @@ import datetime
 import logging
 from collections.abc import Callable
 
+from txbroker.coordinator.group.group_configs import HEARTBEAT_INTERVAL, KEYS, SESSION_TIMEOUT
 from txbroker.protocol.acls import CLUSTER_NAME, AclOperation, ResourceType
 from txbroker.protocol.errors import ErrorCode, KafkaError
 from txbroker.protocol.messages import build
@@ -24,7 +25,7 @@ BROKER_LOGGER = 8
 GROUP = 32
 
 # Kafka's ConfigSource ids.
-CONFIG_SOURCE = {"topic": 1, "dynamic-broker": 2, "broker": 4, "default": 5}
+CONFIG_SOURCE = {"topic": 1, "dynamic-broker": 2, "broker": 4, "default": 5, "group": 8}
 # Kafka's ConfigType ids: BOOLEAN 1, STRING 2, INT 3, SHORT 4, LONG 5, DOUBLE 6, LIST 7.
 _TYPES = {
     "cleanup.policy": 7, "compression.type": 2, "message.timestamp.type": 2,
@@ -33,6 +34,7 @@ _TYPES = {
     "segment.bytes": 3, "segment.index.bytes": 3, "min.insync.replicas": 3,
     "listeners": 7, "advertised.listeners": 7, "log.dirs": 7, "auto.create.topics.enable": 1,
     "delete.topic.enable": 1, "node.id": 3, "num.partitions": 3,
+    SESSION_TIMEOUT: 3, HEARTBEAT_INTERVAL: 3,
 }
 _ZERO = datetime.timedelta(0)
 # Broker keys whose default is null in Kafka (the effective default comes from
@@ -74,6 +76,25 @@ def broker_config_entries(config):
         yield name, value, source, d.doc, _broker_synonyms(name, value, source, d.default)
 
 
+def group_config_entries(broker, group_id: str):
+    """(name, value, source, doc, synonyms) of the group configs txbroker takes, as
+    Kafka lists them: the group's override, then its broker key as set and as
+    defaulted (Kafka 4.4 also lists the share.* and streams.* ones, which txbroker does
+    not take yet)."""
+    overrides = broker.groups.group_configs.get(group_id)
+    for name, key in sorted(KEYS.items()):
+        synonyms: list[Synonym] = []
+        value, source = broker.config.raw(key.broker_key), "default"
+        if key.broker_key in broker.config.values:
+            source = "broker"
+            synonyms.append((key.broker_key, value, "broker"))
+        synonyms.append((key.broker_key, key.kafka_default, "default"))
+        if name in overrides:
+            value, source = str(overrides[name]), "group"
+            synonyms.insert(0, (name, value, "group"))
+        yield name, value, source, key.doc, synonyms
+
+
 def _broker_synonyms(name: str, value: str, source: str, default) -> list[Synonym]:
     out: list[Synonym] = [(name, value, "broker")] if source == "broker" else []
     return out + [(name, default, "default")]
@@ -105,9 +126,13 @@ async def handle(ctx, request):
             else:
                 entries = list(broker_config_entries(broker.config))
                 read_only = True  # no dynamic broker configs
-        elif res.resource_type in (BROKER_LOGGER, GROUP):
-            # Group configs (KIP-848) tune the consumer, share and streams group
-            # protocols, which are not implemented here: a group has none to show.
+        elif res.resource_type == GROUP:
+            if not res.resource_name:
+                error = ErrorCode.invalid_request
+                message = "Group name must not be empty"
+            else:
+                entries = list(group_config_entries(broker, res.resource_name))
+        elif res.resource_type == BROKER_LOGGER:
             entries = []
         else:
             error = ErrorCode.invalid_request
@@ -167,18 +192,18 @@ def refuse_alter(resource_type: int) -> None:
     if resource_type == BROKER:
         raise KafkaError("broker configs are static here: set them in the properties file, "
                          "environment or command line and restart", ErrorCode.invalid_config)
-    if resource_type == GROUP:
-        raise KafkaError("group configs tune the consumer, share and streams group protocols "
-                         "(KIP-848), which txbroker does not implement", ErrorCode.invalid_config)
     raise KafkaError(f"unsupported resource type {resource_type}", ErrorCode.invalid_request)
 
 
 def alter_configs_response(ctx, request, new_configs: Callable[[object, object], dict[str, str]],
-                           log: logging.Logger):
+                           log: logging.Logger,
+                           new_group_configs: Callable[[dict[str, str], object],
+                                                       dict[str, str | None]] | None = None):
     """AlterConfigs' and IncrementalAlterConfigs' answer: each resource checked (ALTER_CONFIGS
     on it), a topic's overrides replaced by ``new_configs(topic info, the resource's
-    configs)`` (it raises KafkaError to refuse), any other resource refused; a refusal is
-    logged on ``log`` and answered for that resource alone."""
+    configs)``, a group's by ``new_group_configs(its overrides as text, the resource's
+    configs)`` (each raises KafkaError to refuse), any other resource refused; a refusal
+    is logged on ``log`` and answered for that resource alone."""
     broker = ctx.broker
     schema = ctx.schema
     results = []
@@ -198,6 +223,16 @@ def alter_configs_response(ctx, request, new_configs: Callable[[object, object],
                 broker.logs.alter_topic_configs(res.resource_name,
                                                 new_configs(info, res.configs),
                                                 validate_only=request.validate_only)
+            elif res.resource_type == GROUP and new_group_configs is not None:
+                store = broker.groups.group_configs
+                current = {k: str(v) for k, v in store.get(res.resource_name).items()}
+                try:
+                    store.replace(res.resource_name, new_group_configs(current, res.configs),
+                                  validate_only=request.validate_only)
+                except OSError as e:
+                    raise KafkaError(f"cannot store the configs of group "
+                                     f"{res.resource_name!r}: {e}",
+                                     ErrorCode.kafka_storage_error) from e
             else:
                 refuse_alter(res.resource_type)
         except KafkaError as e:

@@ -1,4 +1,5 @@
-"""IncrementalAlterConfigs (key 44): SET / DELETE / APPEND / SUBTRACT topic configs."""
+"""IncrementalAlterConfigs (key 44): SET / DELETE / APPEND / SUBTRACT topic configs, and
+SET / DELETE of group configs (coordinator/group/group_configs.py)."""
 
 from __future__ import annotations
 
@@ -51,5 +52,31 @@ def _apply(current: dict[str, str], ops) -> dict[str, str]:
     return new
 
 
+def group_configs_after(current: dict[str, str], ops) -> dict[str, str | None]:
+    """A group's override set after ``ops``, refused in Kafka's order (duplicates, a null
+    SET, APPEND/SUBTRACT, none of them list-typed); the names and values are checked
+    by GroupConfigStore.replace. DELETE takes any name, as on Kafka."""
+    if len({op.name for op in ops}) != len(ops):
+        raise KafkaError("Error due to duplicate config keys", ErrorCode.invalid_request)
+    new: dict[str, str | None] = dict(current)
+    for op in ops:
+        if op.config_operation == SET:
+            if op.value is None:
+                raise KafkaError(f"Null value not supported for : {op.name}",
+                                 ErrorCode.invalid_request)
+            new[op.name] = op.value
+        elif op.config_operation == DELETE:
+            new.pop(op.name, None)
+        elif op.config_operation in (APPEND, SUBTRACT):
+            verb = "APPEND" if op.config_operation == APPEND else "SUBTRACT"
+            raise KafkaError(f"Can't {verb} to key {op.name} because its type is not LIST.",
+                             ErrorCode.invalid_config)
+        else:
+            raise KafkaError(f"unknown config operation {op.config_operation}",
+                             ErrorCode.invalid_request)
+    return new
+
+
 async def handle(ctx, request):
-    return alter_configs_response(ctx, request, lambda info, ops: _apply(info.configs, ops), log)
+    return alter_configs_response(ctx, request, lambda info, ops: _apply(info.configs, ops), log,
+                                  group_configs_after)

@@ -66,6 +66,12 @@ TopicImage = Mapping[str, tuple[uuid.UUID, int]]  # topic name -> (topic id, par
 class ConsumerGroupConfig:
     heartbeat_interval_ms: int = 5000  # group.consumer.heartbeat.interval.ms
     session_timeout_ms: int = 45000  # group.consumer.session.timeout.ms
+    # The bounds of a group's own consumer.heartbeat.interval.ms and
+    # consumer.session.timeout.ms (group_configs.py): group.consumer.min/max.*.
+    min_heartbeat_interval_ms: int = 2000
+    max_heartbeat_interval_ms: int = 15000
+    min_session_timeout_ms: int = 45000
+    max_session_timeout_ms: int = 60000
     max_size: int = 2**31 - 1  # group.consumer.max.size
     assignors: tuple[str, ...] = ASSIGNORS  # group.consumer.assignors (first = default)
     # group.consumer.migration.policy: bidirectional, upgrade, downgrade or disabled.
@@ -94,11 +100,24 @@ class ConsumerGroups(ClassicMembers):
         self.config = config
         self.new_member_id = new_member_id
         self.groups: dict[str, ConsumerGroup] = {}
+        # Group configs (group id -> key -> value), read here and owned by the shell's
+        # GroupConfigStore, which replaces a group's entry when an admin alters it.
+        self.overrides: Mapping[str, Mapping[str, int]] = {}
         self.regexes = consumer_regex.RegexCache()
         # Target assignments computed (Kafka's consumer-group rebalance count), for /metrics.
         self.rebalances = 0
         self._timers: list[tuple[int, int, str, str, str]] = []
         self._seq = itertools.count()
+
+    def session_timeout_ms(self, group_id: str) -> int:
+        """The group's consumer.session.timeout.ms, else the broker's."""
+        return self.overrides.get(group_id, {}).get("consumer.session.timeout.ms",
+                                                    self.config.session_timeout_ms)
+
+    def heartbeat_interval_ms(self, group_id: str) -> int:
+        """The group's consumer.heartbeat.interval.ms, else the broker's."""
+        return self.overrides.get(group_id, {}).get("consumer.heartbeat.interval.ms",
+                                                    self.config.heartbeat_interval_ms)
 
     # -- heartbeat -------------------------------------------------------------------
 
@@ -259,7 +278,7 @@ class ConsumerGroups(ClassicMembers):
                                          and req.subscribed_topic_names is not None
                                          and req.owned is not None)
         return HeartbeatResult(NONE, None, m.member_id, m.member_epoch,
-                               self.config.heartbeat_interval_ms,
+                               self.heartbeat_interval_ms(g.group_id),
                                dict(m.assigned) if full or before != m.assigned else None,
                                records)
 
@@ -336,7 +355,7 @@ class ConsumerGroups(ClassicMembers):
         else:
             records.extend(self.remove_member(g, m))
         return HeartbeatResult(NONE, None, m.member_id, req.member_epoch,
-                               self.config.heartbeat_interval_ms, None, records)
+                               self.heartbeat_interval_ms(g.group_id), None, records)
 
     @staticmethod
     def _remove_records(g: ConsumerGroup, m: ConsumerMember) -> list[Record]:
@@ -359,7 +378,7 @@ class ConsumerGroups(ClassicMembers):
 
     def _arm(self, now: int, g: ConsumerGroup, m: ConsumerMember) -> None:
         classic = m.subscription.classic
-        m.session_deadline = now + (self.config.session_timeout_ms if classic is None
+        m.session_deadline = now + (self.session_timeout_ms(g.group_id) if classic is None
                                     else classic.session_timeout_ms)
         heapq.heappush(self._timers, (m.session_deadline, next(self._seq), g.group_id,
                                       m.member_id, "session"))

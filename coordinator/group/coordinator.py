@@ -40,6 +40,7 @@ from .consumer_classic import ClassicJoinRequest
 from .consumer_coordinator import ConsumerGroupShell
 from .consumer_records import ConsumerRecordKey
 from .consumer_state import ConsumerGroupConfig, ConsumerGroups
+from .group_configs import HEARTBEAT_INTERVAL, SESSION_TIMEOUT, GroupConfigStore
 from .offsets import OffsetStore
 from .records import (
     OffsetKey,
@@ -97,6 +98,15 @@ class GroupCoordinator(ConsumerGroupShell):
         # KIP-848 consumer-protocol groups, beside the classic ones (one group id names
         # a group of one type at a time).
         self.consumer = ConsumerGroups(config.consumer or ConsumerGroupConfig())
+        # Group configs (resource type 32): per-group consumer.session.timeout.ms and
+        # consumer.heartbeat.interval.ms, which the consumer groups read.
+        c = self.consumer.config
+        self.group_configs = GroupConfigStore(getattr(logs, "data_dir", None), {
+            SESSION_TIMEOUT: (c.session_timeout_ms, c.min_session_timeout_ms,
+                              c.max_session_timeout_ms),
+            HEARTBEAT_INTERVAL: (c.heartbeat_interval_ms, c.min_heartbeat_interval_ms,
+                                 c.max_heartbeat_interval_ms)})
+        self.consumer.overrides = self.group_configs.overrides
         # Classic members' LeaveGroup of a consumer group: (log, last offset) to wait for.
         self._unflushed_leaves: dict[str, tuple[PartitionLog, int]] = {}
         # __consumer_offsets partitions still loading: their groups answer

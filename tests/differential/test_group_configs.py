@@ -1,0 +1,131 @@
+"""Group configs (config resource type 32), txbroker vs Kafka 4.4: a consumer group's own
+``consumer.session.timeout.ms`` and ``consumer.heartbeat.interval.ms``, checked against
+the broker's min/max keys with Kafka's errors, listed by DescribeConfigs with their
+synonyms, and applied to the group's next heartbeats (issue 38: txbroker refused every
+group config, saying it did not implement KIP-848)."""
+
+from __future__ import annotations
+
+import datetime
+import time
+import uuid
+
+import pytest
+from txbroker.protocol.messages import build, request_module
+
+from tests.differential.conftest import COMMON_CONFIG
+
+DESCRIBE_CONFIGS, ALTER_CONFIGS, INCREMENTAL_ALTER_CONFIGS, HEARTBEAT = 32, 33, 44, 68
+GROUP = 32
+SET, DELETE, APPEND = 0, 1, 2
+SESSION = "consumer.session.timeout.ms"
+INTERVAL = "consumer.heartbeat.interval.ms"
+INVALID_CONFIG, INVALID_REQUEST, UNKNOWN_MEMBER_ID = 40, 42, 25
+# ConfigSource: GROUP_CONFIG 8, STATIC_BROKER_CONFIG 4, DEFAULT_CONFIG 5.
+GROUP_SOURCE, BROKER_SOURCE, DEFAULT_SOURCE = 8, 4, 5
+
+
+def _alter(client, group: str, ops, validate_only: bool = False) -> tuple[int, str | None]:
+    m = request_module(INCREMENTAL_ALTER_CONFIGS, 1)
+    r = client.request(INCREMENTAL_ALTER_CONFIGS, 1, build(
+        m.IncrementalAlterConfigsRequest, validate_only=validate_only, resources=(build(
+            m.AlterConfigsResource, resource_type=GROUP, resource_name=group, configs=tuple(
+                build(m.AlterableConfig, name=n, config_operation=op, value=v)
+                for n, op, v in ops)),)))
+    (res,) = r.responses
+    return int(res.error_code), res.error_message
+
+
+def _describe(client, group: str, key: str):
+    """(value, source, synonyms as (name, value, source)) of one group config."""
+    m = request_module(DESCRIBE_CONFIGS, 4)
+    r = client.request(DESCRIBE_CONFIGS, 4, build(
+        m.DescribeConfigsRequest, include_synonyms=True, include_documentation=False,
+        resources=(build(m.DescribeConfigsResource, resource_type=GROUP, resource_name=group,
+                         configuration_keys=(key,)),)))
+    (res,) = r.results
+    assert int(res.error_code) == 0, res
+    (c,) = res.configs
+    return c.value, int(c.config_source), [(s.name, s.value, int(s.source)) for s in c.synonyms]
+
+
+@pytest.mark.kafka_ci
+def test_group_config_checks_describe_and_delete(broker):
+    group = f"gc-{uuid.uuid4().hex[:8]}"
+    session, interval = (COMMON_CONFIG["group.consumer.session.timeout.ms"],
+                         COMMON_CONFIG["group.consumer.heartbeat.interval.ms"])
+    client = broker.raw()
+    try:
+        bad = [
+            ([("foo.bar", SET, "1")], INVALID_CONFIG, "Unknown group config name: foo.bar"),
+            ([(SESSION, SET, "500")], INVALID_CONFIG,
+             f"{SESSION} must be in the range 1000 to 60000 inclusive."),
+            ([(INTERVAL, SET, "50")], INVALID_CONFIG,
+             f"{INTERVAL} must be in the range 100 to 15000 inclusive."),
+            ([(SESSION, SET, "abc")], INVALID_CONFIG,
+             f"Invalid value abc for configuration {SESSION}: Not a number of type INT"),
+            ([(INTERVAL, SET, session)], INVALID_CONFIG,  # the broker's session timeout
+             f"{SESSION} must be greater than {INTERVAL}"),
+            ([(SESSION, SET, None)], INVALID_REQUEST, f"Null value not supported for : {SESSION}"),
+            ([(SESSION, SET, "7000"), (SESSION, SET, "8000")], INVALID_REQUEST,
+             "Error due to duplicate config keys"),
+            ([(SESSION, APPEND, "7000")], INVALID_CONFIG,
+             f"Can't APPEND to key {SESSION} because its type is not LIST."),
+            ([(INTERVAL, SET, "700"), ("foo", SET, "1")], INVALID_CONFIG,
+             "Unknown group config name: foo"),
+        ]
+        for ops, code, message in bad:
+            assert _alter(client, group, ops) == (code, message), ops
+        assert _alter(client, "", [(SESSION, SET, "7000")]) == (
+            INVALID_REQUEST, "Default group resources are not allowed.")
+        # Nothing refused above was stored, nor what validate_only checked.
+        assert _alter(client, group, [(SESSION, SET, "7000")], validate_only=True) == (0, None)
+        broker_synonyms = [("group.consumer.session.timeout.ms", session, BROKER_SOURCE),
+                           ("group.consumer.session.timeout.ms", "45000", DEFAULT_SOURCE)]
+        assert _describe(client, group, SESSION) == (session, BROKER_SOURCE, broker_synonyms)
+
+        assert _alter(client, group, [(SESSION, SET, "10000"), (INTERVAL, SET, "700")]) == (0, None)
+        assert _describe(client, group, SESSION) == (
+            "10000", GROUP_SOURCE, [(SESSION, "10000", GROUP_SOURCE), *broker_synonyms])
+        assert _describe(client, group, INTERVAL)[:2] == ("700", GROUP_SOURCE)
+        assert _alter(client, group, [(SESSION, DELETE, None)]) == (0, None)
+        assert _describe(client, group, SESSION) == (session, BROKER_SOURCE, broker_synonyms)
+        assert _describe(client, group, INTERVAL)[:2] == ("700", GROUP_SOURCE)
+        # The legacy AlterConfigs replaces the whole set.
+        m = request_module(ALTER_CONFIGS, 2)
+        r = client.request(ALTER_CONFIGS, 2, build(
+            m.AlterConfigsRequest, validate_only=False, resources=(build(
+                m.AlterConfigsResource, resource_type=GROUP, resource_name=group, configs=(
+                    build(m.AlterableConfig, name=SESSION, value="9000"),)),)))
+        assert [(int(x.error_code), x.error_message) for x in r.responses] == [(0, None)]
+        assert _describe(client, group, SESSION)[:2] == ("9000", GROUP_SOURCE)
+        assert _describe(client, group, INTERVAL)[:2] == (interval, BROKER_SOURCE)
+    finally:
+        client.close()
+
+
+def _heartbeat(client, group: str, member_id: str, epoch: int, topic: str):
+    m = request_module(HEARTBEAT, 1)
+    return client.request(HEARTBEAT, 1, build(
+        m.ConsumerGroupHeartbeatRequest, group_id=group, member_id=member_id,
+        member_epoch=epoch, rebalance_timeout=datetime.timedelta(seconds=5),
+        subscribed_topic_names=(topic,), subscribed_topic_regex=None, topic_partitions=()))
+
+
+def test_group_configs_apply_to_heartbeats(broker):
+    """A member of a group with its own configs is told that heartbeat interval, and is
+    fenced after that session timeout (2 s, where the broker's is 6 s)."""
+    topic = broker.topic("gc-hb")
+    group = topic + "-g"
+    client = broker.raw()
+    try:
+        assert _alter(client, group, [(SESSION, SET, "2000"), (INTERVAL, SET, "700")]) == (0, None)
+        broker.wait_coordinator(group, key_type=0)
+        member = str(uuid.uuid4())
+        r = _heartbeat(client, group, member, 0, topic)
+        assert (int(r.error_code), r.heartbeat_interval.total_seconds()) == (0, 0.7), r
+        time.sleep(4)  # past the group's session timeout, well within the broker's
+        r = _heartbeat(client, group, member, int(r.member_epoch), topic)
+        assert int(r.error_code) == UNKNOWN_MEMBER_ID, r
+    finally:
+        client.close()
