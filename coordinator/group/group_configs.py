@@ -116,11 +116,6 @@ class GroupConfigStore:
         log.info("group %r configs: %s", group_id, parsed or "broker defaults")
         return parsed
 
-    def forget(self, group_id: str) -> None:
-        """Drop a deleted group's overrides."""
-        if self.overrides.pop(group_id, None) is not None:
-            self._save()
-
     def _parse(self, name: str, value: str | None) -> int:
         if name not in KEYS:
             if name.startswith(_NOT_YET):
