@@ -34,11 +34,13 @@ class ConditionLog:
         self._unreported = 0  # occurrences since that line
         self._names: dict[str, None] = {}  # what the unreported occurrences concerned
         self._latest = ""
+        self._last = 0.0  # when it last occurred
 
     def occurred(self, detail: str, name: str | None = None) -> None:
         """One more occurrence (``name``: what it concerned, e.g. a partition)."""
         now = self._clock()
         self.occurrences += 1
+        self._last = now
         if not self.active:
             self.active = True
             self._started = self._reported = now
@@ -59,6 +61,9 @@ class ConditionLog:
         now = self._clock() if now is None else now
         if now - self._reported < self.interval:
             return
+        self._summary(now)
+
+    def _summary(self, now: float) -> None:
         names = list(self._names)
         named = ", ".join(names[:MAX_NAMED]) + (f" and {len(names) - MAX_NAMED} more"
                                                 if len(names) > MAX_NAMED else "")
@@ -70,11 +75,17 @@ class ConditionLog:
         self._unreported = 0
         self._names.clear()
 
-    def cleared(self, detail: str = "") -> None:
-        """The condition is over: one line saying so, if it was on."""
+    def cleared(self, detail: str = "", *, quiet: float = 0.0) -> None:
+        """The condition is over: one line saying so, if it was on. With ``quiet``, only
+        once it has not occurred for that many seconds (so that a condition that comes
+        and goes is one condition, not a line pair each time)."""
         if not self.active:
             return
         now = self._clock()
+        if now - self._last < quiet:
+            return
+        if self._unreported:
+            self._summary(now)  # what is not summarized yet, first
         self._log.log(logging.WARNING, "%s ended after %.0f s (%d occurrence(s))%s",
                       self.what, now - self._started, self.occurrences,
                       f": {detail}" if detail else "")

@@ -36,7 +36,7 @@ import time
 from collections.abc import Callable
 
 from . import fsync_helper
-from .condition_log import ConditionLog
+from .condition_log import SUMMARY_INTERVAL_S, ConditionLog
 from .durable_file import entries_synced, unsynced_entries
 from .log import PartitionLog, now_ms
 from .segment import LogSegment
@@ -459,9 +459,9 @@ class Flusher:
             self._no_fds.cleared()
         if not failed and self._failures.active:
             offline = [p.name for p in self._logs if p.offline is not None]
-            self._failures.cleared(
+            self._failures.cleared(quiet=SUMMARY_INTERVAL_S, detail=(
                 f"fsyncs succeed again; {len(offline)} partition(s) stay offline until the "
-                f"broker restarts: {', '.join(offline[:10])}{' ...' if len(offline) > 10 else ''}")
+                f"broker restarts: {', '.join(offline[:10])}{' ...' if len(offline) > 10 else ''}"))
 
     def _injected(self, plog: PartitionLog) -> OSError | None:
         for fault in list(self.fsync_faults):

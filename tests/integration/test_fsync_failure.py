@@ -15,7 +15,6 @@ import logging
 import time
 
 from confluent_kafka import Consumer, Producer, TopicPartition
-
 from txbroker.protocol.errors import ErrorCode
 
 TOPIC = "fsync-orders"
