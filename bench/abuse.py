@@ -1,4 +1,4 @@
-"""Hostile clients against txbroker (issue 14): what each costs the broker and the others.
+"""Hostile clients against txbroker: what each costs the broker and the others.
 
     .venv/bin/python -m bench.abuse [--scenarios a,b] [--out DIR] [--quick]
 
@@ -8,7 +8,7 @@ acks=all, 1 KiB values, one message at a time, each awaited. Reported per scenar
 the broker's peak RSS (psutil, every 50 ms), the normal client's produce latency
 p50/p99 and errors, whether the broker survived (alive and still serving acks=all
 at the end), and what the abusive requests got back. Every loop is bounded in count
-and in time. Targets from the issue: peak RSS <= 256 MB, normal p99 <= 50 ms.
+and in time. Targets: peak RSS <= 256 MB, normal p99 <= 50 ms.
 """
 
 from __future__ import annotations

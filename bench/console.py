@@ -6,7 +6,7 @@ An in-process broker (the test fixture's BrokerThread); the transactional ids ar
 by the coordinator itself (InitProducerId, then AddPartitionsToTxn for ``--open`` of
 them, so they are Ongoing), in-process to keep the set-up short. Each page is fetched
 over HTTP from 127.0.0.1 seven times; the median wall time is printed (it includes
-aiohttp's own work, so it bounds the server time from above). The issue's target: each
+aiohttp's own work, so it bounds the server time from above). The target: each
 page ≤ 200 ms server time.
 """
 

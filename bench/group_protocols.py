@@ -1,4 +1,4 @@
-"""KIP-848's consumer group protocol against the classic one (issue 27's targets).
+"""KIP-848's consumer group protocol against the classic one, with its targets.
 
     .venv/bin/python -m bench.group_protocols              # about 5 minutes on 2 cores
     .venv/bin/python -m bench.group_protocols --runs 1 --no-kafka   # a quick look

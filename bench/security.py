@@ -1,4 +1,4 @@
-"""What TLS and SASL cost (issue 15): produce and read_committed consume over TLS against
+"""What TLS and SASL cost: produce and read_committed consume over TLS against
 PLAINTEXT, and SCRAM authentications per second.
 
     .venv/bin/python -m bench.security [--runs 3] [--messages 20000] [--out DIR] [--quick]

@@ -36,7 +36,7 @@ DEFAULT_OUT = ROOT / "bench" / "results"
 BROKERS = ("txbroker", "tansu")
 SCENARIOS = tuple(clients.SCENARIOS)
 
-# The first targets, for the confluent-kafka scenario on txbroker.
+# The first targets, for the confluent-kafka scenario on txbroker.
 TARGETS = {"produce_mb_per_s": 100.0, "consume_mb_per_s": 150.0, "peak_rss_mb": 200.0}
 
 

@@ -104,7 +104,7 @@ def _ratios(results: dict[str, dict[str, Any]], txbroker: str) -> dict[str, Any]
 
 
 def check_targets(results: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    """Per txbroker variant: each of the issue's first targets, measured and met."""
+    """Per txbroker variant: each of the first targets, measured and met."""
     out: dict[str, Any] = {}
     for name in _txbrokers(results):
         s = results[name].get("summary")

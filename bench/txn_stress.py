@@ -1,8 +1,8 @@
 """Stress of transactional Java producers (transactions v2 at transaction.version 2):
 many short transactions from several producers, each alone on its transactional id,
 so that any fencing or fatal error is a bug (of the broker, or of the client when it
-happens on Apache Kafka too). How issue 18's intermittent ProducerFencedException was
-found (docs/transactions.md).
+happens on Apache Kafka too). How an intermittent ProducerFencedException of Java
+producers on transactions v2 was found (docs/transactions.md).
 
     .venv/bin/python -m bench.txn_stress [--broker txbroker|kafka] [--runs N]
         [--seconds S] [--producers P] [--records R] [--abort-every K]

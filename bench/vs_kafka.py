@@ -67,7 +67,7 @@ COMPARED = (
     ("rate-8p-10r", "commit_p99_ms", False),
     ("run", "peak_rss_mb", False),
 )
-# The targets: (phase, key, txbroker variant, bound on the ratio to Kafka).
+# The targets: (phase, key, txbroker variant, bound on the ratio to Kafka).
 TARGETS = (
     ("rate-8p-10r", "txn_per_s", KAFKA_FLUSH_BROKER, ">=", 1.0),
     ("rate-1p-10r", "commit_p99_ms", KAFKA_FLUSH_BROKER, "<=", 1.0),
