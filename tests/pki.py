@@ -16,7 +16,10 @@ def make_ca(directory: Path, name: str = "ca") -> Path:
     directory.mkdir(parents=True, exist_ok=True)
     _openssl(directory, "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256",
              "-nodes", "-keyout", f"{name}.key", "-out", f"{name}.pem", "-days", "2",
-             "-subj", f"/CN={name}")
+             "-subj", f"/CN={name}", "-addext", "basicConstraints=critical,CA:TRUE",
+             # Python 3.13's default client context verifies strictly (VERIFY_X509_STRICT):
+             # a CA certificate without a keyUsage extension is refused.
+             "-addext", "keyUsage=critical,keyCertSign,cRLSign")
     return directory / f"{name}.pem"
 
 
