@@ -178,9 +178,10 @@ test-latest: system-deps kafka-jars
 # version, found as python3.13 on PATH or under pyenv, or an interpreter's path);
 # TESTS=... runs other tests, e.g. TESTS=tests for the whole suite.
 TESTS ?= $(SUBSET_TESTS)
-PYTHON_BIN = $(shell p='$(PYTHON)'; case "$$p" in */*) echo "$$p";; *[0-9]) \
-  command -v python$$p 2>/dev/null || { r=$$(pyenv root 2>/dev/null) && \
-  ls -d $$r/versions/$$p*/bin/python$$p 2>/dev/null | tail -1; } ;; *) command -v $$p;; esac)
+# (pyenv's own folder first: its shims on the PATH answer for versions not selected.)
+PYTHON_BIN = $(firstword $(if $(findstring /,$(PYTHON)),$(PYTHON)) \
+  $(wildcard $(shell pyenv root 2>/dev/null)/versions/$(PYTHON)*/bin/python$(PYTHON)) \
+  $(shell command -v python$(PYTHON) $(PYTHON) 2>/dev/null))
 PY_VENV = .venv-$(notdir $(PYTHON_BIN))
 test-python: system-deps kafka-jars
 	@[ -n "$(PYTHON_BIN)" ] || { echo "make test-python: no interpreter for PYTHON=$(PYTHON)" >&2; exit 1; }
@@ -210,7 +211,7 @@ test-kafka: install
 	$(PY) -m pytest -q -p no:cacheprovider tests/differential
 	$(PY) -m pytest -q -p no:cacheprovider -m kafka tests/integration/spark
 
-# The three-node Apache Kafka cluster (tests/cluster/, issue 30): its harness and the
+# The three-node Apache Kafka cluster (tests/cluster/): its harness and the
 # payments pipeline across broker and coordinator fail-overs (docs/testing.md).
 test-cluster: install mirror-jars
 	$(PY) -m pytest -q -p no:cacheprovider -m cluster tests/cluster
@@ -240,16 +241,16 @@ demo: install
 bench: install
 	$(PY) -m bench.throughput
 
-# txbroker (both flush policies) against Apache Kafka 4 (issue 16): docs/performance.md.
+# txbroker (both flush policies) against Apache Kafka 4: docs/performance.md.
 bench-kafka: install
 	$(PY) -m bench.vs_kafka --runs 3 --messages 200000
 
-# KIP-848 against the classic group protocol (issue 27): rebalance times of a 10-member
-# group on txbroker and Kafka 4.3.1, consume-transform-produce transactions/s.
+# KIP-848 against the classic group protocol: rebalance times of a 10-member
+# group on txbroker and Apache Kafka, consume-transform-produce transactions/s.
 bench-group-protocols: install
 	$(PY) -m bench.group_protocols
 
-# Hostile clients (issue 14): broker peak RSS and a normal client's acks=all latency.
+# Hostile clients: broker peak RSS and a normal client's acks=all latency.
 bench-abuse: install
 	$(PY) -m bench.abuse
 

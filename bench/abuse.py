@@ -477,7 +477,7 @@ def run_scenario(name: str, quick: bool) -> dict[str, Any]:
 
 
 def render(rep: dict[str, Any]) -> str:
-    lines = ["# Abuse benchmark (issue 14)", "",
+    lines = ["# Abuse benchmark", "",
              f"- date: {rep['machine']['date']}", f"- command: `{rep['command']}`",
              f"- txbroker {rep['machine']['txbroker_commit']}; "
              f"{rep['machine']['logical_cores']} cores; load at start "

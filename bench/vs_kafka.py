@@ -257,7 +257,7 @@ def render_markdown(rep: dict[str, Any]) -> str:
         rats = [report.fmt(rep["ratios"][n].get(f"{phase}.{key}"), 3) for n in names
                 if n != "kafka"]
         lines.append(f"| {phase} {key} | " + " | ".join(vals + rats) + " |")
-    lines += ["", "Targets (issue 16):", ""]
+    lines += ["", "Targets:", ""]
     for t in rep["targets"]:
         met = {True: "met", False: "NOT met", None: "no data"}[t["met"]]
         lines.append(f"- {t['broker']} / kafka {t['metric']} {t['target']}: "
