@@ -1,7 +1,8 @@
 """Log a lasting condition (a failing disk, a full one) as a few lines, not one per attempt.
 
 A broker that logs every failed fsync or checkpoint write of a file system that went
-away writes megabytes a second (issue 42: 20 MB in 4 s) and buries the one line an
+away writes megabytes a second (20 MB in 4 s once, a FUSE file system killed under the
+data directory) and buries the one line an
 operator needs. A :class:`ConditionLog` writes one line when its condition starts,
 at most one summary per ``interval`` while new occurrences keep coming, and one line
 when it ends. Owned by whoever reports the condition (the flusher, the log manager);
