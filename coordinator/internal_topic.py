@@ -30,6 +30,28 @@ def append_error_code(e: Exception) -> ErrorCode:
     return e.code if isinstance(e, KafkaError) else ErrorCode.kafka_storage_error
 
 
+def coordinator_append_error(code: int | ErrorCode) -> int:
+    """Kafka's mapping of a failed append to a coordinator's internal topic to the
+    client's error, the same for every coordinator: a storage error (a failed write or
+    fsync) is NOT_COORDINATOR, so the client finds the coordinator again and retries."""
+    E = ErrorCode
+    code = int(code)
+    if code in (E.unknown_topic_or_partition.value, E.not_enough_replicas.value,
+                E.not_enough_replicas_after_append.value, E.request_timed_out.value):
+        return E.coordinator_not_available.value
+    if code in (E.not_leader_or_follower.value, E.kafka_storage_error.value):
+        return E.not_coordinator.value
+    if code in (E.message_too_large.value, E.record_list_too_large.value,
+                E.invalid_fetch_size.value):
+        return E.unknown_server_error.value
+    return code
+
+
+def append_failure(e: Exception) -> int:
+    """The client's error for an exception of an append to an internal topic."""
+    return coordinator_append_error(append_error_code(e))
+
+
 def ensure_internal_topic(logs: LogManager, topic: str, partitions: int,
                           segment_bytes: int) -> None:
     """Create a coordinator's compacted internal topic on first use (as Kafka does)."""
@@ -97,15 +119,3 @@ def iter_partition_batches(plog: PartitionLog, start: int
             yield header, decode_records(data, pos)
             pos += header.size
         offset = result.next_offset
-
-
-def map_storage_error(code: ErrorCode) -> int:
-    """How Kafka's group coordinator maps append errors for its clients."""
-    E = ErrorCode
-    if code in (E.not_enough_replicas, E.request_timed_out, E.unknown_topic_or_partition):
-        return E.coordinator_not_available.value
-    if code in (E.not_leader_or_follower, E.kafka_storage_error):
-        return E.not_coordinator.value
-    if code in (E.message_too_large, E.record_list_too_large, E.invalid_fetch_size):
-        return E.unknown_server_error.value
-    return code.value

@@ -16,7 +16,6 @@ group if the policy allows it.
 from __future__ import annotations
 
 import logging
-import time
 import uuid
 from collections.abc import Iterator, Mapping
 from typing import Any
@@ -26,12 +25,12 @@ from txbroker.protocol.errors import KafkaError
 
 from ..internal_topic import (
     OFFSETS_TOPIC,
-    append_error_code,
+    append_failure,
     append_records,
     iter_partition_batches,
-    map_storage_error,
     partition_for,
 )
+from ..shell import now_ms
 from . import migration
 from .consumer_checks import Refused, validate_heartbeat
 from .consumer_classic import ClassicJoinRequest
@@ -89,7 +88,7 @@ class ConsumerGroupShell:
             log.error("cannot persist consumer group %s: %r; reloading it from %s",
                       group_id, e, OFFSETS_TOPIC)
             self._reload_consumer_group(group_id)
-            return None, -1, map_storage_error(append_error_code(e))
+            return None, -1, append_failure(e)
 
     def _reload_consumer_group(self, group_id: str) -> None:
         """Memory back to the log after a failed write: the group's records replayed
@@ -114,14 +113,14 @@ class ConsumerGroupShell:
                         records.append((key, rec.value))
         except (KafkaError, OSError, ValueError) as e:
             log.error("cannot read back consumer group %s: %r", group_id, e)
-        self.consumer.reload(group_id, records, int(time.time() * 1000))
+        self.consumer.reload(group_id, records, now_ms())
 
     async def consumer_heartbeat(self, req: HeartbeatRequest) -> HeartbeatResult:
         """ConsumerGroupHeartbeat: answered once its records are durable."""
         if not self.is_ready(req.group_id):
             return HeartbeatResult(_E.coordinator_load_in_progress.value)
         self.ensure_offsets_topic()
-        now = int(time.time() * 1000)
+        now = now_ms()
         pre: list[Record] = []
         classic = self.state.classic_group(req.group_id) if req.group_id else None
         if classic is not None:
@@ -195,7 +194,7 @@ class ConsumerGroupShell:
     # -- classic members of a consumer group (consumer_classic.py) ------------------------
 
     async def classic_join_consumer_group(self, req: ClassicJoinRequest) -> JoinResult:
-        now = int(time.time() * 1000)
+        now = now_ms()
         result, records = self.consumer.classic_join(now, req, self.topic_image())
         self._reschedule()
         plog, last, error = self._append_consumer_records(req.group_id, records)
@@ -211,7 +210,7 @@ class ConsumerGroupShell:
     def classic_sync_consumer_group(self, group_id: str, generation_id: int, member_id: str,
                                     instance_id: str | None, protocol_type: str | None,
                                     protocol_name: str | None) -> SyncResult:
-        result = self.consumer.classic_sync(int(time.time() * 1000), group_id, generation_id,
+        result = self.consumer.classic_sync(now_ms(), group_id, generation_id,
                                             member_id, instance_id, protocol_type,
                                             protocol_name)
         self._reschedule()
@@ -219,7 +218,7 @@ class ConsumerGroupShell:
 
     def classic_heartbeat_consumer_group(self, group_id: str, generation_id: int,
                                          member_id: str, instance_id: str | None) -> int:
-        error = self.consumer.classic_heartbeat(int(time.time() * 1000), group_id,
+        error = self.consumer.classic_heartbeat(now_ms(), group_id,
                                                 generation_id, member_id, instance_id)
         self._reschedule()
         return error

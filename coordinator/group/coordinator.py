@@ -1,6 +1,11 @@
-"""The group coordinator's async shell: drives the sans-IO state machine
-(``state.py``) and offsets store (``offsets.py``), persists their records in
-the compacted internal topic ``__consumer_offsets`` and runs the timers.
+"""The group coordinator: drives the sans-IO state machine (``state.py``) and
+offsets store (``offsets.py``) through the coordinators' one async shell
+(:mod:`..shell`), of which this class is the adapter (records go to
+``__consumer_offsets`` by group id; the classic and consumer groups' timers); loads
+``__consumer_offsets`` on start and answers the group and offset requests.
+
+Who may touch what: the state machines (``state``, ``consumer``, ``offsets``) are this
+object's; handlers call the public methods below.
 
 Ordering rules kept here (see state.py and manager.py):
 * records are appended in the order the state machine asks for them, and a
@@ -12,7 +17,6 @@ Ordering rules kept here (see state.py and manager.py):
 from __future__ import annotations
 
 import asyncio
-import itertools
 import logging
 import time
 import uuid
@@ -27,15 +31,12 @@ from txbroker.storage.manager import LogManager
 
 from ..internal_topic import (
     OFFSETS_TOPIC,
-    append_error_code,
+    append_failure,
     append_records,
-    ensure_internal_topic,
-    iter_partition_batches,
-    map_storage_error,
+    coordinator_append_error,
     partition_for,
-    partition_log_for,
 )
-from ..wake_timer import TaskSet, WakeTimer
+from ..shell import CoordinatorShell, now_ms, read_batches
 from .consumer_classic import ClassicJoinRequest
 from .consumer_coordinator import ConsumerGroupShell
 from .consumer_records import ConsumerRecordKey
@@ -63,10 +64,6 @@ from .state import (
 log = logging.getLogger(__name__)
 
 _E = ErrorCode
-
-
-def now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 @dataclass
@@ -113,11 +110,9 @@ class GroupCoordinator(ConsumerGroupShell):
         # COORDINATOR_LOAD_IN_PROGRESS, the others are served (Kafka loads each group
         # coordinator partition on its own).
         self._loading: set[int] = set()
-        self._tokens = itertools.count(1)
-        self._futures: dict[int, asyncio.Future] = {}
-        self._timer = WakeTimer(self._tick)
-        self._tasks = TaskSet()
-        self._load_task: asyncio.Task | None = None
+        self.shell = CoordinatorShell(logs, OFFSETS_TOPIC, self,
+                                      partitions=config.offsets_topic_partitions,
+                                      segment_bytes=config.offsets_topic_segment_bytes)
         self._expiry_task: asyncio.Task | None = None
         self.rebalances = 0  # completed join phases (new generations), for /metrics
 
@@ -132,22 +127,17 @@ class GroupCoordinator(ConsumerGroupShell):
         """Load __consumer_offsets if it exists (in the background, partition by
         partition: a group's requests get COORDINATOR_LOAD_IN_PROGRESS until its
         partition is loaded); it is created on first use."""
+        self.shell.start()
         if OFFSETS_TOPIC in self.logs.topics:
             self._loading = set(range(self.logs.topics[OFFSETS_TOPIC].partitions))
-            self._load_task = asyncio.create_task(self._load(), name="group-coordinator-load")
+            self.shell.start(self._load(), "group-coordinator-load")
         self._expiry_task = asyncio.create_task(self._expiry_loop(), name="offset-expiry")
 
     async def stop(self) -> None:
-        await self._tasks.cancel_all(self._load_task, self._expiry_task)
-        self._timer.cancel()
-        for fut in self._futures.values():
-            if not fut.done():
-                fut.set_result(None)
-        self._futures.clear()
+        await self.shell.stop(self._expiry_task)
 
     def ensure_offsets_topic(self) -> None:
-        ensure_internal_topic(self.logs, OFFSETS_TOPIC, self.config.offsets_topic_partitions,
-                              self.config.offsets_topic_segment_bytes)
+        self.shell.ensure_topic()
 
     def status(self) -> ErrorCode:
         return _E.none if self.loaded else _E.coordinator_load_in_progress
@@ -163,8 +153,7 @@ class GroupCoordinator(ConsumerGroupShell):
             group_id, self.logs.topics[OFFSETS_TOPIC].partitions) not in self._loading
 
     def _partition(self, group_id: str) -> PartitionLog:
-        self.ensure_offsets_topic()
-        return partition_log_for(self.logs, OFFSETS_TOPIC, group_id)
+        return self.shell.partition_log(group_id)
 
     async def _load(self) -> None:
         started = time.monotonic()
@@ -189,9 +178,7 @@ class GroupCoordinator(ConsumerGroupShell):
 
     async def _load_partition(self, plog: PartitionLog) -> int:
         records = 0
-        for n, (header, recs) in enumerate(iter_partition_batches(plog, plog.log_start_offset)):
-            if n % 100 == 99:
-                await asyncio.sleep(0)  # keep serving other requests while loading
+        async for header, recs in read_batches(plog, plog.log_start_offset):
             if header.is_control:
                 for rec in recs:
                     commit = control_type_of(rec) == ControlType.COMMIT
@@ -217,20 +204,36 @@ class GroupCoordinator(ConsumerGroupShell):
                 records += 1
         return records
 
-    # --- effects, persistence and timers --------------------------------------------
+    # --- the shell's adapter ------------------------------------------------------------
 
     def _apply(self, effects: Effects) -> None:
-        for event in effects.events:
-            self._report(event)
-        for token, result in effects.responses.items():
-            fut = self._futures.pop(token, None)
-            if fut is not None and not fut.done():
-                fut.set_result(result)
-        for request in effects.persist:
-            self._persist(request)
-        self._reschedule()
+        self.shell.apply(effects)
 
-    def _report(self, e: GroupEvent) -> None:
+    def placement(self, request: PersistRequest) -> str:
+        return request.group_id
+
+    def persisted(self, now: int, write_id: int, error: int) -> Effects:
+        return self.state.group_persisted(now, write_id, error)
+
+    def on_effects(self, effects: Effects) -> None:
+        pass  # every effect of a group is the shell's
+
+    def next_wake(self, effects: Effects | None = None) -> int | None:
+        wakes = [w for w in (self.state.next_wake_ms(), self.consumer.next_wake_ms())
+                 if w is not None]
+        return min(wakes) if wakes else None
+
+    def _reschedule(self) -> None:
+        self.shell.reschedule(self.next_wake())
+
+    def tick(self, now: int) -> Effects:
+        for group_id, records, why in self.consumer.tick(now):
+            log.info("%s: removed (group epoch bumped)", why)
+            self._append_consumer_records(group_id, records)
+            self._downgrade_after_removal(group_id, now)
+        return self.state.tick(now)
+
+    def report(self, e: GroupEvent) -> None:
         if e.kind == "preparing_rebalance":
             log.info("preparing to rebalance group %r in state %s with old generation %d "
                      "(%d member(s))", e.group_id, e.old_state, e.generation_id, e.members)
@@ -241,50 +244,6 @@ class GroupCoordinator(ConsumerGroupShell):
                          e.group_id, e.generation_id, e.members, e.protocol)
             else:
                 log.info("group %r is now Empty (generation %d)", e.group_id, e.generation_id)
-
-    def _persist(self, request: PersistRequest) -> None:
-        # Appended now, in the order asked; acknowledged once durable.
-        error = _E.none.value
-        plog = None
-        last = -1
-        try:
-            plog = self._partition(request.group_id)
-            last = append_records(plog, [(request.key, request.value)]).last_offset
-        except (KafkaError, OSError) as e:
-            log.error("cannot persist group %s: %r", request.group_id, e)
-            error = map_storage_error(append_error_code(e))
-        self._spawn(self._after_durable(plog, last, request.write_id, error))
-
-    async def _after_durable(self, plog: PartitionLog | None, last: int, write_id: int,
-                             error: int) -> None:
-        if plog is not None and error == _E.none.value:
-            try:
-                await self.logs.flusher.wait_acked(plog, last + 1)
-            except OSError:  # its fsync failed (LogOfflineError): the write did not happen
-                error = map_storage_error(_E.kafka_storage_error)
-        self._apply(self.state.group_persisted(now_ms(), write_id, error))
-
-    def _spawn(self, coro) -> None:
-        self._tasks.spawn(coro)
-
-    def _reschedule(self) -> None:
-        wakes = [w for w in (self.state.next_wake_ms(), self.consumer.next_wake_ms())
-                 if w is not None]
-        self._timer.set(min(wakes) if wakes else None)
-
-    def _tick(self) -> None:
-        now = now_ms()
-        for group_id, records, why in self.consumer.tick(now):
-            log.info("%s: removed (group epoch bumped)", why)
-            self._append_consumer_records(group_id, records)
-            self._downgrade_after_removal(group_id, now)
-        self._apply(self.state.tick(now))
-
-    async def _await_token(self, token: int, fut: asyncio.Future):
-        try:
-            return await fut
-        finally:
-            self._futures.pop(token, None)
 
     # --- group membership --------------------------------------------------------------
 
@@ -310,14 +269,10 @@ class GroupCoordinator(ConsumerGroupShell):
                 return JoinResult(_E.coordinator_not_available.value, member_id=member_id)
             log.info("empty consumer group %r converted to a classic group", group_id)
         self.ensure_offsets_topic()
-        token = next(self._tokens)
-        fut = asyncio.get_running_loop().create_future()
-        self._futures[token] = fut
-        self._apply(self.state.join(
+        result = await self.shell.call(lambda token: self.state.join(
             token, now_ms(), group_id, member_id, group_instance_id, client_id, client_host,
             session_timeout_ms, rebalance_timeout_ms, protocol_type, protocols,
             require_known_member_id, supports_skip_assignment))
-        result = await self._await_token(token, fut)
         return result if result is not None else JoinResult(_E.coordinator_not_available.value)
 
     async def sync(self, *, group_id: str, generation_id: int, member_id: str,
@@ -330,13 +285,9 @@ class GroupCoordinator(ConsumerGroupShell):
                                                     group_instance_id, protocol_type,
                                                     protocol_name)
         self.ensure_offsets_topic()
-        token = next(self._tokens)
-        fut = asyncio.get_running_loop().create_future()
-        self._futures[token] = fut
-        self._apply(self.state.sync(token, now_ms(), group_id, generation_id, member_id,
-                                    group_instance_id, protocol_type, protocol_name,
-                                    assignments))
-        result = await self._await_token(token, fut)
+        result = await self.shell.call(lambda token: self.state.sync(
+            token, now_ms(), group_id, generation_id, member_id, group_instance_id,
+            protocol_type, protocol_name, assignments))
         return result if result is not None else SyncResult(_E.coordinator_not_available.value)
 
     def heartbeat(self, *, group_id: str, generation_id: int, member_id: str,
@@ -391,7 +342,7 @@ class GroupCoordinator(ConsumerGroupShell):
                 await self.logs.flusher.wait_acked(plog, last + 1)
             except (KafkaError, OSError) as err:
                 log.error("cannot store offsets of group %s: %r", group_id, err)
-                code = map_storage_error(append_error_code(err))
+                code = append_failure(err)
                 for e, _v in accepted:
                     results[(e.topic, e.partition)] = code
                 return results
@@ -451,7 +402,7 @@ class GroupCoordinator(ConsumerGroupShell):
                 await self.logs.flusher.wait_acked(plog, last + 1)
             except OSError as err:
                 log.error("cannot store transactional offsets of group %s: %r", group_id, err)
-                code = map_storage_error(_E.kafka_storage_error)
+                code = coordinator_append_error(_E.kafka_storage_error)
                 for e, _v in accepted:
                     results[(e.topic, e.partition)] = code
                 return results

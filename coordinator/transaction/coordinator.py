@@ -1,39 +1,39 @@
-"""The transaction coordinator's async shell: drives the sans-IO state machine
-(``state.py``), persists its records in the compacted internal topic
-``__transaction_state`` (fsynced before acted on), writes the COMMIT/ABORT
-markers, runs the timers and recovers unfinished commits on start."""
+"""The transaction coordinator: answers InitProducerId, AddPartitionsToTxn,
+AddOffsetsToTxn and EndTxn (Kafka's ``TransactionCoordinator``) by driving the sans-IO
+state machine (``state.py``) through the coordinators' one async shell
+(:mod:`..shell`), of which this class is the adapter: which partition of
+``__transaction_state`` a record goes to, which records are acted on once appended,
+the fault point after a PrepareCommit/PrepareAbort is durable, the markers to write,
+the events to log. It also loads ``__transaction_state`` on start (per partition its
+snapshot, :mod:`.snapshots`, then the records after it) and recovers unfinished
+commits.
+
+Who may touch what: the state machine (``self.state``) is this object's; handlers and
+the admin console call the public methods below (or read ``state`` through its
+introspection methods). The shell's futures and timer are the shell's.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import collections
-import itertools
 import logging
 import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from kio.schema.errors import ErrorCode
-from txbroker.protocol.errors import KafkaError
 from txbroker.storage.log import PartitionLog
 from txbroker.storage.manager import LogManager
 
-from ..internal_topic import (
-    OFFSETS_TOPIC,
-    TXN_TOPIC,
-    append_error_code,
-    append_records,
-    ensure_internal_topic,
-    iter_partition_batches,
-    partition_for,
-    partition_log_for,
-)
-from ..wake_timer import TaskSet, WakeTimer
+from ..internal_topic import OFFSETS_TOPIC, TXN_TOPIC, partition_for
+from ..shell import CoordinatorShell, now_ms, read_batches
 from .faults import FaultInjector
-from .markers import write_markers
-from .records import TxnLogValue, decode_key, decode_value
-from .snapshot import read_snapshot, row_of, write_snapshot
+from .markers import write_marker_request
+from .records import decode_key, decode_value
+from .snapshots import SnapshotKeeper, View
 from .state import (
     AddOffsetsResult,
     AddPartitionsResult,
@@ -45,7 +45,6 @@ from .state import (
     TransactionCoordinatorState,
     TxnConfig,
     TxnEvent,
-    coordinator_append_error,
 )
 
 log = logging.getLogger(__name__)
@@ -59,36 +58,15 @@ _E = ErrorCode
 # The AddPartitionsToTxn version of a partition leader's implicit add (transactions v2).
 ADD_PARTITIONS_FROM_LEADER = 5
 TXN_OUTCOMES = ("committed", "aborted", "timed_out", "fenced")
-# A partition of __transaction_state is snapshotted once this many records, or this
-# fraction of its ids, were appended since its last snapshot: a load replays at most
-# about that many records per partition (the snapshot written is the cost).
+# A partition of __transaction_state is snapshotted once this many records (or a
+# fraction of its ids, snapshots.py) were appended since its last snapshot. Read at
+# each append (a test lowers it on a running broker).
 SNAPSHOT_MIN_RECORDS = 100
-SNAPSHOT_TAIL_FRACTION = 16
-# Snapshot rows loaded between two turns of the event loop: requests for the ids of
-# partitions already loaded wait at most that long (~1 ms) while the others load.
-SNAPSHOT_ROWS_PER_TURN = 250
 # How long a request for an id whose partition is still loading waits for it (that
 # partition loads next) before it is answered COORDINATOR_LOAD_IN_PROGRESS. A partition
 # loads in milliseconds; a client retries the error only after its backoff (librdkafka:
 # 500 ms for InitProducerId).
 PARTITION_LOAD_WAIT_S = 0.5
-
-
-def now_ms() -> int:
-    return int(time.time() * 1000)
-
-
-def _note(view: dict[str, list | TxnLogValue], tid: str, value: TxnLogValue | None) -> None:
-    # The record itself: its snapshot row is built when a snapshot is written (an id
-    # is written three times per transaction, a snapshot every few thousand records).
-    if value is None:  # a tombstone: the id expired
-        view.pop(tid, None)
-    else:
-        view[tid] = value
-
-
-def _snapshot_rows(view: dict[str, list | TxnLogValue]) -> list[list]:
-    return [v if type(v) is list else row_of(tid, v) for tid, v in view.items()]
 
 
 @dataclass
@@ -112,25 +90,18 @@ class TransactionCoordinator:
         self.config = config
         self.faults = faults
         self.coordinator_epoch = 0
+        self.shell = CoordinatorShell(logs, TXN_TOPIC, self,
+                                      partitions=config.state_log_partitions,
+                                      segment_bytes=config.state_log_segment_bytes,
+                                      faults=faults, keep_earlier_wake=True)
         self.state = self._new_state()
-        self._tokens = itertools.count(1)
-        self._futures: dict[int, asyncio.Future] = {}
         # AddPartitionsToTxn/AddOffsetsToTxn held while their id's commit completes.
         self._completion_waiters: dict[str, list[asyncio.Future]] = {}
-        self._tasks = TaskSet()
-        self._timer = WakeTimer(self._tick)
-        self._load_task: asyncio.Task | None = None
         # While loading: the __transaction_state partitions still to load, in order (a
         # partition asked for moves to the front), and the waiters of each.
         self._load_queue: collections.deque[int] = collections.deque()
         self._partition_waiters: dict[int, asyncio.Event] = {}
-        # Per partition of __transaction_state: the latest record of each id (what a
-        # snapshot holds), records appended since the last snapshot, snapshots running.
-        # Per partition: id -> its snapshot row (loaded) or latest record (since).
-        self._latest: dict[int, dict[str, list | TxnLogValue]] = {}
-        self._since_snapshot: dict[int, int] = {}
-        self._snapshotting: set[int] = set()
-        self._stopped = False
+        self.snapshots = SnapshotKeeper(logs, self.shell.spawn, lambda: self.shell.stopped)
         # Finished transactions by outcome, for /metrics (this process's lifetime).
         self.outcomes: dict[str, int] = dict.fromkeys(TXN_OUTCOMES, 0)
 
@@ -153,16 +124,14 @@ class TransactionCoordinator:
     # --- lifecycle --------------------------------------------------------------------
 
     async def start(self) -> None:
-        self._stopped = False
+        self.shell.start()
         self.coordinator_epoch = self._bump_epoch()
         self.state = self._new_state()
-        self._latest.clear()
-        self._since_snapshot.clear()
-        self._snapshotting.clear()
+        self.snapshots.clear()
         if TXN_TOPIC in self.logs.topics:
-            self._load_task = asyncio.create_task(self._load(), name="txn-coordinator-load")
+            self.shell.start(self._load(), "txn-coordinator-load")
         else:
-            self._apply(self.state.recover(now_ms()))
+            self.shell.apply(self.state.recover(now_ms()))
 
     def _bump_epoch(self) -> int:
         """Each incarnation writes markers with a larger coordinator epoch: one more
@@ -195,11 +164,7 @@ class TransactionCoordinator:
         return epoch
 
     async def stop(self) -> None:
-        self._stopped = True
-        await self._tasks.cancel_all(self._load_task)
-        self._timer.cancel()
-        for fut in self._futures.values():
-            _resolve(fut)
+        await self.shell.stop()
         for waiters in self._completion_waiters.values():
             for fut in waiters:
                 _resolve(fut)
@@ -209,18 +174,15 @@ class TransactionCoordinator:
     def load_task(self) -> asyncio.Task | None:
         """The load of ``__transaction_state`` started by :meth:`start` (None: nothing
         to load)."""
-        return self._load_task
+        return self.shell.load_task
 
     def ensure_topic(self) -> None:
-        ensure_internal_topic(self.logs, TXN_TOPIC, self.config.state_log_partitions,
-                              self.config.state_log_segment_bytes)
+        self.shell.ensure_topic()
 
     def status(self) -> ErrorCode:
         return _E.none if self.state.loaded else _E.coordinator_load_in_progress
 
-    def _partition(self, transactional_id: str) -> PartitionLog:
-        self.ensure_topic()
-        return partition_log_for(self.logs, TXN_TOPIC, transactional_id)
+    # --- loading ----------------------------------------------------------------------
 
     async def _load(self) -> None:
         """Replay ``__transaction_state`` into the state machine: per partition its
@@ -242,14 +204,12 @@ class TransactionCoordinator:
             if plog is None:
                 self._recovered(p)
                 continue
-            view: dict[str, list | TxnLogValue] = {}
-            self._latest[p] = view
+            view: View = {}
+            self.snapshots.latest[p] = view
             start = await self._load_snapshot(plog, view)
             snapshot_rows += len(view)
             tail = 0
-            for n, (header, recs) in enumerate(iter_partition_batches(plog, start)):
-                if n % 100 == 99:
-                    await asyncio.sleep(0)
+            async for header, recs in read_batches(plog, start):
                 if header.is_control:
                     continue
                 for rec in recs:
@@ -262,10 +222,10 @@ class TransactionCoordinator:
                                     plog.name, rec.offset, e)
                         continue
                     self.state.load(tid, value, p)
-                    _note(view, tid, value)
+                    self.snapshots.loaded_record(view, tid, value)
                     tail += 1
             count += tail
-            self._since_snapshot[p] = tail
+            self.snapshots.since_snapshot[p] = tail
             self._recovered(p)
             await asyncio.sleep(0)  # serve others between partitions
         deferred = self.state.deferred_orphan_aborts()
@@ -282,8 +242,8 @@ class TransactionCoordinator:
                  "%d transactional id(s) (%d from snapshots)", self.coordinator_epoch, count,
                  TXN_TOPIC, time.monotonic() - started, len(self.state.transactional_ids()),
                  snapshot_rows)
-        for p in list(self._since_snapshot):  # a long tail (an old data directory): now
-            self._maybe_snapshot(p)
+        for p in list(self.snapshots.since_snapshot):  # a long tail (an old data
+            self.snapshots.maybe_snapshot(p, SNAPSHOT_MIN_RECORDS)  # directory): now
 
     def _recovered(self, p: int) -> None:
         """Partition ``p`` is loaded: serve its ids, finish its decided transactions."""
@@ -296,80 +256,17 @@ class TransactionCoordinator:
                         "data of a transaction whose AddPartitionsToTxn record was not fsynced "
                         "before a crash; the transaction had not committed",
                         ", ".join(effects.expired))
-        self._apply(effects)
+        self.shell.apply(effects)
 
-    async def _load_snapshot(self, plog: PartitionLog,
-                             view: dict[str, list | TxnLogValue]) -> int:
+    async def _load_snapshot(self, plog: PartitionLog, view: View) -> int:
         """Load the partition's snapshot into the state machine and ``view``; the
         offset to replay from (the log start if there is no usable snapshot)."""
-        try:
-            snap = read_snapshot(plog.directory)
-        except (ValueError, OSError) as e:
-            log.warning("%s: %s; replaying the whole partition", plog.name, e)
-            return plog.log_start_offset
-        if snap is None:
-            return plog.log_start_offset
-        offset, rows = snap
-        if not plog.log_start_offset <= offset <= plog.log_end_offset:
-            log.warning("%s: coordinator snapshot at offset %d is outside the log [%d, %d]; "
-                        "replaying the whole partition", plog.name, offset,
-                        plog.log_start_offset, plog.log_end_offset)
-            return plog.log_start_offset
-        try:
-            for n, row in enumerate(rows):
-                if n % SNAPSHOT_ROWS_PER_TURN == SNAPSHOT_ROWS_PER_TURN - 1:
-                    await asyncio.sleep(0)  # serve the loaded partitions' ids meanwhile
-                self.state.load_row(row, plog.partition)
-                view[row[0]] = row
-        except ValueError as e:
-            log.warning("%s: %s; replaying the whole partition", plog.name, e)
-            for tid in view:  # forget the rows loaded: the replay loads every id again
-                self.state.load(tid, None, plog.partition)
-            view.clear()
-            return plog.log_start_offset
-        return offset
-
-    def _note_persisted(self, plog: PartitionLog, request: PersistRequest) -> None:
-        """Keep the partition's latest records (the next snapshot) in step with the log."""
-        p = plog.partition
-        _note(self._latest.setdefault(p, {}), request.transactional_id, request.record)
-        self._since_snapshot[p] = self._since_snapshot.get(p, 0) + 1
-        self._maybe_snapshot(p)
-
-    def _maybe_snapshot(self, p: int) -> None:
-        view = self._latest.get(p, {})
-        due = max(SNAPSHOT_MIN_RECORDS, len(view) // SNAPSHOT_TAIL_FRACTION)
-        if self._since_snapshot.get(p, 0) >= due and p not in self._snapshotting \
-                and not self._stopped:
-            self._snapshotting.add(p)
-            self._spawn(self._write_snapshot(p))
-
-    async def _write_snapshot(self, p: int) -> None:
-        """Snapshot partition ``p`` at its log end, once everything below is fsynced."""
-        try:
-            plog = self.logs.get_log(TXN_TOPIC, p)
-            if plog is None:
-                return
-            rows = _snapshot_rows(self._latest.get(p, {}))
-            offset = plog.log_end_offset
-            self._since_snapshot[p] = 0
-            await self.logs.flusher.wait_durable(plog, offset)
-            if self._stopped or plog.closed or plog.flushed_offset < offset:
-                return  # a crash: what is not durable must not reach a snapshot
-            await asyncio.get_running_loop().run_in_executor(
-                None, write_snapshot, plog.directory, offset, rows)
-        except OSError as e:  # only an optimisation: the next load replays more
-            log.warning("cannot write the coordinator snapshot of %s-%d: %r", TXN_TOPIC, p, e)
-        finally:
-            self._snapshotting.discard(p)
+        return await self.snapshots.load(self.state, plog, view)
 
     async def write_snapshots(self) -> None:
         """Snapshot every partition with records since its last snapshot (at a clean
         shutdown, before the logs close: the next start replays nothing)."""
-        for p in [p for p, n in self._since_snapshot.items() if n]:
-            if p not in self._snapshotting:
-                self._snapshotting.add(p)
-                await self._write_snapshot(p)
+        await self.snapshots.write_all()
 
     def _open_transactions(self) -> dict[int, dict[tuple[str, int], int]]:
         """Producer id -> partitions holding its open transaction, each with the offset
@@ -380,26 +277,67 @@ class TransactionCoordinator:
                 out.setdefault(pid, {})[tp] = first
         return out
 
-    # --- effects ----------------------------------------------------------------------
+    # --- the shell's adapter ------------------------------------------------------------
 
-    def _apply(self, effects: Effects) -> None:
-        for event in effects.events:
-            self._report(event)
-        for token, result in effects.responses.items():
-            fut = self._futures.pop(token, None)
-            if fut is not None and not fut.done():
-                fut.set_result(result)
-        settled = [write_id for request in effects.persist
-                   if (write_id := self._persist(request)) is not None]
+    def placement(self, request: PersistRequest) -> str:
+        return request.transactional_id
+
+    def persisted(self, now: int, write_id: int, error: int) -> Effects:
+        return self.state.persisted(now, write_id, error)
+
+    def tick(self, now: int) -> Effects:
+        return self.state.tick(now)
+
+    def next_wake(self, effects: Effects | None) -> int | None:
+        # The next wake is the earliest timeout of an ongoing transaction: it moves later
+        # as transactions end, several times per transaction; the shell keeps an earlier
+        # timer (tick checks deadlines; one that fires early finds nothing due). The
+        # effects carry the wake the state machine computed as it returned them.
+        wake = effects.wake_at_ms if effects is not None else None
+        return self.state.next_wake_ms() if wake is None else wake
+
+    def on_effects(self, effects: Effects) -> None:
         for marker in effects.markers:
-            self._spawn(self._write_markers(marker))
-        for write_id in settled:
-            self._apply(self.state.persisted(now_ms(), write_id, _E.none.value))
+            self.shell.spawn(self._write_markers(marker))
         if self._completion_waiters:
             self._release_completion_waiters()
-        self._reschedule(effects.wake_at_ms)
 
-    def _report(self, e: TxnEvent) -> None:
+    def persist_options(self, request: PersistRequest) -> tuple[bool, str | None]:
+        """(act on it once appended, its fault point).
+
+        Two kinds of record are acted on at once (reported as persisted when appended)
+        and ask for no fsync of their own. The next record of the same transactional id
+        (same partition, fsynced before it is acted on), or the flusher within
+        LAZY_FLUSH_MS, makes them durable.
+        - CompleteCommit/CompleteAbort: nothing outside this process depends on it.
+          The markers it follows are durable already. If the broker crashes before
+          it is, recovery finds the PrepareCommit/PrepareAbort and writes the markers
+          again, which the partitions accept.
+        - AddPartitionsToTxn's Ongoing: the transaction cannot commit before it is
+          durable, because its PrepareCommit comes after it in the same log. If it is
+          lost while some of the transaction's data reached the disk (a power
+          failure), recovery finds that data open in a partition the coordinator does
+          not know of, and aborts the transaction with an epoch bump, as a timeout
+          would (TransactionCoordinatorState.recover). Acknowledged produce records
+          of an uncommitted transaction may always end up aborted, so the client is
+          told nothing a crash can make untrue. This takes one fsync wait, and one
+          fsync, off every transaction.
+
+        With a flush policy that does not fsync every append (``flush.messages`` > 1
+        for ``__transaction_state``, e.g. Kafka's default), no record waits for an
+        fsync: as in Kafka, state is acted on once written (Flusher.acked).
+        """
+        record = request.record
+        state = record.state if record is not None else None
+        lazy = record is not None and (state in _COMPLETE_STATES or request.adds_data_partitions)
+        return lazy, "after_prepare_durable" if state in _PREPARE_STATES else None
+
+    def appended(self, plog: PartitionLog, request: PersistRequest) -> None:
+        """Keep the partition's latest records (the next snapshot) in step with the log."""
+        self.snapshots.note(plog.partition, request.transactional_id, request.record,
+                            SNAPSHOT_MIN_RECORDS)
+
+    def report(self, e: TxnEvent) -> None:
         """Log an event of the state machine for operators, and count outcomes."""
         tid, pid, epoch = e.transactional_id, e.producer_id, e.producer_epoch
         if e.kind == "completed":
@@ -434,91 +372,14 @@ class TransactionCoordinator:
                      "commit" if e.outcome == "committed" else "abort", tid, pid, epoch,
                      e.markers, "COMMIT" if e.outcome == "committed" else "ABORT")
 
-    def _spawn(self, coro) -> None:
-        self._tasks.spawn(coro)
-
-    def _persist(self, request: PersistRequest) -> int | None:
-        """Append now, in the order the state machine asked; acted on once durable.
-
-        Two kinds of record are acted on at once (the write id is returned to report
-        as persisted) and ask for no fsync of their own. The next record of the same
-        transactional id (same partition, fsynced before it is acted on), or the
-        flusher within LAZY_FLUSH_MS, makes them durable.
-        - CompleteCommit/CompleteAbort: nothing outside this process depends on it.
-          The markers it follows are durable already. If the broker crashes before
-          it is, recovery finds the PrepareCommit/PrepareAbort and writes the markers
-          again, which the partitions accept.
-        - AddPartitionsToTxn's Ongoing: the transaction cannot commit before it is
-          durable, because its PrepareCommit comes after it in the same log. If it is
-          lost while some of the transaction's data reached the disk (a power
-          failure), recovery finds that data open in a partition the coordinator does
-          not know of, and aborts the transaction with an epoch bump, as a timeout
-          would (TransactionCoordinatorState.recover). Acknowledged produce records
-          of an uncommitted transaction may always end up aborted, so the client is
-          told nothing a crash can make untrue. This takes one fsync wait, and one
-          fsync, off every transaction.
-
-        With a flush policy that does not fsync every append (``flush.messages`` > 1
-        for ``__transaction_state``, e.g. Kafka's default), no record waits for an
-        fsync: as in Kafka, state is acted on once written (Flusher.acked).
-        """
-        lazy = request.record is not None and (request.record.state in _COMPLETE_STATES
-                                               or request.adds_data_partitions)
-        try:
-            plog = self._partition(request.transactional_id)
-            last = append_records(plog, [(request.key, request.value)],
-                                  flush=not (lazy and plog.config.fsync_every_append)
-                                  ).last_offset
-        except (KafkaError, OSError) as e:  # a storage error is NOT_COORDINATOR for the client
-            code = append_error_code(e)
-            log.error("cannot persist transaction state of %r: %s: %r", request.transactional_id,
-                      code.name.upper(), e)
-            self._spawn(self._report_persisted(None, -1, request,
-                                               coordinator_append_error(code.value)))
-            return None
-        self._note_persisted(plog, request)
-        if lazy:
-            return request.write_id
-        state = request.record.state if request.record is not None else None
-        if "after_prepare_durable" in self.faults.armed and state in _PREPARE_STATES:
-            self._spawn(self._report_persisted(plog, last, request, _E.none.value))
-            return None
-        fut = self.logs.flusher.acked(plog, last + 1)
-        if fut is None:
-            return request.write_id
-        # A callback, not a Task per record: this is on every transaction's path.
-        fut.add_done_callback(lambda f: self._persisted_callback(f, request.write_id))
-        return None
-
-    def _persisted_callback(self, fut: asyncio.Future, write_id: int) -> None:
-        if fut.cancelled() or self._stopped:
-            return  # stopped, or the flusher was abandoned (crash teardown)
-        error = _E.none.value
-        if fut.exception() is not None:
-            # Its fsync failed (LogOfflineError): never durable, so never acted on; the
-            # client gets NOT_COORDINATOR, as for a failed append (Kafka's mapping).
-            error = coordinator_append_error(_E.kafka_storage_error.value)
-        self._apply(self.state.persisted(now_ms(), write_id, error))
-
-    async def _report_persisted(self, plog: PartitionLog | None, last: int,
-                                request: PersistRequest, error: int) -> None:
-        if plog is not None:
-            try:
-                await self.logs.flusher.wait_durable(plog, last + 1)
-            except OSError:  # its fsync failed (LogOfflineError): not durable, not acted on
-                error = coordinator_append_error(_E.kafka_storage_error.value)
-        state = request.record.state if request.record is not None else None
-        if error == _E.none.value and state in ("PrepareCommit", "PrepareAbort"):
-            await self.faults.hit("after_prepare_durable")
-        self._apply(self.state.persisted(now_ms(), request.write_id, error))
-
     async def _write_markers(self, marker: MarkerRequest) -> None:
         """Write one MarkerRequest and always report it to the state machine (an error
         makes it ask for the markers again), unless the coordinator stopped meanwhile:
         the next start recovers the transaction from its Prepare* record."""
         failed: set | None = set()
         try:
-            error = await self._write_marker_batches(marker, failed)
+            error = await write_marker_request(self.logs, self.groups, self.faults, marker,
+                                               failed)
         except asyncio.CancelledError:
             raise
         except Exception:
@@ -527,58 +388,9 @@ class TransactionCoordinator:
             error, failed = _E.kafka_storage_error.value, None  # not known which: all again
         if error != _E.none.value:
             await asyncio.sleep(MARKER_RETRY_BACKOFF_S)  # before the retry the machine asks for
-        if not self._stopped:
-            self._apply(self.state.markers_written(now_ms(), marker.marker_id, error,
-                                                   failed or None))
-
-    async def _write_marker_batches(self, marker: MarkerRequest, failed: set) -> int:
-        """Write the markers; the partitions whose marker failed go into ``failed``."""
-        await self.faults.hit("before_markers")
-        partitions = list(marker.partitions)
-        # All partitions at once (one fsync round); split only to stop after the first.
-        batches = [partitions]
-        if "after_first_marker" in self.faults.armed and len(partitions) > 1:
-            batches = [partitions[:1], partitions[1:]]
-        error = _E.none.value
-        for i, batch in enumerate(batches):
-            results = await write_markers(self.logs, self.groups, marker.producer_id,
-                                          marker.producer_epoch, marker.commit, batch,
-                                          marker.coordinator_epoch,
-                                          marker.transaction_version)
-            for tp, code in results.items():
-                if code in (_E.invalid_producer_epoch, _E.transaction_coordinator_fenced):
-                    # The partition has a marker of a newer producer or coordinator epoch
-                    # (an admin's abort): this transaction is over there. Kafka's marker
-                    # channel stops sending it too; retrying would never succeed.
-                    log.warning("marker for %s of producer %d (epoch %d) not written: %s; the "
-                                "partition has moved on", tp, marker.producer_id,
-                                marker.producer_epoch, code.name.upper())
-                elif code not in (_E.none, _E.unknown_topic_or_partition):
-                    # Retried by the state machine (a deleted topic counts as done). A
-                    # partition a failed fsync took offline is retried until a restart,
-                    # every MARKER_RETRY_BACKOFF_S: the flusher logged it, not each retry.
-                    plog = self.logs.get_log(*tp)
-                    if plog is None or plog.offline is None:
-                        log.error("marker for %s of producer %d failed: %s", tp,
-                                  marker.producer_id, code.name.upper())
-                    error = code.value
-                    failed.add(tp)
-            if i == 0:
-                await self.faults.hit("after_first_marker")
-        await self.faults.hit("before_complete")
-        return error
-
-    def _reschedule(self, wake_at_ms: int | None = None) -> None:
-        # The next wake is the earliest timeout of an ongoing transaction: it moves later
-        # as transactions end, several times per transaction. An earlier timer is kept
-        # (tick checks deadlines; one that fires early finds nothing due and re-arms).
-        # The effects carry the wake the state machine computed as it returned them (a
-        # nested _apply's later one is then taken too: the earliest stands, never late).
-        self._timer.set_no_later(self.state.next_wake_ms() if wake_at_ms is None
-                                 else wake_at_ms)
-
-    def _tick(self, now: int | None = None) -> None:
-        self._apply(self.state.tick(now_ms() if now is None else now))
+        if not self.shell.stopped:
+            self.shell.apply(self.state.markers_written(now_ms(), marker.marker_id, error,
+                                                        failed or None))
 
     def expire_transactions_now(self, transactional_id: str | None = None) -> list[str]:
         """Fault injection: abort every ongoing transaction (or the one of
@@ -586,7 +398,7 @@ class TransactionCoordinator:
         (epoch bump), the ABORT markers follow. Real timeouts are not disturbed.
         Returns the transactional ids acted on; see :meth:`wait_settled`."""
         effects = self.state.expire_now(now_ms(), transactional_id)
-        self._apply(effects)
+        self.shell.apply(effects)
         if effects.expired:
             log.warning("fault injection: expired the transaction(s) of %s now",
                         ", ".join(effects.expired))
@@ -596,7 +408,7 @@ class TransactionCoordinator:
         """An operator's abort (the console): as :meth:`expire_transactions_now` for one
         id, counted as "aborted". The caller checked that it is Ongoing and logs who."""
         effects = self.state.expire_now(now_ms(), transactional_id, "aborted")
-        self._apply(effects)
+        self.shell.apply(effects)
         return effects.expired
 
     async def wait_settled(self, transactional_ids, timeout: float = 10.0) -> bool:
@@ -611,19 +423,13 @@ class TransactionCoordinator:
                     and (info["state"] in open_states or info["pending_state"] is not None)]
             if not busy:
                 return True
-            if time.monotonic() > deadline or self._stopped:
+            if time.monotonic() > deadline or self.shell.stopped:
                 return False
             await asyncio.sleep(0.01)
 
-    async def _call(self, start, what: Callable[[], str] | None = None) -> object:
-        token = next(self._tokens)
-        fut = asyncio.get_running_loop().create_future()
-        self._futures[token] = fut
-        self._apply(start(token))
-        try:
-            result = await fut
-        finally:
-            self._futures.pop(token, None)
+    async def _call(self, start: Callable[[int], Effects],
+                    what: Callable[[], str] | None = None) -> Any:
+        result = await self.shell.call(start)
         if what is not None and log.isEnabledFor(logging.DEBUG):
             # The coordinator's answers with the state they left, to trace a client's
             # view of its transactions (docs/operations.md, debugging). ``what`` is

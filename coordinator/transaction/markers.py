@@ -4,6 +4,9 @@ Used in-process by the transaction coordinator after PrepareCommit/PrepareAbort
 is durable, and by WriteTxnMarkers (the KIP-664 abort path for hanging
 transactions). A marker in a __consumer_offsets partition also completes the
 producer's pending transactional offsets in the group coordinator.
+:func:`write_marker_request` is the coordinator's side: one MarkerRequest of its state
+machine, with its fault points, and which partitions failed (retried by the machine).
+Plain functions: the state they touch is the partition logs', through their methods.
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Iterable
+from typing import Any
 
 from kio.schema.errors import ErrorCode
 from txbroker.protocol.errors import KafkaError
@@ -18,6 +22,7 @@ from txbroker.storage.log import LogOfflineError
 from txbroker.storage.manager import LogManager
 
 from ..internal_topic import OFFSETS_TOPIC
+from .results import MarkerRequest
 
 log = logging.getLogger(__name__)
 
@@ -85,3 +90,44 @@ async def write_markers(logs: LogManager, groups, producer_id: int, producer_epo
     if completes_offsets and groups is not None:
         groups.complete_transaction(producer_id, commit)
     return results
+
+
+async def write_marker_request(logs: LogManager, groups: Any, faults: Any,
+                               marker: MarkerRequest, failed: set) -> int:
+    """Write the markers of one MarkerRequest of the coordinator's state machine, with
+    the fault points of the commit protocol; the error to report (NONE: all durable),
+    the partitions whose marker failed go into ``failed``."""
+    _E = ErrorCode
+    await faults.hit("before_markers")
+    partitions = list(marker.partitions)
+    # All partitions at once (one fsync round); split only to stop after the first.
+    batches = [partitions]
+    if "after_first_marker" in faults.armed and len(partitions) > 1:
+        batches = [partitions[:1], partitions[1:]]
+    error = _E.none.value
+    for i, batch in enumerate(batches):
+        results = await write_markers(logs, groups, marker.producer_id,
+                                      marker.producer_epoch, marker.commit, batch,
+                                      marker.coordinator_epoch, marker.transaction_version)
+        for tp, code in results.items():
+            if code in (_E.invalid_producer_epoch, _E.transaction_coordinator_fenced):
+                # The partition has a marker of a newer producer or coordinator epoch
+                # (an admin's abort): this transaction is over there. Kafka's marker
+                # channel stops sending it too; retrying would never succeed.
+                log.warning("marker for %s of producer %d (epoch %d) not written: %s; the "
+                            "partition has moved on", tp, marker.producer_id,
+                            marker.producer_epoch, code.name.upper())
+            elif code not in (_E.none, _E.unknown_topic_or_partition):
+                # Retried by the state machine (a deleted topic counts as done). A
+                # partition a failed fsync took offline is retried until a restart,
+                # every MARKER_RETRY_BACKOFF_S: the flusher logged it, not each retry.
+                plog = logs.get_log(*tp)
+                if plog is None or plog.offline is None:
+                    log.error("marker for %s of producer %d failed: %s", tp,
+                              marker.producer_id, code.name.upper())
+                error = code.value
+                failed.add(tp)
+        if i == 0:
+            await faults.hit("after_first_marker")
+    await faults.hit("before_complete")
+    return error

@@ -10,6 +10,11 @@ from collections.abc import Hashable
 from dataclasses import dataclass, field
 
 from kio.schema.errors import ErrorCode
+
+# The error persisted() is told for a failed write: the coordinators' one mapping.
+from txbroker.coordinator.internal_topic import (
+    coordinator_append_error as coordinator_append_error,
+)
 from txbroker.coordinator.transaction.records import TxnLogValue
 
 Token = Hashable
@@ -35,22 +40,6 @@ def _client_error(api: str, api_version: int, error: int) -> int:
     if error == _E.producer_fenced.value and api_version < _FENCED_SINCE[api]:
         return _E.invalid_producer_epoch.value
     return error
-
-
-def coordinator_append_error(storage_error: int) -> int:
-    """Kafka's mapping of a failed ``__transaction_state`` append to the client's error."""
-    if storage_error in (
-        _E.unknown_topic_or_partition.value,
-        _E.not_enough_replicas.value,
-        _E.not_enough_replicas_after_append.value,
-        _E.request_timed_out.value,
-    ):
-        return _E.coordinator_not_available.value
-    if storage_error in (_E.not_leader_or_follower.value, _E.kafka_storage_error.value):
-        return _E.not_coordinator.value
-    if storage_error in (_E.message_too_large.value, _E.record_list_too_large.value):
-        return _E.unknown_server_error.value
-    return storage_error
 
 
 @dataclass(frozen=True)
