@@ -12,6 +12,7 @@ import asyncio
 import logging
 import os
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -97,6 +98,11 @@ class PartitionLog:
         # Transactions: first offset of each producer's open transaction here, and
         # the aborted ones (mirrored in the segments' .txnindex files).
         self.ongoing_txns: dict[int, int] = {}
+        # Transactions whose marker is appended but not yet below the high watermark:
+        # (first offset, marker offset), in marker order. Kafka keeps such a transaction
+        # unstable until its marker is replicated, so the LSO never passes a marker the
+        # high watermark has not; here "replicated" is "fsynced" (the high watermark).
+        self.unstable_completed: deque[tuple[int, int]] = deque()
         self.aborted = AbortedTxnIndex()
         self._txnindex_dirty = False
         self.closed = False
@@ -175,6 +181,7 @@ class PartitionLog:
         # offset (LogManager writes it soon after a flush round).
         self.recovery_point = self.flushed_offset if clean else min(rp, self.flushed_offset)
         self.high_watermark = self.log_end_offset
+        self.unstable_completed.clear()  # every marker replayed is below it
 
     def _load_producer_state(self) -> None:
         """Newest snapshot at or below the log end, then replay the batches after it.
@@ -250,6 +257,8 @@ class PartitionLog:
             first = self.ongoing_txns.pop(pid, None)
             if first is None:
                 return
+            if header.last_offset >= self.high_watermark:
+                self.unstable_completed.append((first, header.last_offset))
             if marker is not None and marker[0] == ControlType.ABORT:
                 lso = min(self.ongoing_txns.values(), default=header.last_offset + 1)
                 self.aborted.add(AbortedTxn(header.last_offset, pid, first, lso))
@@ -297,9 +306,10 @@ class PartitionLog:
     def last_stable_offset(self) -> int:
         """First offset of the oldest open transaction, else the high watermark; never
         below the log start offset (DeleteRecords may pass an open transaction)."""
-        if self.ongoing_txns:
-            first = max(min(self.ongoing_txns.values()), self.log_start_offset)
-            return min(first, self.high_watermark)
+        if self.ongoing_txns or self.unstable_completed:
+            first = min(min(self.ongoing_txns.values(), default=self.high_watermark),
+                        min((f for f, _ in self.unstable_completed), default=self.high_watermark))
+            return min(max(first, self.log_start_offset), self.high_watermark)
         return self.high_watermark
 
     # --- appending --------------------------------------------------------------
@@ -505,6 +515,9 @@ class PartitionLog:
         if offset <= self.high_watermark:
             return
         self.high_watermark = offset
+        done = self.unstable_completed
+        while done and done[0][1] < offset:  # the marker is below the high watermark
+            done.popleft()
         waiters, self._waiters = self._waiters, set()
         for fut in waiters:
             if not fut.done():

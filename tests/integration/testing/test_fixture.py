@@ -87,12 +87,12 @@ def test_documented_crash_and_restart_example(txbroker):
     producer.commit_transaction(10)
     consumer.close()
     # Nothing is left open: each partition of "out" then holds a record and its COMMIT
-    # marker per transaction (recovery wrote the first one's). The markers follow the
-    # EndTxn answer (as in Kafka), and a marker is below the high watermark only once
-    # fsynced: until then the LSO equals a high watermark one short of it
-    # (docs/compatibility.md). So LSO == HW is no sign of the end, and two reads may
-    # straddle that fsync (LSO 3, then HW 4: issue 38). The LSO never passes the high
-    # watermark: at 4 both are final.
+    # marker per transaction (recovery wrote the first one's), exactly one each. The
+    # markers follow the EndTxn answer (as in Kafka): wait until the LSO passes them.
+    # (The flake this test once had: it waited for LSO == HW, which held for a moment
+    # with the marker appended but not yet fsynced, LSO 3 and HW 3, then read HW 4.
+    # A transaction now stays unstable until its marker is below the high watermark, as
+    # in Kafka: tests/unit/storage/test_storage.py.)
     deadline = time.monotonic() + 10
     while any(txbroker.last_stable_offset("out", p) != 4 for p in (0, 1)) and \
             time.monotonic() < deadline:

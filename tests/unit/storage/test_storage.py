@@ -839,6 +839,37 @@ def test_control_batches_end_the_transaction_in_producer_state(logdir):
     plog.close()
 
 
+def test_a_completed_transaction_stays_unstable_until_its_marker_is_below_the_high_watermark(
+        logdir):
+    """Kafka's rule: a transaction whose marker is appended but not yet replicated (here:
+    fsynced, flush.messages=1) still holds the last stable offset at its first offset, so
+    LSO == HW means nothing is open or pending. Without it the LSO could stand at the
+    marker while the high watermark was one short of it: a test waiting for LSO == HW
+    after a commit could stop before the marker counted, then read LSO 3 and HW 4."""
+    plog = open_log(logdir, LogConfig(flush_messages=1))
+    append(plog, make_batch(1))  # offset 0, outside the transaction
+    append(plog, build_batch([Record(None, b"x")], producer_id=9, producer_epoch=0,
+                             base_sequence=0, transactional=True))  # offset 1
+    plog.mark_flushed(plog.log_end_offset)
+    assert (plog.last_stable_offset, plog.high_watermark) == (1, 2)
+    plog.append_marker(9, 0, commit=True)  # offset 2, not yet fsynced
+    assert plog.ongoing_txns == {}
+    assert (plog.last_stable_offset, plog.high_watermark, plog.log_end_offset) == (1, 2, 3)
+    plog.mark_flushed(plog.log_end_offset)
+    assert (plog.last_stable_offset, plog.high_watermark) == (3, 3)
+    assert not plog.unstable_completed
+    # An open transaction after a pending one: the older first offset holds the LSO.
+    append(plog, build_batch([Record(None, b"y")], producer_id=9, producer_epoch=0,
+                             base_sequence=1, transactional=True))  # offset 3
+    append(plog, build_batch([Record(None, b"z")], producer_id=7, producer_epoch=0,
+                             base_sequence=0, transactional=True))  # offset 4
+    plog.append_marker(9, 0, commit=False)  # offset 5
+    assert plog.last_stable_offset == 3
+    plog.mark_flushed(plog.log_end_offset)
+    assert (plog.last_stable_offset, plog.high_watermark) == (4, 6)  # pid 7 still open
+    plog.close()
+
+
 # --- segment files ------------------------------------------------------------------------------
 
 
