@@ -106,14 +106,17 @@ def run(args) -> int:
         print(f"txbroker: {kind}: {e}", file=sys.stderr)
         return 2
     _raise_fd_limit()
+    # uvloop's loop where it is installed, passed as the runner's loop factory
+    # (uvloop.install() sets a global policy: deprecated from Python 3.12).
     try:
         import uvloop
 
-        uvloop.install()
+        loop_factory = uvloop.new_event_loop
     except ImportError:
-        pass
+        loop_factory = None
     try:
-        asyncio.run(serve(broker))
+        with asyncio.Runner(loop_factory=loop_factory) as runner:
+            runner.run(serve(broker))
     except StartupError as e:
         print(f"txbroker: cannot start: {e}", file=sys.stderr)
         return 2
