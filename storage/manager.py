@@ -33,6 +33,7 @@ from txbroker.protocol.errors import ErrorCode, KafkaError
 
 from .cleaner import CLEANER_CHECKPOINT_FILE, LogCleaner
 from .condition_log import ConditionLog
+from .disk_conditions import DiskConditions
 from .durable_file import drop_unsynced_entries, fsync_directory, write_durably
 from .flusher import Flusher
 from .log import PartitionLog
@@ -125,6 +126,8 @@ class LogManager:
         self.logs: dict[tuple[str, int], PartitionLog] = {}
         self.cluster_id = ""
         self.flusher = Flusher()
+        # ENOSPC/EROFS/EIO of the broker's writes, as conditions (storage/disk_conditions.py).
+        self.disk = DiskConditions(self.data_dir)
         self.cleaner = LogCleaner(os.path.join(self.data_dir, CLEANER_CHECKPOINT_FILE),
                                   backoff_ms=cleaner_backoff_ms)
         self._lock_fd = -1
@@ -632,6 +635,7 @@ class LogManager:
         while True:
             await asyncio.sleep(RECOVERY_CHECKPOINT_INTERVAL_S)
             failures.tick()
+            await self.disk.tick()
             if time.monotonic() < retry_at:
                 continue
             moved = any(not p.closed and p.offline is None and p.flushed_offset != p.recovery_point
@@ -643,10 +647,13 @@ class LogManager:
                 last = time.monotonic()
                 failures.cleared()
             except OSError as e:
-                # A failing disk (EIO, ENOSPC, ENOTCONN): a few lines while it lasts, no
-                # traceback, and the next try after CHECKPOINT_INTERVAL_S, not at once.
-                failures.occurred(repr(e))
-                retry_at = time.monotonic() + CHECKPOINT_INTERVAL_S
+                # A failing disk (EIO, ENOSPC, ENOTCONN): a few lines while it lasts (the
+                # data directory's condition for the expected errnos), no traceback, and
+                # the next try after CHECKPOINT_INTERVAL_S, not at once.
+                if not self.disk.refused(e, "checkpoint", self.data_dir):
+                    failures.occurred(repr(e))
+                retry_at = time.monotonic() + self.disk.retry_delay("checkpoint",
+                                                                    CHECKPOINT_INTERVAL_S)
             except Exception:
                 log.exception("writing checkpoints failed")
 
