@@ -247,8 +247,12 @@ class CoordinatorShell:
                                   ).last_offset
         except (KafkaError, OSError) as e:
             code = append_error_code(e)
-            log.error("cannot persist %s to %s: %s: %r", self.adapter.placement(request),
-                      self.topic, code.name.upper(), e)
+            # An expected errno (ENOSPC, EROFS, EIO) is the data directory's condition
+            # (storage/disk_conditions.py): a few lines while it lasts, not one per request.
+            if not isinstance(e, OSError) or not self.logs.disk.refused(
+                    e, f"{self.topic} record", self.logs.data_dir):
+                log.error("cannot persist %s to %s: %s: %r", self.adapter.placement(request),
+                          self.topic, code.name.upper(), e)
             self.spawn(self._report(None, -1, request.write_id,
                                     coordinator_append_error(code), None))
             return None

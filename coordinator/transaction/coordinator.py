@@ -382,12 +382,14 @@ class TransactionCoordinator:
                                                failed)
         except asyncio.CancelledError:
             raise
-        except Exception:
-            log.exception("markers of %r (producer %d) failed; retrying",
-                          marker.transactional_id, marker.producer_id)
+        except Exception as e:
+            if not self.logs.disk.refused(e, "markers"):  # (expected errnos: a condition)
+                log.exception("markers of %r (producer %d) failed; retrying",
+                              marker.transactional_id, marker.producer_id)
             error, failed = _E.kafka_storage_error.value, None  # not known which: all again
         if error != _E.none.value:
-            await asyncio.sleep(MARKER_RETRY_BACKOFF_S)  # before the retry the machine asks for
+            # Before the retry the machine asks for; longer while the disk is full.
+            await asyncio.sleep(self.logs.disk.retry_delay("marker", MARKER_RETRY_BACKOFF_S))
         if not self.shell.stopped:
             self.shell.apply(self.state.markers_written(now_ms(), marker.marker_id, error,
                                                         failed or None))

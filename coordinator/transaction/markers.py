@@ -65,9 +65,13 @@ async def write_markers(logs: LogManager, groups, producer_id: int, producer_epo
             # snapshot: a storage error of this partition, which the caller retries as
             # Kafka's coordinator retries KAFKA_STORAGE_ERROR. A failed write does not
             # move the log end, so the retry writes at the same place.
-            log.error("%s marker for producer %d epoch %d could not be written to %s: %r",
-                      "COMMIT" if commit else "ABORT", producer_id, producer_epoch,
-                      plog.name, e)
+            # An expected errno (ENOSPC, EROFS, EIO) is the data directory's condition,
+            # logged a few times while it lasts (storage/disk_conditions.py), not per retry.
+            if not logs.disk.refused(e, f"{'COMMIT' if commit else 'ABORT'} marker to "
+                                        f"{plog.name}", plog.directory):
+                log.error("%s marker for producer %d epoch %d could not be written to %s: "
+                          "%r", "COMMIT" if commit else "ABORT", producer_id, producer_epoch,
+                          plog.name, e)
             results[(topic, partition)] = ErrorCode.kafka_storage_error
             continue
         results[(topic, partition)] = ErrorCode.none
@@ -122,7 +126,7 @@ async def write_marker_request(logs: LogManager, groups: Any, faults: Any,
                 # partition a failed fsync took offline is retried until a restart,
                 # every MARKER_RETRY_BACKOFF_S: the flusher logged it, not each retry.
                 plog = logs.get_log(*tp)
-                if plog is None or plog.offline is None:
+                if (plog is None or plog.offline is None) and not logs.disk.active:
                     log.error("marker for %s of producer %d failed: %s", tp,
                               marker.producer_id, code.name.upper())
                 error = code.value
