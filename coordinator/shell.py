@@ -62,6 +62,9 @@ log = logging.getLogger(__name__)
 _E = ErrorCode
 # Batches of the internal topic read between two turns of the event loop while loading.
 BATCHES_PER_TURN = 100
+# First pause before a write refused by a full or failing disk is reported (and so
+# retried); it doubles while the condition lasts (storage/disk_conditions.py).
+PERSIST_RETRY_BACKOFF_S = 0.1
 
 
 async def read_batches(plog: PartitionLog, start: int
@@ -249,12 +252,18 @@ class CoordinatorShell:
             code = append_error_code(e)
             # An expected errno (ENOSPC, EROFS, EIO) is the data directory's condition
             # (storage/disk_conditions.py): a few lines while it lasts, not one per request.
+            delay = 0.0
             if not isinstance(e, OSError) or not self.logs.disk.refused(
                     e, f"{self.topic} record", self.logs.data_dir):
                 log.error("cannot persist %s to %s: %s: %r", self.adapter.placement(request),
                           self.topic, code.name.upper(), e)
+            else:
+                # The machine asks again at once for some writes (a Complete* record, as
+                # Kafka retries it): without a pause a full disk spins the loop (13,700
+                # refused writes a second measured).
+                delay = self.logs.disk.retry_delay("coordinator write", PERSIST_RETRY_BACKOFF_S)
             self.spawn(self._report(None, -1, request.write_id,
-                                    coordinator_append_error(code), None))
+                                    coordinator_append_error(code), None, delay))
             return None
         if self._appended is not None:
             self._appended(plog, request)
@@ -281,9 +290,13 @@ class CoordinatorShell:
         self.apply(self.adapter.persisted(now_ms(), write_id, error))
 
     async def _report(self, plog: PartitionLog | None, last: int, write_id: int, error: int,
-                      fault_point: str | None) -> None:
-        """Report a write from a task: a failed append, or one stopped at a fault point
-        once it is fsynced."""
+                      fault_point: str | None, delay: float = 0.0) -> None:
+        """Report a write from a task: a failed append (after ``delay``), or one stopped
+        at a fault point once it is fsynced."""
+        if delay:
+            await asyncio.sleep(delay)
+            if self.stopped:
+                return  # (the next start recovers it from the log)
         if plog is not None:
             try:
                 await self.logs.flusher.wait_durable(plog, last + 1)
