@@ -7,8 +7,10 @@ per-id record (:class:`_Txn`), the metadata a pending transition installs
 :func:`valid_expected_producer`), prepare/complete of a transition
 (:func:`prepare_transition`, :func:`complete_transition`, :func:`prepare_end_v2`,
 :func:`prepare_complete`) and the per-id checks of AddPartitionsToTxn and EndTxn.
-Plain functions over one ``_Txn``: the coordinator-wide parts (which ids exist,
-loading, timers, writes in flight) are :mod:`.state`'s.
+Plain functions over one ``_Txn``: the coordinator-wide parts are other objects'
+(which ids exist, loading, timers: :mod:`.state_manager`; writes and markers in
+flight: :mod:`.writes`). A ``_Txn`` is changed by those objects and :mod:`.requests`,
+and only through these transitions (and the per-id flags documented on it).
 """
 
 from __future__ import annotations

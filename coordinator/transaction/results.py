@@ -1,7 +1,7 @@
 """What the transaction coordinator's state machine takes and gives: its configuration,
 the answers to requests, the writes and markers it asks the shell for, the events
 it reports, and the admin views (DescribeTransactions, ListTransactions). Plain data
-only; the machine is :mod:`.state`.
+only (and :func:`result_for`, the answer of a request kind); the machine is :mod:`.state`.
 """
 
 from __future__ import annotations
@@ -191,6 +191,19 @@ class ListTransactionsResult:
     error: int
     unknown_state_filters: list[str] = field(default_factory=list)
     transactions: list[TxnListing] = field(default_factory=list)
+
+
+def result_for(api: str, api_version: int, error: int,
+               partitions: tuple[TopicPartition, ...]) -> Result:
+    """The answer of request kind ``api`` carrying ``error`` (mapped for its version)."""
+    error = _client_error(api, api_version, error)
+    if api == "add_partitions":
+        return AddPartitionsResult(error, partitions)
+    if api == "add_offsets":
+        return AddOffsetsResult(error)
+    if api == "end_txn":
+        return EndTxnResult(error)
+    return InitProducerIdResult(error)
 
 
 class _Fx:

@@ -116,51 +116,44 @@ What belongs where (the coordinator does not see these)
 
 Where the code is
 -----------------
-:class:`TransactionCoordinatorState` is one object (all transactional ids, the
-writes and markers in flight, the timers) put together from one mixin per
-responsibility, as Kafka splits its coordinator:
+:class:`TransactionCoordinatorState` is the one front door; behind it, objects with
+seams, as Kafka splits its coordinator (each module's docstring says what it owns
+and who may touch it):
 
+* :mod:`.coordinator_state`: ``TransactionCoordinatorState``, the request coordinator
+  (Kafka's ``TransactionCoordinator``): the public methods, acting on what the state
+  manager hands back (recovered, lost, timed-out, expired transactions).
+* :mod:`.requests`: the client requests that change a transaction (InitProducerId,
+  AddPartitionsToTxn / AddOffsetsToTxn, EndTxn v1 and v2), functions over the state
+  manager and the writes.
+* :mod:`.state_manager`: ``TransactionStateManager`` (Kafka's): the cache of ids,
+  loading partition by partition and the orphans of recovery, the timer heaps of
+  timeouts and expiration, producer id allocation.
+* :mod:`.writes`: ``TransactionWrites``: the ``__transaction_state`` writes and marker
+  requests in flight, what follows each (``persisted``, ``markers_written``: answers,
+  markers, Complete*, tombstones), the fencing abort (Kafka's append callbacks and
+  ``TransactionMarkerChannelManager``).
 * :mod:`.metadata`: one transactional id (Kafka's ``TransactionMetadata``): the
   states and legal transitions, the per-id record, prepare/complete of a transition,
   the epoch rules and the per-id request checks, as plain functions.
-* :mod:`.loading`: loading ``__transaction_state`` partition by partition, recovery
-  (``TransactionStateManager``'s load).
-* :mod:`.timers`: transaction timeouts, transactional id expiration, ``expire_now``
-  (``TransactionStateManager``'s periodic tasks).
-* :mod:`.requests`: the request entry points (``TransactionCoordinator``'s handlers),
-  produce/TxnOffsetCommit verification, the admin views.
-* :mod:`.completions`: ``persisted`` and ``markers_written``, the marker requests.
+* :mod:`.views`: read-only answers (DescribeTransactions, ListTransactions, the
+  produce/TxnOffsetCommit verification, introspection).
 * :mod:`.results`: the data types in and out (config, results, Effects, requests to
   the shell, events, admin views).
 
-This module holds the combined class (its state, the shared helpers, introspection)
-and re-exports every public name.
+This module holds the shell's contract (above) and re-exports every public name.
 """
 
 from __future__ import annotations
 
-import itertools
-from collections.abc import Callable
-from typing import Any
-
-from txbroker.coordinator.transaction.completions import CompletionsMixin
-from txbroker.coordinator.transaction.loading import LoadingMixin
+from txbroker.coordinator.transaction.coordinator_state import TransactionCoordinatorState
 from txbroker.coordinator.transaction.metadata import (
-    _PREPARE,
-    _S,
     VALID_PREVIOUS_STATES,
     IllegalTransitionError,
     TxnState,
-    _Transit,
-    _Txn,
-    _Write,
     check_transition,
-    prepare_transition,
 )
-from txbroker.coordinator.transaction.records import TxnLogValue, encode_key, encode_value
-from txbroker.coordinator.transaction.requests import RequestsMixin
 from txbroker.coordinator.transaction.results import (
-    _E,
     NO_PRODUCER_EPOCH,
     NO_PRODUCER_ID,
     AddOffsetsResult,
@@ -171,18 +164,12 @@ from txbroker.coordinator.transaction.results import (
     ListTransactionsResult,
     MarkerRequest,
     PersistRequest,
-    Result,
-    Token,
-    TopicPartition,
     TxnConfig,
     TxnDescription,
     TxnEvent,
     TxnListing,
-    _client_error,
-    _Fx,
     coordinator_append_error,
 )
-from txbroker.coordinator.transaction.timers import TimersMixin
 
 __all__ = [
     "TxnState",
@@ -206,190 +193,3 @@ __all__ = [
     "NO_PRODUCER_ID",
     "NO_PRODUCER_EPOCH",
 ]
-
-
-class TransactionCoordinatorState(LoadingMixin, TimersMixin, RequestsMixin, CompletionsMixin):
-    """All transactional ids of this coordinator (see the module docstring)."""
-
-    def __init__(
-        self,
-        config: TxnConfig,
-        allocate_producer_id: Callable[[], int],
-        partition_for_group: Callable[[str], TopicPartition],
-        *,
-        coordinator_epoch: int = 0,
-        txn_first_offset: Callable[[int, TopicPartition], int | None] | None = None,
-        partitions: int = 1,
-        txn_partition: Callable[[str], int] | None = None,
-    ) -> None:
-        """``allocate_producer_id()`` returns a fresh producer id (never reused, also
-        across restarts). Should it raise, the request is answered
-        COORDINATOR_LOAD_IN_PROGRESS (retriable: Kafka's answer when no producer id
-        block is available) and nothing changes.
-
-        ``partition_for_group(group_id)`` is the group's ``__consumer_offsets``
-        partition (AddOffsetsToTxn). ``coordinator_epoch`` goes into every marker.
-
-        ``txn_first_offset(producer_id, partition)`` is the offset of the first batch
-        of the producer's open transaction in that partition, or None (none open). It
-        is asked when a transaction is decided, for the PrepareCommit/PrepareAbort
-        record, so that recovery can tell this transaction's data from a later one's
-        (see :meth:`recover`). Without it, records carry no first offsets and recovery
-        trusts the partition list alone.
-
-        ``partitions``: how many ``__transaction_state`` partitions load;
-        ``txn_partition(transactional_id)`` is the one an id lives in (default: all in
-        partition 0).
-        """
-        self.config = config
-        self.coordinator_epoch = coordinator_epoch
-        self._allocate_producer_id = allocate_producer_id
-        self._partition_for_group = partition_for_group
-        self._txn_first_offset = txn_first_offset
-        self._txns: dict[str, _Txn] = {}
-        self._partition_of: Callable[[str], int] = txn_partition or (lambda _tid: 0)
-        self._loading: set[int] = set(range(partitions))
-        self._loaded = not self._loading
-        # producer id -> its open transactions (begin_load), until a loaded partition's
-        # transaction claims them; what is left once all are loaded is unresolved.
-        self._open_by_pid: dict[int, dict[TopicPartition, int | None]] = {}
-        # The ids loaded into each partition still loading (recover_partition's work).
-        self._members: dict[int, dict[str, None]] = {}
-        # (producer id, partition) open transactions recover() could not abort.
-        self.unresolved_orphans: list[tuple[int, TopicPartition]] = []
-        self._writes: dict[int, _Write] = {}
-        self._write_ids = itertools.count(1)
-        self._markers: dict[int, _Txn] = {}
-        self._marker_ids = itertools.count(1)
-        # Per check ("timeout", "expire"): a heap of (deadline, seq, txn) entries,
-        # validated lazily when popped, and when the check last ran.
-        self._heaps: dict[str, list[tuple[int, int, _Txn]]] = {"timeout": [], "expire": []}
-        self._last_check: dict[str, int | None] = {"timeout": None, "expire": None}
-        self._seq = itertools.count()
-
-    # ==============================================================================
-    # Introspection (admin endpoints, tests)
-    # ==============================================================================
-
-    def transactional_ids(self) -> list[str]:
-        return sorted(self._txns)
-
-    def state_of(self, transactional_id: str) -> TxnState | None:
-        txn = self._txns.get(transactional_id)
-        return txn.state if txn is not None else None
-
-    def record_of(self, transactional_id: str) -> TxnLogValue | None:
-        """The current (completed) metadata as a record, None if unknown."""
-        txn = self._txns.get(transactional_id)
-        if txn is None or txn.producer_epoch < 0:
-            return None
-        return txn.to_transit().record()
-
-    def inspect(self, transactional_id: str) -> dict[str, Any] | None:
-        txn = self._txns.get(transactional_id)
-        if txn is None:
-            return None
-        return {
-            "transactional_id": txn.transactional_id,
-            "state": txn.state.value,
-            "pending_state": txn.pending.value if txn.pending is not None else None,
-            "producer_id": txn.producer_id,
-            "previous_producer_id": txn.prev_producer_id,
-            "next_producer_id": txn.next_producer_id,
-            "producer_epoch": txn.producer_epoch,
-            "last_producer_epoch": txn.last_producer_epoch,
-            "timeout_ms": txn.timeout_ms,
-            "partitions": sorted(txn.partitions),
-            "txn_start_ms": txn.start_ms,
-            "last_update_ms": txn.last_update_ms,
-            "failed_epoch_fence": txn.failed_epoch_fence,
-            "markers_in_flight": txn.marker_id is not None,
-            "expire_requested": txn.expire_requested,
-            "tombstone_maybe_written": txn.tombstone_maybe_written,
-            "orphans": sorted(txn.orphans),
-            "client_transaction_version": txn.tv,
-        }
-
-    def open_transaction_starts(self) -> list[int]:
-        """Start times (ms) of the transactions not yet complete (Ongoing, Prepare*)."""
-        return [txn.start_ms for txn in self._txns.values()
-                if txn.state is _S.ONGOING or txn.state in _PREPARE]
-
-    def state_counts(self) -> dict[str, int]:
-        """Transactional ids per state (DescribeTransactions' state names)."""
-        out: dict[str, int] = {}
-        for txn in self._txns.values():
-            out[txn.state.value] = out.get(txn.state.value, 0) + 1
-        return out
-
-    def held_tokens(self) -> set[Token]:
-        """Tokens whose answer waits for a write."""
-        return {w.token for w in self._writes.values() if w.token is not None}
-
-    def pending_write_ids(self) -> list[int]:
-        return list(self._writes)
-
-    def pending_marker_ids(self) -> list[int]:
-        return list(self._markers)
-
-    # ==============================================================================
-    # Helpers shared by the mixins
-    # ==============================================================================
-
-    def _prepare(self, txn: _Txn, target: TxnState, **changes: Any) -> _Transit:
-        """:func:`.metadata.prepare_transition` with this coordinator's first offsets."""
-        return prepare_transition(txn, target, self._first_offsets, **changes)
-
-    def _write(self, fx: _Fx, w: _Write) -> None:
-        write_id = next(self._write_ids)
-        self._writes[write_id] = w
-        tid = w.txn.transactional_id
-        if w.kind == "dead":
-            fx.persist.append(PersistRequest(write_id, tid, encode_key(tid), None, None))
-            return
-        record = w.transit.record()
-        w.acted_on_append = w.kind == "complete" or (
-            w.api == "add_partitions" and not w.txn.tombstone_maybe_written)
-        fx.persist.append(PersistRequest(write_id, tid, encode_key(tid), encode_value(record), record,
-                                         adds_data_partitions=w.acted_on_append and w.kind == "add"))
-
-    def _note_fenced(self, fx: _Fx, error: int, tid: str, producer_id: int,
-                     producer_epoch: int) -> None:
-        if error == _E.producer_fenced.value:
-            txn = self._txns.get(tid)
-            fx.events.append(TxnEvent("rejected_fenced", tid, producer_id, producer_epoch,
-                                      new_epoch=txn.producer_epoch if txn else -1))
-
-    def _first_offsets(self, txn: _Txn) -> dict[TopicPartition, int] | None:
-        if self._txn_first_offset is None:
-            return None
-        out = {}
-        for tp in sorted(txn.partitions):
-            first = self._txn_first_offset(txn.producer_id, tp)
-            if first is not None:
-                out[tp] = first
-        return out
-
-    def _allocate(self) -> int | None:
-        try:
-            pid = self._allocate_producer_id()
-        except Exception:  # the allocator does I/O in the shell; see __init__
-            return None
-        if type(pid) is not int or pid < 0:
-            raise ValueError(f"allocate_producer_id returned {pid!r}")
-        return pid
-
-    def _result(self, api: str, api_version: int, error: int,
-                partitions: tuple[TopicPartition, ...]) -> Result:
-        error = _client_error(api, api_version, error)
-        if api == "add_partitions":
-            return AddPartitionsResult(error, partitions)
-        if api == "add_offsets":
-            return AddOffsetsResult(error)
-        if api == "end_txn":
-            return EndTxnResult(error)
-        return InitProducerIdResult(error)
-
-    def _finish(self, fx: _Fx) -> Effects:
-        return Effects(fx.responses, fx.persist, fx.markers, self.next_wake_ms(), fx.expired,
-                       fx.events)
