@@ -26,7 +26,7 @@ SOURCES = ROOT / "tests" / "jvm"
 # Main classes, by the name of the script Kafka's distribution wraps them in.
 TOOLS = {
     "kafka-topics": "org.apache.kafka.tools.TopicCommand",
-    "kafka-configs": "kafka.admin.ConfigCommand",
+    "kafka-configs": "org.apache.kafka.tools.ConfigCommand",  # kafka.admin until 4.3
     "kafka-console-producer": "org.apache.kafka.tools.ConsoleProducer",
     "kafka-console-consumer": "org.apache.kafka.tools.consumer.ConsoleConsumer",
     "kafka-consumer-groups": "org.apache.kafka.tools.consumer.group.ConsumerGroupCommand",

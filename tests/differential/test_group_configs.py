@@ -36,6 +36,18 @@ def _alter(client, group: str, ops, validate_only: bool = False) -> tuple[int, s
     return int(res.error_code), res.error_message
 
 
+def _describe_settled(client, group: str, key: str, value: str, timeout: float = 10):
+    """``_describe`` once the config reads ``value``, or the last answer after ``timeout``:
+    Kafka applies a config change through its metadata log, so a DescribeConfigs right
+    after the change may still read the old value (txbroker answers it at once)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        answer = _describe(client, group, key)
+        if answer[0] == value or time.monotonic() > deadline:
+            return answer
+        time.sleep(0.05)
+
+
 def _describe(client, group: str, key: str):
     """(value, source, synonyms as (name, value, source)) of one group config."""
     m = request_module(DESCRIBE_CONFIGS, 4)
@@ -85,11 +97,12 @@ def test_group_config_checks_describe_and_delete(broker):
         assert _describe(client, group, SESSION) == (session, BROKER_SOURCE, broker_synonyms)
 
         assert _alter(client, group, [(SESSION, SET, "10000"), (INTERVAL, SET, "700")]) == (0, None)
-        assert _describe(client, group, SESSION) == (
+        assert _describe_settled(client, group, SESSION, "10000") == (
             "10000", GROUP_SOURCE, [(SESSION, "10000", GROUP_SOURCE), *broker_synonyms])
-        assert _describe(client, group, INTERVAL)[:2] == ("700", GROUP_SOURCE)
+        assert _describe_settled(client, group, INTERVAL, "700")[:2] == ("700", GROUP_SOURCE)
         assert _alter(client, group, [(SESSION, DELETE, None)]) == (0, None)
-        assert _describe(client, group, SESSION) == (session, BROKER_SOURCE, broker_synonyms)
+        assert _describe_settled(client, group, SESSION, session) == (
+            session, BROKER_SOURCE, broker_synonyms)
         assert _describe(client, group, INTERVAL)[:2] == ("700", GROUP_SOURCE)
         # The legacy AlterConfigs replaces the whole set.
         m = request_module(ALTER_CONFIGS, 2)
@@ -98,7 +111,7 @@ def test_group_config_checks_describe_and_delete(broker):
                 m.AlterConfigsResource, resource_type=GROUP, resource_name=group, configs=(
                     build(m.AlterableConfig, name=SESSION, value="9000"),)),)))
         assert [(int(x.error_code), x.error_message) for x in r.responses] == [(0, None)]
-        assert _describe(client, group, SESSION)[:2] == ("9000", GROUP_SOURCE)
+        assert _describe_settled(client, group, SESSION, "9000")[:2] == ("9000", GROUP_SOURCE)
         assert _describe(client, group, INTERVAL)[:2] == (interval, BROKER_SOURCE)
     finally:
         client.close()
