@@ -3,7 +3,7 @@
 // `make chaos-recipes` (javac against the jars `make kafka-jars` fetched), then:
 //
 //   txbroker chaos --input orders --output payments --instances 2 --duration 60 -- \
-//       java -cp '.jvm/chaos-recipes:.jvm/kafka-4.3.1/*' ChaosPipeline
+//       java -cp '.jvm/chaos-recipes:.jvm/kafka-4.4.0/*' ChaosPipeline
 //
 // Each input record goes to the same partition of the output with the same key, its
 // offsets committed in the same transaction (sendOffsetsToTransaction with the
