@@ -1,6 +1,6 @@
 """Rolling migrations of a consumer group between the classic protocol and the consumer
 protocol (KIP-848's online upgrade and downgrade, ``group.consumer.migration.policy``),
-txbroker vs Kafka 4.3.1: two members are replaced one by one by members of the other
+txbroker vs Kafka 4.4.0: two members are replaced one by one by members of the other
 protocol while records keep coming; every record is committed exactly once, and the
 admin APIs show the group as Kafka shows it at each step."""
 

@@ -1,4 +1,4 @@
-"""KIP-848 consumer-protocol groups, txbroker vs Kafka 4.3.1: the versions served, the
+"""KIP-848 consumer-protocol groups, txbroker vs Kafka 4.4.0: the versions served, the
 ``group.version`` feature, and what a confluent-kafka consumer with
 ``group.protocol=consumer`` sees."""
 

@@ -1,4 +1,4 @@
-"""Kafka's Java clients (kafka-clients 4.3.1) against txbroker and Apache Kafka: the
+"""Kafka's Java clients (kafka-clients 4.4.0) against txbroker and Apache Kafka: the
 idempotent and transactional KafkaProducer (sendOffsetsToTransaction with the consumer's
 ConsumerGroupMetadata, also of a group.protocol=consumer member), a read_committed
 KafkaConsumer in a group, and the Admin calls of topics, configs, offsets, records and

@@ -1,4 +1,4 @@
-"""Kafka's own command-line tools (the kafka-tools and kafka_2.13 jars of 4.3.1) against
+"""Kafka's own command-line tools (the kafka-tools and kafka_2.13 jars of 4.4.0) against
 txbroker and Apache Kafka, run as users run them and judged by what they print:
 kafka-topics, kafka-configs, kafka-console-producer/-consumer, kafka-consumer-groups,
 kafka-transactions, kafka-get-offsets, kafka-delete-records, kafka-log-dirs and

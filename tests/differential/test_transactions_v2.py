@@ -1,4 +1,4 @@
-"""Transactions v2 (KIP-890 part 2) on txbroker and on Apache Kafka 4.3.1, which both
+"""Transactions v2 (KIP-890 part 2) on txbroker and on Apache Kafka 4.4.0, which both
 finalize ``transaction.version`` 2: the Java 4 producer uses it (epoch bump at every
 EndTxn, partitions added by Produce v12, TxnOffsetCommit v5 without AddOffsetsToTxn),
 a late duplicate of the previous transaction is refused on the raw wire, and
