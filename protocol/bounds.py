@@ -15,7 +15,10 @@ raises :class:`DecodeError` for anything kio must not be handed:
   hands to the handlers as ``None``;
 - a malformed unsigned varint (more than 5 bytes, or more than 32 bits), and tagged
   fields whose sizes run past the end; known tagged fields are walked inside the
-  bytes their size gives them.
+  bytes their size gives them;
+- an array of more than 1,000,000 elements or more than 10,000 tagged fields, Kafka
+  4.4's caps (``MAX_ARRAY_LENGTH``, ``MAX_TAGGED_FIELDS``), even where the bytes sent
+  would hold them.
 
 The walk follows kio's dataclasses (the field order, ``kafka_type`` and ``tag``
 metadata and ``__flexible__``), so it covers every API and version kio has a
@@ -90,7 +93,15 @@ def _bad_length(what: str, n: int, left: int) -> DecodeError:
     return DecodeError(f"{what}: declares {n} bytes but {left} are left")
 
 
+# Kafka 4.4's generated readers refuse larger collections whatever the bytes left.
+MAX_ARRAY_LENGTH = 1_000_000
+MAX_TAGGED_FIELDS = 10_000
+
+
 def _bad_count(what: str, n: int, left: int) -> DecodeError:
+    if n > MAX_ARRAY_LENGTH and n <= left:
+        return DecodeError(f"{what}: a collection of {n} elements exceeds the maximum of "
+                           f"{MAX_ARRAY_LENGTH}")
     if n < 0:
         return DecodeError(f"{what}: count {n} (null or negative where the schema "
                            "allows none)")
@@ -104,6 +115,9 @@ def _tagged_fields(buf, off: int, end: int, what: str, known: dict[int, Walker])
     if count > end - off:
         raise DecodeError(f"{what}: declares {count} fields but only {end - off} bytes "
                           "are left")
+    if count > MAX_TAGGED_FIELDS:
+        raise DecodeError(f"{what}: {count} tagged fields exceed the maximum of "
+                          f"{MAX_TAGGED_FIELDS}")
     for _ in range(count):
         tag, off = _uvarint(buf, off, end, what)
         size, off = _uvarint(buf, off, end, what)
@@ -124,7 +138,7 @@ _HELPERS: dict[str, object] = {
     "_I16": _I16, "_I32": _I32, "_uvarint": _uvarint, "_tagged_fields": _tagged_fields,
     "_ends_before": _ends_before, "_ends_before_length": _ends_before_length,
     "_ends_before_count": _ends_before_count, "_bad_length": _bad_length,
-    "_bad_count": _bad_count,
+    "_bad_count": _bad_count, "_MAX_ARRAY_LENGTH": MAX_ARRAY_LENGTH,
 }
 
 
@@ -244,7 +258,7 @@ class _Source:
             self.uvarint_length(depth, what)
         else:
             self.int_length(depth, what, 4, "_ends_before_count")
-        self.add(depth, "if n < 0 or n > end - off:")
+        self.add(depth, "if n < 0 or n > end - off or n > _MAX_ARRAY_LENGTH:")
         if nullable:
             self.add(depth + 1, "if n != -1:")
             self.add(depth + 2, f"raise _bad_count({what!r}, n, end - off)")

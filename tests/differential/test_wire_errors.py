@@ -53,6 +53,11 @@ CLOSES = {
     "header-without-body": sized(raw_header(METADATA, 1, 7)),
     "short-header": sized(b"\x00\x03\x00"),
     "negative-size": struct.pack(">i", -1),
+    # Kafka 4.4 refuses a collection of more than 1,000,000 elements even when the bytes
+    # sent hold it: ListTransactions v1 with 1,000,001 producer-id filters (8 MB).
+    "array-over-the-cap": sized(raw_header(66, 1, 7) + b"\x00" + b"\x01"
+                                + b"\xc2\x84\x3d"  # uvarint 1,000,002: 1,000,001 elements
+                                + bytes(8 * 1_000_001) + struct.pack(">q", -1) + b"\x00"),
 }
 
 

@@ -16,6 +16,7 @@ import typing
 from collections.abc import Callable
 from functools import cache
 
+from txbroker.protocol.bounds import MAX_ARRAY_LENGTH, MAX_TAGGED_FIELDS
 from txbroker.protocol.primitives import DecodeError
 
 # buf, offset, end -> new offset
@@ -100,6 +101,8 @@ def _array(what: str, flexible: bool, nullable: bool, element: Step) -> Step:
         if n > end - off:
             raise DecodeError(f"{what}: declares {n} elements but only {end - off} bytes "
                               "are left")
+        if n > MAX_ARRAY_LENGTH:
+            raise DecodeError(f"{what}: a collection of {n} elements exceeds the maximum")
         for _ in range(n):
             off = element(buf, off, end)
         return off
@@ -225,6 +228,8 @@ def _tagged_fields(owner: str, known: dict[int, Step]) -> Step:
         if count > end - off:
             raise DecodeError(f"{what}: declares {count} fields but only {end - off} bytes "
                               "are left")
+        if count > MAX_TAGGED_FIELDS:
+            raise DecodeError(f"{what}: {count} tagged fields exceed the maximum")
         for _ in range(count):
             tag, off = _uvarint(buf, off, end, what)
             size, off = _uvarint(buf, off, end, what)

@@ -86,6 +86,45 @@ def test_huge_compact_array_count_is_a_decode_error(name):
         decode_request(parse_request_header(frame), frame)
 
 
+def _uvarint(n: int) -> bytes:
+    out = bytearray()
+    while n >= 0x80:
+        out.append(n & 0x7F | 0x80)
+        n >>= 7
+    return bytes(out) + bytes([n])
+
+
+@pytest.mark.parametrize("count, refused", [(1_000_000, False), (1_000_001, True)])
+def test_an_array_over_kafkas_cap_is_refused_even_when_the_bytes_hold_it(count, refused):
+    # Kafka 4.4 refuses a collection of more than 1,000,000 elements (and closes the
+    # connection): ListTransactions v1 with that many producer-id filters, 8 MB sent.
+    frame = (_header(66, 1, True) + b"\x01" + _uvarint(count + 1) + bytes(8 * count)
+             + struct.pack(">q", -1) + b"\x00")
+    header = parse_request_header(frame)
+    if refused:
+        with pytest.raises(DecodeError, match="exceeds the maximum of 1000000"):
+            decode_request(header, frame)
+        with pytest.raises(DecodeError, match="exceeds the maximum"):
+            bounds_reference.check_body(request_class(66, 1), frame, header.body_offset)
+    else:
+        assert len(decode_request(header, frame).producer_id_filters) == count
+
+
+@pytest.mark.parametrize("count, refused", [(10_000, False), (10_001, True)])
+def test_tagged_fields_over_kafkas_cap_are_refused(count, refused):
+    # Metadata v12, no topics, three bools, then ``count`` unknown empty tagged fields.
+    fields = b"".join(_uvarint(100 + i) + b"\x00" for i in range(count))
+    frame = _header(3, 12, True) + b"\x01\x00\x00" + _uvarint(count) + fields
+    offset = parse_request_header(frame).body_offset
+    if refused:
+        with pytest.raises(DecodeError, match="exceed the maximum of 10000"):
+            check_body(request_class(3, 12), frame, offset)
+        with pytest.raises(DecodeError, match="exceed the maximum"):
+            bounds_reference.check_body(request_class(3, 12), frame, offset)
+    else:  # the walk passes them (kio then refuses tags it does not know)
+        assert check_body(request_class(3, 12), frame, offset) == len(frame)
+
+
 def test_null_array_where_the_schema_allows_none():
     # Issue 14's reproducer: DescribeGroups v5 (flexible) with groups = null (count 0).
     frame = struct.pack(">hhih", 15, 5, 1, -1) + b"\x00\x00\x00\x00"
