@@ -1,6 +1,9 @@
 """Admin/metrics HTTP endpoint (aiohttp), off unless ``admin.http.port`` is set.
 
-GET /health   200 "ok" while the broker serves, 503 while it shuts down
+GET /health   200 "ok" while the broker serves, 200 "degraded" with one line per problem
+              while the data directory is full, read-only or failing or a partition is
+              offline (JSON with ?format=json or Accept: application/json), 503 while it
+              shuts down
 GET /metrics  Prometheus text format (broker/metrics.py; docs/operations.md lists them):
               requests, errors, bytes and latency per API; transactions by outcome;
               per-partition offsets (HW, LSO); consumer-group lag; fsync latency
@@ -25,6 +28,7 @@ from __future__ import annotations
 import hmac
 import ipaddress
 import logging
+import math
 import os
 import ssl
 from typing import TYPE_CHECKING, Protocol
@@ -35,6 +39,7 @@ from aiohttp import web
 from . import console
 from .config import StartupError
 from .metrics import MetricsSource, render
+from .storage_status import describe, storage_status
 
 if TYPE_CHECKING:
     import asyncio
@@ -132,10 +137,25 @@ def build_app(broker: AdminSource, token: BearerToken | None = None,
               console_auth: console.ConsoleAuth | None = None,
               host: str = "127.0.0.1") -> web.Application:
     """The endpoint's routes; the console's too when ``console_auth`` is given."""
-    async def health(_request: web.Request) -> web.Response:
+    async def health(request: web.Request) -> web.Response:
         if broker.stopping.is_set():
             return web.Response(status=503, text="stopping\n")
-        return web.Response(text="ok\n")
+        # Degraded (a full, read-only or failing data directory, offline partitions) is
+        # still 200: the broker serves what it can, and a restart by a liveness probe
+        # would not give the disk room (it would lose the condition's state instead).
+        status = storage_status(broker.logs)
+        if token is not None and not token.accepts(request.headers.get("Authorization")):
+            # /health needs no token: without one it says which conditions, not where.
+            status = {"status": status["status"],
+                      "conditions": [{"condition": c["condition"]} for c in status["conditions"]],
+                      "offline_partitions": status["offline_partitions"]}
+        if "json" in request.query.get("format", "") \
+                or "application/json" in request.headers.get("Accept", ""):
+            return web.json_response(status)
+        if status["status"] == "ok":
+            return web.Response(text="ok\n")
+        return web.Response(text="degraded\n" + "".join(f"{line}\n"
+                                                          for line in describe(status)))
 
     async def metrics(_request: web.Request) -> web.Response:
         return web.Response(text=render_metrics(broker),
@@ -157,8 +177,40 @@ def build_app(broker: AdminSource, token: BearerToken | None = None,
                          "configs": info.configs, "partitions": parts}
         return web.json_response(out)
 
+    throttle = console_auth.throttle if console_auth is not None else console.LoginThrottle()
+
+    def refused_token(request: web.Request) -> web.Response | None:
+        """A wrong bearer token makes its address wait, as a failed console login does;
+        a try before the wait is over gets 429 without its token looked at."""
+        header = request.headers.get("Authorization")
+        wait = throttle.wait(request.remote)
+        if wait > 0:
+            broker.metrics.count_login_failure("throttled")
+            seconds = math.ceil(wait)
+            return web.Response(status=429, text=f"too many failed logins: try again in "
+                                                 f"{seconds} s\n",
+                                headers={"Retry-After": str(seconds)})
+        if token is not None and token.accepts(header):
+            throttle.succeeded(request.remote)
+            return None
+        if console_auth is not None and console.is_console_path(request.path) \
+                and console_auth.has_session(request):
+            return None  # (a browser's session cookie beside some other header)
+        broker.metrics.count_login_failure("wrong_token")
+        throttle.failed(request.remote)
+        return web.Response(status=401, text="bearer token required\n",
+                            headers={"WWW-Authenticate": 'Bearer realm="txbroker"'})
+
     @web.middleware
     async def require_token(request: web.Request, handler):
+        if token is not None and request.path != "/health" \
+                and request.headers.get("Authorization") is not None:
+            if (refusal := refused_token(request)) is not None:
+                log.info("admin HTTP: refused %s %s from %s (%s)", request.method,
+                         request.path, request.remote,
+                         "wrong bearer token" if refusal.status == 401 else "throttled")
+                return refusal
+            return await handler(request)
         if token is not None and request.path != "/health" \
                 and not token.accepts(request.headers.get("Authorization")):
             if console_auth is not None and console.is_console_path(request.path):
@@ -256,7 +308,8 @@ class AdminHttpServer:
         self.console_auth = console.ConsoleAuth(
             self.token, read_only=config.get("admin.http.console.read.only"),
             principal=config.get("admin.http.console.principal"),
-            secure=self.ssl_context is not None) \
+            secure=self.ssl_context is not None,
+            on_failure=broker.metrics.count_login_failure) \
             if config.get("admin.http.console.enable") else None
 
     @property

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Protocol, get_args
 
 from txbroker.protocol.errors import ErrorCode
 from txbroker.protocol.messages import api_name
+from txbroker.storage.disk_conditions import CONDITIONS
 
 if TYPE_CHECKING:
     from txbroker.coordinator.group.coordinator import GroupCoordinator
@@ -87,6 +88,11 @@ class BrokerMetrics:
         self.requests: dict[tuple[int, int], RequestStats] = {}
         self.errors: dict[tuple[int, int], int] = {}  # (API key, error code) -> responses
         self.flush_time = Histogram(FLUSH_BUCKETS)
+        # Console logins and admin bearer tokens refused, by reason (broker/console/throttle.py).
+        self.login_failures: dict[str, int] = {}
+
+    def count_login_failure(self, reason: str) -> None:
+        self.login_failures[reason] = self.login_failures.get(reason, 0) + 1
 
     def stats(self, api_key: int, version: int) -> RequestStats:
         stats = self.requests.get((api_key, version))
@@ -237,6 +243,7 @@ def render(broker: MetricsSource) -> str:
     _transactions(out, broker)
     _partitions(out, broker)
     _groups(out, broker)
+    _storage(out, broker)
     return "\n".join(out.lines) + "\n"
 
 
@@ -392,3 +399,41 @@ def _groups(out: _Text, broker: MetricsSource) -> None:
         for group, topic, partition, offset, plog in rows:
             out.sample(name, {"group": group, "topic": topic, "partition": partition},
                        value(offset, plog))
+
+
+def _storage(out: _Text, broker: MetricsSource) -> None:
+    """The data directory's conditions (storage/disk_conditions.py), refused writes,
+    offline partitions and failed fsyncs: what an alert on a full or failing disk needs."""
+    disk = broker.logs.disk
+    out.family("txbroker_storage_condition", "gauge", "1 while the data directory is in the "
+               "condition (disk_full: ENOSPC/EDQUOT, read_only: EROFS, io_error: EIO/ENOTCONN), "
+               "else 0.")
+    for condition in CONDITIONS:
+        out.sample("txbroker_storage_condition", {"condition": condition},
+                   1 if condition in disk.active else 0)
+    out.family("txbroker_storage_refused_writes_total", "counter",
+               "Writes refused by the file system with an expected errno, by errno.")
+    for name, count in sorted(disk.refused_by_errno.items()):
+        out.sample("txbroker_storage_refused_writes_total", {"errno": name}, count)
+    out.family("txbroker_storage_write_retries_total", "counter",
+               "Retries of the broker's own writes (markers, checkpoints) during a condition.")
+    out.sample("txbroker_storage_write_retries_total", None, disk.retries)
+    space = disk.free_space()
+    if space is not None:
+        out.family("txbroker_storage_free_bytes", "gauge",
+                   "Free bytes on the data directory's file system (statvfs f_bavail).")
+        out.sample("txbroker_storage_free_bytes", None, space[0])
+    out.family("txbroker_offline_partitions", "gauge", "Partitions a failed fsync took "
+               "offline until a restart (Kafka: KafkaController OfflinePartitionsCount).")
+    out.sample("txbroker_offline_partitions", None,
+               sum(1 for p in broker.logs.logs.values() if p.offline is not None))
+    out.family("txbroker_fsync_failures_total", "counter",
+               "fsyncs that failed (each took its partition offline).")
+    out.sample("txbroker_fsync_failures_total", None, broker.logs.flusher.failed_fsyncs)
+    out.family("txbroker_console_login_failures_total", "counter", "Console logins and admin "
+               "bearer tokens refused, by reason: wrong_token, throttled (too soon after a "
+               "failure from that address).")
+    for reason in ("wrong_token", "throttled"):
+        out.sample("txbroker_console_login_failures_total", {"reason": reason},
+                   broker.metrics.login_failures.get(reason, 0))
+

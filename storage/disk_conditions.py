@@ -42,7 +42,8 @@ CONDITIONS = ("disk_full", "read_only", "io_error")
 _WHAT = {"disk_full": "data directory full: writes refused",
          "read_only": "data directory read-only: writes refused",
          "io_error": "data directory failing: writes refused"}
-QUIET_S = 2.0  # a condition ends only after this long without a refused write
+QUIET_S = 6.0  # a condition ends only after this long without a refused write (longer
+# than the retries' longest pause, so that a condition is not ended between two of them)
 PROBE_INTERVAL_S = 1.0
 # disk_full ends only with this much free: a few bytes freed by retention would
 # otherwise end it only for the next large batch to start it again.

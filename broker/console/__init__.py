@@ -18,6 +18,7 @@ from aiohttp import web
 from . import actions, groups, overview, records, security, topics, transactions
 from .auth import ConsoleAuth
 from .html import AUTH, BROKER, SECURITY_HEADERS, esc, layout
+from .throttle import LoginThrottle
 
 # Paths a browser may load before logging in.
 PUBLIC_PREFIXES = ("/console/login", "/console/static/")
@@ -58,7 +59,7 @@ async def login_page(request: web.Request) -> web.Response:
 async def login(request: web.Request) -> NoReturn:
     auth: ConsoleAuth = request.app[AUTH]
     form = await request.post()
-    auth.login(str(form.get("token", "")), str(form.get("next", "/")))
+    auth.login(str(form.get("token", "")), str(form.get("next", "/")), request.remote)
 
 
 def add_routes(app: web.Application, broker, auth: ConsoleAuth) -> None:
@@ -85,4 +86,4 @@ def add_routes(app: web.Application, broker, auth: ConsoleAuth) -> None:
     r.add_get("/console/security", security.security)
 
 
-__all__ = ["ConsoleAuth", "add_routes", "is_console_path", "PUBLIC_PREFIXES", "layout"]
+__all__ = ["ConsoleAuth", "LoginThrottle", "add_routes", "is_console_path", "PUBLIC_PREFIXES", "layout"]

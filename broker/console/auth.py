@@ -2,7 +2,8 @@
 
 Reading: the admin endpoint's bearer token (admin.http.auth.token.file), sent by a
 browser as a session cookie set by /console/login (the cookie is an HMAC of the token,
-so rotating the token logs every browser out). Without a token file the endpoint is
+so rotating the token logs every browser out). Failed logins make their client address
+wait, longer after each (broker/console/throttle.py). Without a token file the endpoint is
 open to whoever reaches it (loopback by default), as /metrics is.
 
 Acting (aborting a transaction): only with a token file (an operator proved to be one),
@@ -16,11 +17,15 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import math
 import os
+from collections.abc import Callable
 from typing import NoReturn, Protocol
 from urllib.parse import quote, urlsplit
 
 from aiohttp import web
+
+from .throttle import LoginThrottle
 
 COOKIE = "txbroker_console"
 _PROCESS_KEY = os.urandom(32)  # CSRF key when no token file is set (actions are off then)
@@ -36,11 +41,16 @@ class BearerToken(Protocol):
 
 class ConsoleAuth:
     def __init__(self, token: BearerToken | None, *, read_only: bool, principal: str,
-                 secure: bool) -> None:
+                 secure: bool, throttle: LoginThrottle | None = None,
+                 on_failure: Callable[[str], None] | None = None) -> None:
         self.token = token
         self.read_only = read_only
         self.principal = principal
         self.secure = secure
+        # Failed logins per client address (shared with the bearer token's check), and
+        # who counts them (the broker's metrics): reason "wrong_token" or "throttled".
+        self.throttle = throttle if throttle is not None else LoginThrottle()
+        self.on_failure = on_failure
 
     def _mac(self, purpose: bytes) -> str:
         key = self.token.load() if self.token is not None else _PROCESS_KEY
@@ -80,13 +90,29 @@ class ConsoleAuth:
             return "missing or wrong CSRF token (reload the page)"
         return None
 
-    def login(self, given: str, next_path: str) -> NoReturn:
+    def _failed(self, reason: str) -> None:
+        if self.on_failure is not None:
+            self.on_failure(reason)
+
+    def login(self, given: str, next_path: str, address: str | None = None) -> NoReturn:
         """Raises the redirect: to ``next_path`` with the session cookie, or back to the
-        login page."""
+        login page; or 429 while ``address`` must still wait after a failure (the token
+        is not even compared then: guessing costs the guesser time, not the broker)."""
+        wait = self.throttle.wait(address)
+        if wait > 0:
+            self._failed("throttled")
+            seconds = math.ceil(wait)
+            raise web.HTTPTooManyRequests(
+                text=f"too many failed logins from {address}: try again in {seconds} s\n",
+                headers={"Retry-After": str(seconds)})
         if self.token is None or not hmac.compare_digest(given.strip().encode(),
                                                          self.token.load()):
+            if self.token is not None:
+                self._failed("wrong_token")
+                self.throttle.failed(address)
             raise web.HTTPSeeOther("/console/login?failed=1&next=" +
                                    quote(_local(next_path), safe=""))
+        self.throttle.succeeded(address)
         response = web.HTTPSeeOther(_local(next_path))
         response.set_cookie(COOKIE, self._mac(b"session"), httponly=True, samesite="Strict",
                             secure=self.secure, path="/")

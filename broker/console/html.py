@@ -11,6 +11,8 @@ from urllib.parse import quote, urlencode
 
 from aiohttp import web
 
+from ..storage_status import describe, storage_status
+
 # Rows on one page of any list, and the most a ``limit`` parameter may ask for: a page
 # costs the same with 1,000 partitions or 100,000 transactional ids.
 PAGE_SIZE = 100
@@ -147,9 +149,27 @@ def layout(request: web.Request, title: str, body: str, *, status: int = 200) ->
             f'<script src="/console/static/console.js" defer></script></head>'
             f'<body><header><span class="brand">txbroker</span><nav>{nav}</nav>{toggle}'
             f"</header>"
-            f"<main><h1>{esc(title)}</h1>{notice}{body}</main></body></html>")
+            f"<main>{storage_banner(request)}<h1>{esc(title)}</h1>{notice}{body}</main>"
+            f"</body></html>")
     return web.Response(text=page, status=status, content_type="text/html", charset="utf-8",
                         headers=SECURITY_HEADERS)
+
+
+def storage_banner(request: web.Request) -> str:
+    """On every page while the data directory is full, read-only or failing, or a
+    partition is offline (broker/storage_status.py): what an operator must see first.
+    Not on the login page, which strangers see."""
+    broker = request.app.get(BROKER)
+    if broker is None or request.path.startswith("/console/login"):
+        return ""
+    status = storage_status(broker.logs)
+    if status["status"] == "ok":
+        return ""
+    items = "".join(f"<li>{esc(line)}</li>" for line in describe(status))
+    return (f'<div class="banner" id="storage-banner" role="alert"><strong>Storage degraded'
+            f"</strong>: writes to the affected partitions are refused with "
+            f"KAFKA_STORAGE_ERROR (clients retry); nothing acknowledged is lost. See "
+            f"docs/operations.md, \"A full or failing disk\".<ul>{items}</ul></div>")
 
 
 # The pages load only their own assets: an injected script could not run (no inline

@@ -228,8 +228,12 @@ async def _append_all(ctx, request, named: list, results: dict, durable_waits: l
                     # and takes the batch once the disk has room again.
                     error = ErrorCode.kafka_storage_error
                     message = f"cannot write to {name}-{part.index}: {e}"
-                    log.error("produce to %s-%d from %s failed: KAFKA_STORAGE_ERROR: %r",
-                              name, part.index, ctx.peer, e)
+                    # An expected errno is the data directory's condition (a few lines
+                    # while it lasts, whatever the clients' retries); others, per request.
+                    if not broker.logs.disk.refused(e, f"append to {name}-{part.index}",
+                                                    plog.directory):
+                        log.error("produce to %s-%d from %s failed: KAFKA_STORAGE_ERROR: %r",
+                                  name, part.index, ctx.peer, e)
             if turns:
                 _end_turns(broker, turns, (name, part.index))
             out.append((part.index, error, base_offset, append_time, start, message))

@@ -3,6 +3,7 @@ each page shows of transactions, the LSO, groups and records, escaping, bounds."
 
 from __future__ import annotations
 
+import errno
 import html
 import json
 import urllib.parse
@@ -238,3 +239,27 @@ def test_a_broker_process_logs_the_console_url(tmp_path):
             assert resp.status == 200 and "<h1>Overview</h1>" in resp.read().decode()
     finally:
         broker.terminate()
+
+
+def test_every_page_shows_the_storage_banner_while_a_condition_lasts(txbroker, client):
+    txbroker.create_topic("console-t", 2)
+    pages = ("/", "/console/topics", "/console/topics/console-t",
+             "/console/topics/console-t/0", "/console/transactions", "/console/groups",
+             "/console/security")
+    for path in pages:
+        assert 'id="storage-banner"' not in client.get(path)[1], path
+
+    def disk_full(broker):
+        # What an append refused by a full disk reports (storage/disk_conditions.py);
+        # the path carries HTML, which the banner shows as text.
+        broker.logs.disk.refused(OSError(errno.ENOSPC, "No space left on device",
+                                         "/data/<b>x</b>"), "append to console-t-0")
+
+    txbroker.call(disk_full)
+    for path in pages:
+        status, body = client.get(path)
+        assert status == 200 and 'id="storage-banner"' in body, path
+        assert "disk_full: /data/&lt;b&gt;x&lt;/b&gt;: append to console-t-0" in body
+        assert "<b>x</b>" not in body
+    # The login page, which strangers see, has no banner.
+    assert 'id="storage-banner"' not in client.get("/console/login")[1]

@@ -4,6 +4,7 @@ and behind a bearer token (admin.http.auth.token.file), as Prometheus scrapes it
 from __future__ import annotations
 
 import ssl
+import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -61,11 +62,18 @@ def test_bearer_token_protects_everything_but_health(tmp_path) -> None:
         status, _, headers = _get(base + "/metrics")
         assert status == 401 and headers["WWW-Authenticate"] == 'Bearer realm="txbroker"'
         assert _get(base + "/topics", token="wrong")[0] == 401
+        # A wrong token makes the address wait 0.5 s: the right one is refused meanwhile.
+        status, _, headers = _get(base + "/metrics", token=TOKEN)
+        assert status == 429 and headers["Retry-After"] == "1"
+        time.sleep(0.6)
         status, body, _ = _get(base + "/metrics", token=TOKEN)
         assert status == 200 and "txbroker_requests_total" in body
+        assert 'txbroker_console_login_failures_total{reason="wrong_token"} 1' in body
+        assert 'txbroker_console_login_failures_total{reason="throttled"} 1' in body
         # Rotation: a new token in the file is used at once, the old one is refused.
         token_file.write_text("rotated-token-of-another-length\n")
         assert _get(base + "/topics", token=TOKEN)[0] == 401
+        time.sleep(0.6)
         assert _get(base + "/topics", token="rotated-token-of-another-length")[0] == 200
     finally:
         broker.stop()
