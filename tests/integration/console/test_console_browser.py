@@ -6,6 +6,7 @@ real clients. Screenshots of every page go to test-artifacts/console/ (ignored b
 
 from __future__ import annotations
 
+import errno
 import os
 import time
 from pathlib import Path
@@ -199,6 +200,18 @@ def test_console_in_a_browser(txbroker, browser):
     wait_for(lambda: d.find_elements(By.CSS_SELECTOR, "#chart-txn svg polyline"),
              timeout=15, what="the charts")
     _shot(d, "overview")
+
+    # A full disk (what a refused append reports): a visible banner on every page.
+    assert not d.find_elements(By.ID, "storage-banner")
+    txbroker.call(lambda b: b.logs.disk.refused(
+        OSError(errno.ENOSPC, "No space left on device", b.logs.data_dir),
+        "append to payments-0"))
+    for path in ("/", "/console/topics", "/console/transactions"):
+        d.get(base + path)
+        banner = d.find_element(By.ID, "storage-banner")
+        assert banner.is_displayed() and "disk_full" in banner.text, path
+        assert banner.location["y"] < 200  # above the page's own content
+    _shot(d, "storage-banner")
 
 
 def _traffic(txbroker, seconds: float) -> None:
