@@ -57,7 +57,7 @@ def _run_script(script: str, env: dict[str, str] | None = None) -> None:
     """Run an exported script, kafka-acls.sh and kafka-configs.sh being Kafka's tools."""
     java = (f"nice -n 10 java -Xmx128m -XX:TieredStopAtLevel=1 -cp '{jars_dir()}/*'")
     prelude = (f"kafka-acls.sh() {{ {java} org.apache.kafka.tools.AclCommand \"$@\"; }}\n"
-               f"kafka-configs.sh() {{ {java} kafka.admin.ConfigCommand \"$@\"; }}\n")
+               f"kafka-configs.sh() {{ {java} org.apache.kafka.tools.ConfigCommand \"$@\"; }}\n")
     done = subprocess.run(["bash", "-c", prelude + script], capture_output=True, text=True,
                           timeout=300, env={"PATH": os.environ["PATH"], **(env or {})})
     assert done.returncode == 0, f"{script}\n{done.stdout}\n{done.stderr}"
