@@ -219,7 +219,10 @@ class BrokerThread(SecuredBrokerAccess):
     def stop(self) -> None:
         if self._loop is not None and self._stopped is not None and self._thread is not None:
             if self._thread.is_alive():
-                self._loop.call_soon_threadsafe(self._stopped.set)
+                try:
+                    self._loop.call_soon_threadsafe(self._stopped.set)
+                except RuntimeError:  # the loop closed meanwhile (a start that failed ends
+                    pass              # its thread by itself): nothing left to stop
                 self._thread.join(timeout=60)
         self._thread = None
 
