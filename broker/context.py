@@ -134,8 +134,6 @@ class RunningBroker(Protocol):
     scram_credentials: ScramCredentialStore | None
     denials: DenialLog
     stopping: asyncio.Event
-    # Produce v12's implicit adds in progress, per (topic, partition, producer id).
-    pending_partition_adds: dict[tuple[str, int, int], asyncio.Future]
     fetch_max_bytes: int
     listeners_by_name: dict[str, Listener]
 

@@ -336,7 +336,7 @@ _PARTITION_GAUGES = (
      "from read_committed consumers by open transactions (Kafka: Partition "
      "LastStableOffsetLag).", lambda p: p.high_watermark - p.last_stable_offset),
     ("ongoing_transactions", "Producers with an open transaction in the partition.",
-     lambda p: len(p.ongoing_txns)),
+     lambda p: p.ongoing_transaction_count()),
     ("log_end_offset", "Log end offset (Kafka: Log LogEndOffset).", lambda p: p.log_end_offset),
     ("log_size_bytes", "Bytes in the partition's segments (Kafka: Log Size).",
      lambda p: p.size_bytes),

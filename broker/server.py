@@ -168,8 +168,6 @@ class Broker:
     def __init__(self, config: BrokerConfig, *, in_process: bool = False) -> None:
         self.config = config
         self.in_process = in_process  # a crash fault then tears down instead of exiting
-        # Produce v12's implicit adds in progress, per (topic, partition, producer id).
-        self.pending_partition_adds: dict[tuple[str, int, int], asyncio.Future] = {}
         self.crashed = False
         self.requests_received = 0  # request frames dispatched (the preload waits for a lull)
         self.node_id: int = config.get("node.id")
@@ -274,7 +272,7 @@ class Broker:
 
     def check_txn_offset_commit(self, request) -> int:
         """TxnOffsetCommit: is the group's offsets partition in the producer's transaction?"""
-        return self.transactions.state.check_txn_offset_commit(
+        return self.transactions.check_txn_offset_commit(
             request.transactional_id, request.producer_id, request.producer_epoch,
             request.group_id, api_version=self._version_of(request))
 

@@ -451,9 +451,7 @@ class Flusher:
                 continue
             if entries:
                 entries_synced(plog.directory, entries)
-            plog.unflushed_messages = max(0, plog.unflushed_messages - count)
-            plog.last_flush_ms = now
-            plog.mark_flushed(target)
+            plog.flushed(target, count, now)
             self._release(plog, target)
         if not self._postponed:
             self._no_fds.cleared()

@@ -4,6 +4,12 @@ Offsets: ``log_start_offset`` <= ``high_watermark`` <= ``log_end_offset``.
 With ``flush.messages=1`` (the default) the high watermark is the flushed
 offset: consumers only ever see data that survives a crash, the single-broker
 analogue of Kafka's "replicated to the ISR". Otherwise it follows the log end.
+
+Who may touch what: a ``PartitionLog`` owns its segments, offsets, producer state
+(``producer_state``) and open transactions (``ongoing_txns``). The broker's handlers, the
+console and the coordinators ask through the public methods (``append``, ``read``,
+``has_ongoing_transaction``, ``ongoing_transaction_start``, ``open_transactions``,
+``producers``...); the flusher reports a round with ``flushed``.
 """
 
 from __future__ import annotations
@@ -38,7 +44,12 @@ from txbroker.protocol.records import (
 from .cleaner_recovery import recover_interrupted_cleaning
 from .durable_file import drop_unsynced_entries, fsync_directory, unsynced_entries
 from .log_config import LogConfig
-from .producer_state import ProducerStateManager, load_latest_snapshot, write_snapshot
+from .producer_state import (
+    ProducerEntry,
+    ProducerStateManager,
+    load_latest_snapshot,
+    write_snapshot,
+)
 from .segment import LogSegment, ReadResult
 from .txn_index import AbortedTxn, AbortedTxnIndex, read_txnindex, txnindex_path, write_txnindex
 
@@ -74,6 +85,18 @@ class LogOfflineError(KafkaError, OSError):
 
     def __init__(self, message: str) -> None:
         super().__init__(message, ErrorCode.kafka_storage_error)
+
+
+@dataclass(frozen=True, slots=True)
+class OpenTransaction:
+    """A producer's open transaction in one partition (epoch, coordinator epoch and
+    last timestamp are -1 when the producer's state has expired)."""
+
+    producer_id: int
+    producer_epoch: int
+    coordinator_epoch: int
+    first_offset: int
+    last_timestamp: int
 
 
 class PartitionLog:
@@ -265,6 +288,47 @@ class PartitionLog:
                 self._txnindex_dirty = True
         elif header.is_transactional and pid not in self.ongoing_txns:
             self.ongoing_txns[pid] = header.base_offset
+
+    # --- the producers and their open transactions (front doors for the broker and the
+    # coordinators: ``producer_state`` and ``ongoing_txns`` are this log's) -------------
+
+    def has_ongoing_transaction(self, producer_id: int, producer_epoch: int) -> bool:
+        """Kafka's ``hasOngoingTransaction(pid, epoch)``: the producer's transaction is
+        open here, opened by this epoch (a newer epoch is the producer's next
+        transaction, which its coordinator must vouch for)."""
+        if producer_id not in self.ongoing_txns:
+            return False
+        entry = self.producer_state.producers.get(producer_id)
+        return entry is not None and entry.epoch == producer_epoch
+
+    def ongoing_transaction_start(self, producer_id: int) -> int | None:
+        """The offset of the first batch of the producer's open transaction here, or None."""
+        return self.ongoing_txns.get(producer_id)
+
+    def ongoing_transaction_count(self) -> int:
+        return len(self.ongoing_txns)
+
+    def open_transactions(self) -> list[OpenTransaction]:
+        """Every open transaction here with what the log knows of its producer (a copy:
+        the caller may await while it reads)."""
+        out = []
+        for pid, first in list(self.ongoing_txns.items()):
+            entry = self.producer_state.producers.get(pid)
+            if entry is None:
+                out.append(OpenTransaction(pid, -1, -1, first, -1))
+            else:
+                out.append(OpenTransaction(pid, entry.epoch, entry.coordinator_epoch, first,
+                                           entry.last_timestamp))
+        return out
+
+    def producers(self) -> list[ProducerEntry]:
+        """The producers this partition knows, by producer id (DescribeProducers)."""
+        return sorted(self.producer_state.producers.values(), key=lambda e: e.producer_id)
+
+    def max_coordinator_epoch(self) -> int:
+        """The largest coordinator epoch of a marker written here (-1: none)."""
+        return max((e.coordinator_epoch for e in list(self.producer_state.producers.values())),
+                   default=-1)
 
     def rewrite_txn_indexes(self) -> None:
         """Write each segment's .txnindex from the in-memory aborted transactions."""
@@ -504,6 +568,13 @@ class PartitionLog:
         self.directory_dirty = self.directory_dirty or directory
 
     # --- durability ---------------------------------------------------------------
+
+    def flushed(self, offset: int, messages: int, now: int) -> None:
+        """The flusher's report: everything below ``offset`` (``messages`` of the
+        unflushed ones) is fsynced as of ``now``."""
+        self.unflushed_messages = max(0, self.unflushed_messages - messages)
+        self.last_flush_ms = now
+        self.mark_flushed(offset)
 
     def mark_flushed(self, offset: int) -> None:
         if offset > self.flushed_offset:

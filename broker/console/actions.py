@@ -78,7 +78,7 @@ async def confirm_abort(request: web.Request) -> web.Response:
     broker = request.app[BROKER]
     auth = request.app[AUTH]
     tid = request.match_info["tid"]
-    d = broker.transactions.state.describe(tid)
+    d = broker.transactions.describe(tid)
     if not auth.can_act:
         return _refused(request, auth.why_read_only(), None, 403)
     if d.error:
@@ -102,7 +102,7 @@ async def abort(request: web.Request) -> web.Response:
                  "(TRANSACTIONAL_ID_AUTHORIZATION_FAILED)", actor, tid)
         return _refused(request, f"{auth.principal} has no WRITE on transactional id {tid!r}",
                         ErrorCode.transactional_id_authorization_failed, 403)
-    d = broker.transactions.state.describe(tid)
+    d = broker.transactions.describe(tid)
     if d.error:
         return _refused(request, f"transactional id {tid!r}", ErrorCode(d.error), 404)
     # The form names the producer it was shown: a newer transaction is not aborted blind.

@@ -29,46 +29,28 @@ class OpenInPartition:
     hanging: bool
 
 
-def transactional_ids_of(broker, producer_ids: Iterable[int]) -> dict[int, str]:
-    """producer id -> the transactional id whose current producer id it is."""
-    wanted = set(producer_ids)
-    if not wanted or not broker.transactions.state.loaded:
-        return {}
-    result = broker.transactions.state.list_transactions((), wanted)
-    return {t.producer_id: t.transactional_id for t in result.transactions
-            if t.producer_id in wanted}
-
-
 def open_transactions(broker, plogs: Iterable, now_ms: int | None = None, *,
                       candidates_only: bool = False) -> list[OpenInPartition]:
     """Every open transaction in ``plogs``, classified as find-hanging does; with
     ``candidates_only`` only those last written longer ago than the maximum timeout
     (the only ones that can hang: in the usual case none, and the coordinator's ids
-    are not even looked at)."""
+    are not even looked at). The partitions and the coordinator are asked through
+    their front doors (PartitionLog.open_transactions, TransactionCoordinator)."""
     now = int(time.time() * 1000) if now_ms is None else now_ms
     max_ms = broker.config.get("transaction.max.timeout.ms")
-    found = []
-    for plog in plogs:
-        for pid, first in list(plog.ongoing_txns.items()):
-            entry = plog.producer_state.producers.get(pid)
-            last_ts = entry.last_timestamp if entry is not None else -1
-            if not candidates_only or now - last_ts > max_ms:
-                found.append((plog, pid, first, entry))
-    tids = transactional_ids_of(broker, (pid for _, pid, _, _ in found))
-    state = broker.transactions.state
+    found = [(plog, txn) for plog in plogs for txn in plog.open_transactions()
+             if not candidates_only or now - txn.last_timestamp > max_ms]
+    coordinator = broker.transactions
+    tids = coordinator.transactional_ids_of(txn.producer_id for _, txn in found)
     out = []
-    for plog, pid, first, entry in found:
-        tid = tids.get(pid)
-        counted = False
-        if tid is not None:
-            d = state.describe(tid)
-            counted = d.error == 0 and d.producer_id == pid and \
-                plog.partition in d.topics.get(plog.topic, ())
-        last_ts = entry.last_timestamp if entry is not None else -1
+    for plog, txn in found:
+        tid = tids.get(txn.producer_id)
+        counted = tid is not None and coordinator.includes_partition(
+            tid, txn.producer_id, plog.topic, plog.partition)
         out.append(OpenInPartition(
-            plog.topic, plog.partition, pid, entry.epoch if entry is not None else -1,
-            entry.coordinator_epoch if entry is not None else -1, first, last_ts, tid,
-            counted, hanging=not counted and now - last_ts > max_ms))
+            plog.topic, plog.partition, txn.producer_id, txn.producer_epoch,
+            txn.coordinator_epoch, txn.first_offset, txn.last_timestamp, tid, counted,
+            hanging=not counted and now - txn.last_timestamp > max_ms))
     return out
 
 
@@ -76,5 +58,6 @@ def hanging_candidates(broker) -> list[OpenInPartition]:
     """Over every partition but the internal topics' (find-hanging skips them too)."""
     internal = {name for name, info in broker.logs.topics.items() if info.internal}
     return open_transactions(broker, (p for p in list(broker.logs.logs.values())
-                                      if p.ongoing_txns and p.topic not in internal),
+                                      if p.ongoing_transaction_count()
+                                      and p.topic not in internal),
                              candidates_only=True)

@@ -56,7 +56,7 @@ async def overview(request: web.Request) -> web.Response:
         disk_text = f"{size(disk.free)} free of {size(disk.total)}"
     except OSError as e:
         disk_text = f"unknown ({e.strerror})"
-    state = broker.transactions.state
+    state = broker.transactions
     open_txns = len(state.open_transaction_starts()) if state.loaded else 0
     per_s = (lambda n: f"{n / uptime_s:.1f}/s") if uptime_s > 0 else (lambda n: "-")
     summary = kv([

@@ -89,7 +89,7 @@ def read_rows(plog, start: int, end: int, limit: int, committed: bool
             is_aborted = header.is_transactional and any(
                 a.producer_id == header.producer_id
                 and a.first_offset <= header.base_offset <= a.last_offset for a in aborted)
-            first_open = plog.ongoing_txns.get(header.producer_id)
+            first_open = plog.ongoing_transaction_start(header.producer_id)
             is_open = first_open is not None and header.base_offset >= first_open
             for i, rec in enumerate(decode_records(data, at)):
                 if rec.offset < pos or rec.offset >= end:

@@ -62,7 +62,7 @@ async def topics(request: web.Request) -> web.Response:
         held = sum(p.high_watermark - p.last_stable_offset for p in plogs)
         rows.append([link(f"/console/topics/{seg(name)}", name), info.partitions,
                      sum(p.high_watermark for p in plogs), held,
-                     sum(len(p.ongoing_txns) for p in plogs),
+                     sum(p.ongoing_transaction_count() for p in plogs),
                      size(sum(p.size_bytes for p in plogs)),
                      "internal" if info.internal else ""])
     search = Raw(
@@ -81,7 +81,7 @@ def partition_row(topic: str, p) -> list[object]:
     held = p.high_watermark - lso
     return [link(partition_href(topic, p.partition), p.partition), p.log_start_offset, lso,
             p.high_watermark, Raw(f'<span class="{"held" if held else ""}">{held}</span>'),
-            p.log_end_offset, size(p.size_bytes), len(p.segments), len(p.ongoing_txns),
+            p.log_end_offset, size(p.size_bytes), len(p.segments), p.ongoing_transaction_count(),
             link(url(partition_href(topic, p.partition) + "/records"), "records")]
 
 
@@ -122,7 +122,7 @@ async def partition(request: web.Request) -> web.Response:
         ("Segments", len(plog.segments)),
     ], id="offsets")
     open_txns = {o.producer_id: o for o in open_transactions(broker, [plog])}
-    producers = sorted(plog.producer_state.producers.values(), key=lambda e: e.producer_id)
+    producers = plog.producers()
     rows = []
     for e in producers[start:start + limit]:
         o = open_txns.get(e.producer_id)
@@ -135,7 +135,7 @@ async def partition(request: web.Request) -> web.Response:
         tid = o.transactional_id if o is not None else None
         rows.append([e.producer_id, e.epoch, e.last_seq, ms_time(e.last_timestamp),
                      e.coordinator_epoch,
-                     plog.ongoing_txns.get(e.producer_id, "-"),
+                     _or_dash(plog.ongoing_transaction_start(e.producer_id)),
                      link(f"/console/transactions/{seg(tid)}", tid) if tid else "", status])
     body = (f"{offsets}<p>{link(url(partition_href(name, plog.partition) + '/records'), 'Browse records')}"
             f"</p><h2>Producers</h2>"
@@ -144,3 +144,7 @@ async def partition(request: web.Request) -> web.Response:
                      "Transactional id", "Transaction"], rows, id="producers")
             + pager(request, start, limit, len(producers)))
     return layout(request, f"Partition {name}-{plog.partition}", body)
+
+
+def _or_dash(offset: int | None) -> int | str:
+    return "-" if offset is None else offset

@@ -7,10 +7,10 @@ from __future__ import annotations
 import time
 from bisect import bisect_left
 
+import txbroker.broker.console.html as h
 from aiohttp import web
 from txbroker.coordinator.internal_topic import TXN_TOPIC, partition_for
 
-from . import html as h
 from .hanging import hanging_candidates
 from .html import AUTH, BROKER, PAGE_SIZE, Raw, esc, layout, link
 from .topics import partition_href
@@ -51,7 +51,7 @@ def abort_button(request: web.Request, transactional_id: str) -> Raw:
 
 async def transactions(request: web.Request) -> web.Response:
     broker = request.app[BROKER]
-    state = broker.transactions.state
+    state = broker.transactions
     if not state.loaded:
         return layout(request, "Transactions", "<p>The transaction coordinator is loading "
                       "__transaction_state (COORDINATOR_LOAD_IN_PROGRESS).</p>", status=503)
@@ -129,7 +129,7 @@ def hanging_section(request: web.Request) -> Raw:
 async def transaction(request: web.Request) -> web.Response:
     broker = request.app[BROKER]
     tid = request.match_info["tid"]
-    state = broker.transactions.state
+    state = broker.transactions
     info = state.inspect(tid) if state.loaded else None
     d = state.describe(tid) if state.loaded else None
     if info is None or d is None or d.error:

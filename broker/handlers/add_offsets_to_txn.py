@@ -10,6 +10,7 @@ from txbroker.protocol import fast_responses
 from txbroker.protocol.errors import ErrorCode
 from txbroker.protocol.messages import build
 
+from ..context import RequestContext
 from ._groups import ZERO, code, may_read_group, may_write_transactional_id
 
 API_KEY = 25
@@ -17,7 +18,7 @@ MIN_VERSION = 0
 MAX_VERSION = 4
 
 
-async def handle(ctx, request):
+async def handle(ctx: RequestContext, request):
     # Kafka: WRITE on the transactional id, then READ on the group.
     if not may_write_transactional_id(ctx, request.transactional_id):
         error = ErrorCode.transactional_id_authorization_failed.value

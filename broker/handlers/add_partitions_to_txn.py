@@ -11,6 +11,7 @@ from txbroker.protocol.acls import AclOperation, ResourceType
 from txbroker.protocol.errors import ErrorCode
 from txbroker.protocol.messages import build
 
+from ..context import RequestContext
 from ._groups import ZERO, code
 
 WRITE, TOPIC, TRANSACTIONAL_ID = (AclOperation.WRITE, ResourceType.TOPIC,
@@ -21,7 +22,7 @@ MIN_VERSION = 0
 MAX_VERSION = 5
 
 
-async def handle(ctx, request):
+async def handle(ctx: RequestContext, request):
     if ctx.version >= 4:
         return await _handle_batched(ctx, request)
     broker = ctx.broker
@@ -81,7 +82,7 @@ async def _handle_batched(ctx, request):
             errors = {tp: (ErrorCode.unknown_topic_or_partition.value if tp in missing
                            else ErrorCode.operation_not_attempted.value) for tp in wanted}
         elif txn.verify_only:
-            errors = broker.transactions.state.verify_partitions(
+            errors = broker.transactions.verify_partitions(
                 txn.transactional_id, txn.producer_id, txn.producer_epoch, wanted)
         else:
             errors = (await broker.transactions.add_partitions(

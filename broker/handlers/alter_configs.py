@@ -9,6 +9,7 @@ import logging
 from txbroker.protocol.errors import ErrorCode, KafkaError
 from txbroker.storage.log_config import TOPIC_CONFIGS
 
+from ..context import RequestContext
 from .describe_configs import alter_configs_response
 
 API_KEY = 33
@@ -40,6 +41,6 @@ def group_replacement(_current: dict[str, str], configs) -> dict[str, str | None
     return {c.name: c.value for c in configs}
 
 
-async def handle(ctx, request):
+async def handle(ctx: RequestContext, request):
     return alter_configs_response(ctx, request, lambda _info, configs: replacement(configs), log,
                                   group_replacement)

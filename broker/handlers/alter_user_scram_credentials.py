@@ -15,6 +15,7 @@ from txbroker.protocol import scram
 from txbroker.protocol.errors import ErrorCode
 from txbroker.protocol.messages import build
 
+from ..context import RequestContext
 from ..security.scram_credentials import MECHANISM_TYPES
 from ._acls import scram_credentials_error
 from ._groups import ZERO
@@ -35,7 +36,7 @@ def _check_name_and_mechanism(name: str, mechanism: int) -> tuple[ErrorCode, str
     return None
 
 
-async def handle(ctx, request):
+async def handle(ctx: RequestContext, request):
     denied = scram_credentials_error(ctx, alter=True)
     if denied is not None:  # ALTER on the cluster, checked before anything is changed
         names = dict.fromkeys(x.name for x in (*request.deletions, *request.upsertions))

@@ -14,6 +14,7 @@ from kio.schema.api_versions.v0 import response as v0
 from txbroker.protocol.errors import ErrorCode
 from txbroker.protocol.messages import build
 
+from ..context import RequestContext
 from ..features import SUPPORTED
 
 API_KEY = 18
@@ -43,7 +44,7 @@ def unsupported_version_response():
                                 max_version=MAX_VERSION),))
 
 
-async def handle(ctx, request):
+async def handle(ctx: RequestContext, request):
     schema = ctx.schema
     error = ErrorCode.none
     if ctx.version >= 3:

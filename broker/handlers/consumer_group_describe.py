@@ -8,6 +8,7 @@ from __future__ import annotations
 from txbroker.protocol.errors import ErrorCode
 from txbroker.protocol.messages import build
 
+from ..context import RequestContext
 from ._groups import DESCRIBE, GROUP, ZERO
 
 API_KEY = 69
@@ -30,7 +31,7 @@ def _failed(schema, group_id, error, message=None):
                  assignor_name="", members=(), authorized_operations=_NO_OPS)
 
 
-async def handle(ctx, request):
+async def handle(ctx: RequestContext, request):
     coordinator = ctx.broker.groups
     schema = ctx.schema
     ops = bool(request.include_authorized_operations)

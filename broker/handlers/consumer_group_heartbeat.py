@@ -12,6 +12,7 @@ from txbroker.coordinator.group.consumer_state import HeartbeatRequest
 from txbroker.protocol.errors import ErrorCode
 from txbroker.protocol.messages import build
 
+from ..context import RequestContext
 from ..features import GROUP_VERSION
 from ._groups import ZERO, client_host, may_read_group, ms
 
@@ -29,7 +30,7 @@ def _answer(ctx, error: ErrorCode, message: str | None = None, **fields):
                  assignment=fields.get("assignment"))
 
 
-async def handle(ctx, request):
+async def handle(ctx: RequestContext, request):
     if ctx.broker.features.level(GROUP_VERSION) < 1:
         # Kafka with group.version 0: the consumer protocol is not enabled.
         return _answer(ctx, ErrorCode.unsupported_version,

@@ -23,6 +23,7 @@ from txbroker.protocol.acls import (
 from txbroker.protocol.errors import ErrorCode
 from txbroker.protocol.messages import build
 
+from ..context import RequestContext
 from . import _acls
 
 API_KEY = 30
@@ -41,7 +42,7 @@ def binding(item) -> AclBinding:
         from_code(AclPermissionType, item.permission_type))
 
 
-async def handle(ctx, request):
+async def handle(ctx: RequestContext, request):
     _acls.refuse_unknown_codes(ctx, "CreateAcls", request.creations)
     schema = ctx.schema
     problem = _acls.access_error(ctx, AclOperation.ALTER)

@@ -9,6 +9,8 @@ from txbroker.protocol.acls import AclOperation, ResourceType
 from txbroker.protocol.errors import ErrorCode, KafkaError
 from txbroker.protocol.messages import build
 
+from ..context import RequestContext
+
 API_KEY = 37
 MIN_VERSION = 0
 MAX_VERSION = 3
@@ -30,7 +32,7 @@ def requested_partitions(logs, request) -> int:
     return total
 
 
-async def handle(ctx, request):
+async def handle(ctx: RequestContext, request):
     broker = ctx.broker
     schema = ctx.schema
     node = broker.node_id

@@ -10,6 +10,7 @@ from txbroker.protocol.acls import AclOperation, ResourceType
 from txbroker.protocol.errors import ErrorCode, KafkaError
 from txbroker.protocol.messages import build
 
+from ..context import RequestContext
 from .describe_configs import CONFIG_SOURCE, topic_config_entries
 
 API_KEY = 19
@@ -38,7 +39,7 @@ def requested_partitions(request, default_partitions: int) -> int:
     return total
 
 
-async def handle(ctx, request):
+async def handle(ctx: RequestContext, request):
     broker = ctx.broker
     logs = broker.logs
     schema = ctx.schema

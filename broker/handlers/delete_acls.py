@@ -18,6 +18,7 @@ from txbroker.protocol.acls import AclOperation
 from txbroker.protocol.errors import ErrorCode
 from txbroker.protocol.messages import build
 
+from ..context import RequestContext
 from . import _acls
 
 API_KEY = 31
@@ -28,7 +29,7 @@ _ZERO = datetime.timedelta(0)
 log = logging.getLogger(__name__)
 
 
-async def handle(ctx, request):
+async def handle(ctx: RequestContext, request):
     _acls.refuse_unknown_codes(ctx, "DeleteAcls", request.filters)
     schema = ctx.schema
     problem = _acls.access_error(ctx, AclOperation.ALTER)

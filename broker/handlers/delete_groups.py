@@ -6,6 +6,7 @@ from txbroker.protocol.acls import AclOperation, ResourceType
 from txbroker.protocol.errors import ErrorCode
 from txbroker.protocol.messages import build
 
+from ..context import RequestContext
 from ._groups import ZERO, code
 
 API_KEY = 42
@@ -13,7 +14,7 @@ MIN_VERSION = 0
 MAX_VERSION = 2
 
 
-async def handle(ctx, request):
+async def handle(ctx: RequestContext, request):
     names = list(request.groups_names)
     deletable = ctx.authorized(AclOperation.DELETE, ResourceType.GROUP, names)
     results = await ctx.broker.groups.delete_groups([g for g in names if g in deletable])

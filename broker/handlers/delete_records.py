@@ -9,6 +9,8 @@ from txbroker.protocol.acls import AclOperation, ResourceType
 from txbroker.protocol.errors import ErrorCode
 from txbroker.protocol.messages import build
 
+from ..context import RequestContext
+
 API_KEY = 21
 MIN_VERSION = 0
 MAX_VERSION = 2
@@ -33,7 +35,7 @@ def _delete(logs, topic: str, partition: int, offset: int) -> tuple[ErrorCode, i
     return ErrorCode.none, plog.delete_records_before(target)
 
 
-async def handle(ctx, request):
+async def handle(ctx: RequestContext, request):
     logs = ctx.broker.logs
     schema = ctx.schema
     changed = False

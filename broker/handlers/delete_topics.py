@@ -10,6 +10,8 @@ from txbroker.protocol.acls import AclOperation, ResourceType
 from txbroker.protocol.errors import ErrorCode, KafkaError
 from txbroker.protocol.messages import build
 
+from ..context import RequestContext
+
 API_KEY = 20
 MIN_VERSION = 1
 MAX_VERSION = 6
@@ -19,7 +21,7 @@ _ZERO = datetime.timedelta(0)
 _NO_UUID = uuid.UUID(int=0)
 
 
-async def handle(ctx, request):
+async def handle(ctx: RequestContext, request):
     broker = ctx.broker
     logs = broker.logs
     schema = ctx.schema

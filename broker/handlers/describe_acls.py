@@ -12,6 +12,7 @@ from txbroker.protocol.acls import AclOperation
 from txbroker.protocol.errors import ErrorCode
 from txbroker.protocol.messages import build
 
+from ..context import RequestContext
 from . import _acls
 
 API_KEY = 29
@@ -20,7 +21,7 @@ MAX_VERSION = _acls.MAX_VERSION
 _ZERO = datetime.timedelta(0)
 
 
-async def handle(ctx, request):
+async def handle(ctx: RequestContext, request):
     _acls.refuse_unknown_codes(ctx, "DescribeAcls", (request,))
     problem = _acls.access_error(ctx, AclOperation.DESCRIBE)
     if problem is not None:

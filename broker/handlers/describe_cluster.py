@@ -8,6 +8,8 @@ from txbroker.protocol.acls import CLUSTER_NAME, AclOperation, ResourceType
 from txbroker.protocol.errors import ErrorCode
 from txbroker.protocol.messages import build
 
+from ..context import RequestContext
+
 API_KEY = 60
 MIN_VERSION = 0
 MAX_VERSION = 2
@@ -16,7 +18,7 @@ BROKERS_ENDPOINT = 1
 _ZERO = datetime.timedelta(0)
 
 
-async def handle(ctx, request):
+async def handle(ctx: RequestContext, request):
     broker = ctx.broker
     schema = ctx.schema
     endpoint_type = getattr(request, "endpoint_type", BROKERS_ENDPOINT)

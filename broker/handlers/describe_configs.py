@@ -14,6 +14,7 @@ from txbroker.protocol.messages import build
 from txbroker.storage.log_config import TOPIC_CONFIGS
 
 from ..config import BROKER_KEYS, TOPIC_DEFAULT_KEYS
+from ..context import RequestContext
 
 API_KEY = 32
 MIN_VERSION = 1
@@ -100,7 +101,7 @@ def _broker_synonyms(name: str, value: str, source: str, default) -> list[Synony
     return out + [(name, default, "default")]
 
 
-async def handle(ctx, request):
+async def handle(ctx: RequestContext, request):
     broker = ctx.broker
     schema = ctx.schema
     include_docs = getattr(request, "include_documentation", False)

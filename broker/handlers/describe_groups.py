@@ -12,6 +12,7 @@ from __future__ import annotations
 from txbroker.protocol.errors import ErrorCode
 from txbroker.protocol.messages import build
 
+from ..context import RequestContext
 from ._groups import DESCRIBE, GROUP, ZERO, code
 
 API_KEY = 15
@@ -28,7 +29,7 @@ def _not_found(ctx, group_id: str, message: str):
                  authorized_operations=NO_OPERATIONS)
 
 
-async def handle(ctx, request):
+async def handle(ctx: RequestContext, request):
     groups = ctx.broker.groups
     schema = ctx.schema
     out = []

@@ -13,6 +13,8 @@ from txbroker.protocol.acls import AclOperation
 from txbroker.protocol.errors import ErrorCode
 from txbroker.protocol.messages import build
 
+from ..context import RequestContext
+
 API_KEY = 35
 MIN_VERSION = 1
 MAX_VERSION = 5
@@ -37,7 +39,7 @@ def _wanted(logs, request) -> dict[str, list[int]]:
     return out
 
 
-async def handle(ctx, request):
+async def handle(ctx: RequestContext, request):
     logs = ctx.broker.logs
     schema = ctx.schema
     if not ctx.authorize_cluster(AclOperation.DESCRIBE):

@@ -7,6 +7,7 @@ from txbroker.protocol.acls import AclOperation, ResourceType
 from txbroker.protocol.errors import ErrorCode
 from txbroker.protocol.messages import build
 
+from ..context import RequestContext
 from ._groups import ZERO
 
 API_KEY = 61
@@ -14,7 +15,7 @@ MIN_VERSION = 0
 MAX_VERSION = 0
 
 
-async def handle(ctx, request):
+async def handle(ctx: RequestContext, request):
     logs = ctx.broker.logs
     schema = ctx.schema
     topics = []
@@ -38,11 +39,15 @@ async def handle(ctx, request):
                 build(schema.ProducerState, producer_id=e.producer_id,
                       producer_epoch=e.epoch, last_sequence=e.last_seq,
                       last_timestamp=e.last_timestamp, coordinator_epoch=e.coordinator_epoch,
-                      current_txn_start_offset=plog.ongoing_txns.get(e.producer_id, -1))
-                for e in sorted(plog.producer_state.producers.values(),
-                                key=lambda e: e.producer_id))
+                      current_txn_start_offset=_start(plog.ongoing_transaction_start(
+                          e.producer_id)))
+                for e in plog.producers())
             parts.append(build(schema.PartitionResponse, partition_index=p,
                                error_code=ErrorCode.none, error_message=None,
                                active_producers=producers))
         topics.append(build(schema.TopicResponse, name=topic.name, partitions=tuple(parts)))
     return build(ctx.response_type, throttle_time=ZERO, topics=tuple(topics))
+
+
+def _start(offset: int | None) -> int:
+    return -1 if offset is None else offset

@@ -14,6 +14,8 @@ from txbroker.protocol.acls import AclOperation, ResourceType
 from txbroker.protocol.errors import ErrorCode
 from txbroker.protocol.messages import build
 
+from ..context import RequestContext
+
 API_KEY = 75
 MIN_VERSION = 0
 MAX_VERSION = 0
@@ -33,7 +35,7 @@ def _topic(schema, name: str, error: ErrorCode, topic_id=_NO_UUID, internal: boo
                  topic_authorized_operations=operations)
 
 
-async def handle(ctx, request):
+async def handle(ctx: RequestContext, request):
     broker = ctx.broker
     topics_info = broker.logs.topics
     schema = ctx.schema

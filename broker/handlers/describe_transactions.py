@@ -8,6 +8,7 @@ from txbroker.protocol.acls import AclOperation, ResourceType
 from txbroker.protocol.errors import ErrorCode
 from txbroker.protocol.messages import build
 
+from ..context import RequestContext
 from ._groups import ZERO, code
 
 _EPOCH = datetime.datetime.fromtimestamp(0, tz=datetime.UTC)
@@ -17,8 +18,8 @@ MIN_VERSION = 0
 MAX_VERSION = 0
 
 
-async def handle(ctx, request):
-    state = ctx.broker.transactions.state
+async def handle(ctx: RequestContext, request):
+    state = ctx.broker.transactions
     schema = ctx.schema
     out = []
     for tid in request.transactional_ids:

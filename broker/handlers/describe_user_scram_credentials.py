@@ -8,6 +8,7 @@ from __future__ import annotations
 from txbroker.protocol.errors import ErrorCode
 from txbroker.protocol.messages import build
 
+from ..context import RequestContext
 from ..security.scram_credentials import MECHANISM_NUMBERS
 from ._acls import scram_credentials_error
 from ._groups import ZERO
@@ -17,7 +18,7 @@ MIN_VERSION = 0
 MAX_VERSION = 0
 
 
-async def handle(ctx, request):
+async def handle(ctx: RequestContext, request):
     schema = ctx.schema
     denied = scram_credentials_error(ctx, alter=False)
     if denied is not None:  # DESCRIBE on the cluster, checked before anything is looked up

@@ -9,7 +9,7 @@ from txbroker.protocol import fast_responses
 from txbroker.protocol.errors import ErrorCode
 from txbroker.protocol.messages import build
 
-from ..context import CloseConnection
+from ..context import CloseConnection, RequestContext
 from ._groups import ZERO, code, may_write_transactional_id
 
 API_KEY = 26
@@ -17,7 +17,7 @@ MIN_VERSION = 0
 MAX_VERSION = 5
 
 
-async def handle(ctx, request):
+async def handle(ctx: RequestContext, request):
     broker = ctx.broker
     producer = {}
     if not may_write_transactional_id(ctx, request.transactional_id):

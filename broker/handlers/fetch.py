@@ -16,6 +16,8 @@ from txbroker.protocol.acls import AclOperation, ResourceType
 from txbroker.protocol.errors import ErrorCode
 from txbroker.protocol.messages import build
 
+from ..context import RequestContext
+
 API_KEY = 1
 MIN_VERSION = 4
 MAX_VERSION = 12
@@ -127,7 +129,7 @@ def _collect(ctx, request, read_committed: bool, partitions: list[tuple[str, lis
     return tuple(topics), total, any_error, touched
 
 
-async def handle(ctx, request):
+async def handle(ctx: RequestContext, request):
     broker = ctx.broker
     session_epoch = getattr(request, "session_epoch", -1)
     if session_epoch not in (-1, 0):

@@ -10,6 +10,8 @@ from txbroker.protocol.acls import AclOperation, ResourceType
 from txbroker.protocol.errors import ErrorCode
 from txbroker.protocol.messages import build
 
+from ..context import RequestContext
+
 API_KEY = 10
 MIN_VERSION = 0
 MAX_VERSION = 6
@@ -40,7 +42,7 @@ def _lookup(ctx, key: str, key_type: int) -> tuple[ErrorCode, str | None]:
     return ErrorCode.invalid_request, f"unsupported coordinator key type {key_type}"
 
 
-async def handle(ctx, request):
+async def handle(ctx: RequestContext, request):
     broker = ctx.broker
     host, port = broker.advertised_for(ctx.session.listener_name)
     node = broker.node_id

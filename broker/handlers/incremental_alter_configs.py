@@ -8,6 +8,7 @@ import logging
 from txbroker.protocol.errors import ErrorCode, KafkaError
 from txbroker.storage.log_config import TOPIC_CONFIGS
 
+from ..context import RequestContext
 from .describe_configs import alter_configs_response
 
 API_KEY = 44
@@ -77,6 +78,6 @@ def group_configs_after(current: dict[str, str], ops) -> dict[str, str | None]:
     return new
 
 
-async def handle(ctx, request):
+async def handle(ctx: RequestContext, request):
     return alter_configs_response(ctx, request, lambda info, ops: _apply(info.configs, ops), log,
                                   group_configs_after)

@@ -16,6 +16,7 @@ from txbroker.protocol.acls import CLUSTER_NAME, AclOperation, ResourceType
 from txbroker.protocol.errors import ErrorCode
 from txbroker.protocol.messages import build
 
+from ..context import RequestContext
 from ._groups import ZERO, code, ms
 
 API_KEY = 22
@@ -23,7 +24,7 @@ MIN_VERSION = 0
 MAX_VERSION = 5
 
 
-async def handle(ctx, request):
+async def handle(ctx: RequestContext, request):
     tid = request.transactional_id
     # Kafka: WRITE on the transactional id; an idempotent producer needs IDEMPOTENT_WRITE
     # on the cluster or WRITE on at least one topic (authorizeByResourceType).

@@ -14,6 +14,7 @@ import logging
 from txbroker.protocol.errors import ErrorCode
 from txbroker.protocol.messages import build
 
+from ..context import RequestContext
 from ._groups import ZERO, client_host, code, may_read_group, ms
 
 API_KEY = 11
@@ -23,7 +24,7 @@ MAX_VERSION = 9
 log = logging.getLogger(__name__)
 
 
-async def handle(ctx, request):
+async def handle(ctx: RequestContext, request):
     if not may_read_group(ctx, request.group_id):
         return build(ctx.response_type, throttle_time=ZERO,
                      error_code=ErrorCode.group_authorization_failed, generation_id=-1,

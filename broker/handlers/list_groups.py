@@ -7,6 +7,7 @@ from __future__ import annotations
 from txbroker.protocol.errors import ErrorCode
 from txbroker.protocol.messages import build
 
+from ..context import RequestContext
 from ._groups import DESCRIBE, GROUP, ZERO
 
 API_KEY = 16
@@ -14,7 +15,7 @@ MIN_VERSION = 0
 MAX_VERSION = 5
 
 
-async def handle(ctx, request):
+async def handle(ctx: RequestContext, request):
     groups = ctx.broker.groups
     if not groups.loaded:
         return build(ctx.response_type, throttle_time=ZERO,

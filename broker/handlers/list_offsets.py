@@ -8,6 +8,8 @@ from txbroker.protocol.acls import AclOperation, ResourceType
 from txbroker.protocol.errors import ErrorCode
 from txbroker.protocol.messages import build
 
+from ..context import RequestContext
+
 API_KEY = 2
 MIN_VERSION = 1
 MAX_VERSION = 7
@@ -19,7 +21,7 @@ READ_COMMITTED = 1
 _ZERO = datetime.timedelta(0)
 
 
-async def handle(ctx, request):
+async def handle(ctx: RequestContext, request):
     logs = ctx.broker.logs
     schema = ctx.schema
     read_committed = getattr(request, "isolation_level", 0) == READ_COMMITTED

@@ -19,6 +19,7 @@ from txbroker.protocol.errors import ErrorCode
 from txbroker.protocol.messages import build
 from txbroker.storage.log import now_ms
 
+from ..context import RequestContext
 from ._groups import ZERO, code
 
 API_KEY = 66
@@ -28,8 +29,8 @@ MAX_VERSION = 2
 log = logging.getLogger(__name__)
 
 
-async def handle(ctx, request):
-    result = ctx.broker.transactions.state.list_transactions(
+async def handle(ctx: RequestContext, request):
+    result = ctx.broker.transactions.list_transactions(
         request.state_filters or (), request.producer_id_filters or (),
         getattr(request, "duration_filter", -1), now_ms())
     transactions = result.transactions

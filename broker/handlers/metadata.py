@@ -14,7 +14,7 @@ from txbroker.protocol.acls import CLUSTER_NAME, AclOperation, ResourceType
 from txbroker.protocol.errors import ErrorCode, KafkaError
 from txbroker.protocol.messages import build
 
-from ..context import CloseConnection
+from ..context import CloseConnection, RequestContext
 
 API_KEY = 3
 MIN_VERSION = 0
@@ -62,7 +62,7 @@ def _unauthorized(ctx, name: str | None, internal: bool = False, topic_id=None):
                  is_internal=internal, partitions=(), topic_authorized_operations=NOT_REQUESTED)
 
 
-async def handle(ctx, request):
+async def handle(ctx: RequestContext, request):
     broker = ctx.broker
     logs = broker.logs
     schema = ctx.schema

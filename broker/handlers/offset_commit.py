@@ -7,6 +7,7 @@ from __future__ import annotations
 from txbroker.protocol.errors import ErrorCode
 from txbroker.protocol.messages import build
 
+from ..context import RequestContext
 from ._groups import (
     ZERO,
     code,
@@ -23,7 +24,7 @@ MAX_VERSION = 10
 TOPIC_IDS_SINCE = 10
 
 
-async def handle(ctx, request):
+async def handle(ctx: RequestContext, request):
     names = names_by_topic_id(ctx) if ctx.version >= TOPIC_IDS_SINCE else None
     entries = commit_entries(request, names)
     if not may_read_group(ctx, request.group_id):

@@ -6,6 +6,7 @@ from txbroker.protocol.acls import AclOperation, ResourceType
 from txbroker.protocol.errors import ErrorCode
 from txbroker.protocol.messages import build
 
+from ..context import RequestContext
 from ._groups import ZERO, code
 
 API_KEY = 47
@@ -13,7 +14,7 @@ MIN_VERSION = 0
 MAX_VERSION = 0
 
 
-async def handle(ctx, request):
+async def handle(ctx: RequestContext, request):
     if not ctx.authorize(AclOperation.DELETE, ResourceType.GROUP, request.group_id):
         return build(ctx.response_type, throttle_time=ZERO,
                      error_code=ErrorCode.group_authorization_failed, topics=())

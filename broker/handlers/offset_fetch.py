@@ -10,6 +10,7 @@ from __future__ import annotations
 from txbroker.protocol.errors import ErrorCode
 from txbroker.protocol.messages import build
 
+from ..context import RequestContext
 from ._groups import DESCRIBE, GROUP, TOPIC, ZERO, code, names_by_topic_id
 
 API_KEY = 9
@@ -82,7 +83,7 @@ def _fetch(ctx, group_id: str, topics, require_stable: bool, member_id: str | No
     return error, {tp: v if tp[0] in describable else denied for tp, v in found.items()}
 
 
-async def handle(ctx, request):
+async def handle(ctx: RequestContext, request):
     schema = ctx.schema
     require_stable = bool(getattr(request, "require_stable", False))
     if ctx.version >= 8:

@@ -14,6 +14,8 @@ from txbroker.protocol.acls import AclOperation, ResourceType
 from txbroker.protocol.errors import ErrorCode
 from txbroker.protocol.messages import build
 
+from ..context import RequestContext
+
 API_KEY = 23
 MIN_VERSION = 2
 MAX_VERSION = 4
@@ -36,7 +38,7 @@ def _end_offset(logs, topic: str, p) -> tuple[ErrorCode, int, int]:
     return ErrorCode.none, LEADER_EPOCH, plog.log_end_offset
 
 
-async def handle(ctx, request):
+async def handle(ctx: RequestContext, request):
     logs = ctx.broker.logs
     schema = ctx.schema
     topics = []

@@ -45,7 +45,7 @@ from txbroker.protocol.records import (
 )
 from txbroker.storage.log import LogOfflineError, now_ms
 
-from ..context import CloseConnection
+from ..context import CloseConnection, RequestContext
 
 API_KEY = 0
 MIN_VERSION = 0  # advertised, as Kafka 4 does; v0-2 are refused
@@ -77,7 +77,7 @@ def _check_single_batch(records, version: int):
     return header
 
 
-async def handle(ctx, request):
+async def handle(ctx: RequestContext, request):
     broker = ctx.broker
     schema = ctx.schema
     acks = request.acks
@@ -355,26 +355,21 @@ def _take_turns(broker, named: list) -> dict[tuple[str, int], tuple]:
     get OUT_OF_ORDER_SEQUENCE_NUMBER, and the earlier one too). Taken in arrival
     order, before anything awaits; each turn ends once its batch is appended or
     refused (``_end_turns``)."""
-    loop = asyncio.get_running_loop()
     turns = {}
+    take = broker.transactions.take_add_turn
     for name, topic in named:
         for part in topic.partition_data:
             records = part.records
             if not records or len(records) < HEADER_SIZE or not records[22] & ATTR_TRANSACTIONAL:
                 continue
             key = (name, part.index, read_header(records, 0).producer_id)
-            mine = loop.create_future()
-            turns[(name, part.index)] = (broker.pending_partition_adds.get(key), mine, key)
-            broker.pending_partition_adds[key] = mine
+            turns[(name, part.index)] = (*take(key), key)
     return turns
 
 
 def _end_turns(broker, turns, tp: tuple[str, int] | None = None) -> None:
     for _earlier, mine, key in [turns.pop(tp)] if tp in turns else list(turns.values()):
-        if not mine.done():
-            mine.set_result(None)
-        if broker.pending_partition_adds.get(key) is mine:
-            del broker.pending_partition_adds[key]
+        broker.transactions.end_add_turn(key, mine)
     if tp is None:
         turns.clear()
 
@@ -391,10 +386,8 @@ async def _verify_transactional(broker, request, topic: str, partition: int, plo
     pid, epoch = header.producer_id, header.producer_epoch
     if earlier is not None:
         await asyncio.shield(earlier)  # see _take_turns
-    entry = plog.producer_state.producers.get(pid)
-    if pid in plog.ongoing_txns and entry is not None and entry.epoch == epoch:
-        # Kafka's hasOngoingTransaction(pid, epoch): this transaction is open here. A
-        # newer epoch (transactions v2: the next transaction, before the previous
+    if plog.has_ongoing_transaction(pid, epoch):
+        # This transaction is open here. A newer epoch (transactions v2: the next transaction, before the previous
         # one's marker) is checked with the coordinator, which holds it back.
         return
     tp = (topic, partition)
@@ -403,7 +396,7 @@ async def _verify_transactional(broker, request, topic: str, partition: int, plo
             request.transactional_id, pid, epoch, [tp], ADD_PARTITIONS_FROM_LEADER)
         error = result.errors[tp]
     else:
-        error = broker.transactions.state.verify_partitions(
+        error = broker.transactions.verify_partitions(
             request.transactional_id, pid, epoch, [tp])[tp]
     if error == ErrorCode.none.value:
         return

@@ -13,7 +13,7 @@ import struct
 from txbroker.protocol.errors import ErrorCode
 from txbroker.protocol.messages import build
 
-from ..context import CLOSE
+from ..context import CLOSE, RequestContext
 from ..security.sasl import AuthenticationFailed
 
 API_KEY = 36
@@ -58,7 +58,7 @@ def _log_failure(session, e: AuthenticationFailed) -> None:
                 f"User:{e.user}" if e.user else "unknown", e.reason)
 
 
-async def handle(ctx, request):
+async def handle(ctx: RequestContext, request):
     session = ctx.session
     if session.authenticated or session.sasl_server is None:
         log.info("%s sent SaslAuthenticate on listener %s outside SASL authentication: "

@@ -9,6 +9,7 @@ import logging
 from txbroker.protocol.errors import ErrorCode
 from txbroker.protocol.messages import build
 
+from ..context import RequestContext
 from .sasl_authenticate import delay_and_close
 
 API_KEY = 17
@@ -18,7 +19,7 @@ MAX_VERSION = 1
 log = logging.getLogger(__name__)
 
 
-async def handle(ctx, request):
+async def handle(ctx: RequestContext, request):
     session = ctx.session
     listener = ctx.broker.listeners_by_name.get(session.listener_name)
     sasl = listener.sasl if listener is not None else None

@@ -5,6 +5,7 @@ from __future__ import annotations
 from txbroker.protocol.errors import ErrorCode
 from txbroker.protocol.messages import build
 
+from ..context import RequestContext
 from ._groups import ZERO, code, may_read_group
 
 API_KEY = 14
@@ -12,7 +13,7 @@ MIN_VERSION = 0
 MAX_VERSION = 5
 
 
-async def handle(ctx, request):
+async def handle(ctx: RequestContext, request):
     if not may_read_group(ctx, request.group_id):
         return build(ctx.response_type, throttle_time=ZERO, error_code=ErrorCode.group_authorization_failed,
                      protocol_type=None, protocol_name=None, assignment=b"")

@@ -15,6 +15,7 @@ from txbroker.protocol import fast_responses
 from txbroker.protocol.errors import ErrorCode
 from txbroker.protocol.messages import build
 
+from ..context import RequestContext
 from ._groups import (
     ZERO,
     code,
@@ -29,7 +30,7 @@ MIN_VERSION = 0
 MAX_VERSION = 5
 
 
-async def handle(ctx, request):
+async def handle(ctx: RequestContext, request):
     entries = commit_entries(request)
     # Kafka: WRITE on the transactional id, READ on the group, READ on each topic.
     denied = {}

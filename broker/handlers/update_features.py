@@ -31,6 +31,7 @@ from txbroker.protocol.acls import AclOperation
 from txbroker.protocol.errors import ErrorCode
 from txbroker.protocol.messages import build
 
+from ..context import RequestContext
 from ..features import SUPPORTED
 
 API_KEY = 57
@@ -92,7 +93,7 @@ def _answer(ctx, error: ErrorCode, message: str | None, features: tuple[str, ...
                  error_message=message, **fields)
 
 
-async def handle(ctx, request):
+async def handle(ctx: RequestContext, request):
     broker = ctx.broker
     if not ctx.authorize_cluster(AclOperation.ALTER):
         return _answer(ctx, ErrorCode.cluster_authorization_failed,

@@ -12,12 +12,14 @@ from txbroker.protocol.acls import AclOperation
 from txbroker.protocol.errors import ErrorCode
 from txbroker.protocol.messages import build
 
+from ..context import RequestContext
+
 API_KEY = 27
 MIN_VERSION = 1
 MAX_VERSION = 2
 
 
-async def handle(ctx, request):
+async def handle(ctx: RequestContext, request):
     broker = ctx.broker
     schema = ctx.schema
     out = []

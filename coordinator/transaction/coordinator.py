@@ -9,8 +9,9 @@ snapshot, :mod:`.snapshots`, then the records after it) and recovers unfinished
 commits.
 
 Who may touch what: the state machine (``self.state``) is this object's; handlers and
-the admin console call the public methods below (or read ``state`` through its
-introspection methods). The shell's futures and timer are the shell's.
+the admin console call the public methods below ("front doors": verification, the
+admin views, the turns of Produce's implicit adds), never ``state`` itself; tests and
+fault injection (``testing/``) may. The shell's futures and timer are the shell's.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import collections
 import logging
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -40,11 +41,14 @@ from .state import (
     Effects,
     EndTxnResult,
     InitProducerIdResult,
+    ListTransactionsResult,
     MarkerRequest,
     PersistRequest,
     TransactionCoordinatorState,
     TxnConfig,
+    TxnDescription,
     TxnEvent,
+    TxnState,
 )
 
 log = logging.getLogger(__name__)
@@ -104,6 +108,9 @@ class TransactionCoordinator:
         self.snapshots = SnapshotKeeper(logs, self.shell.spawn, lambda: self.shell.stopped)
         # Finished transactions by outcome, for /metrics (this process's lifetime).
         self.outcomes: dict[str, int] = dict.fromkeys(TXN_OUTCOMES, 0)
+        # Produce v12+ (transactions v2): per (topic, partition, producer id), the turn
+        # of the producer's latest request that may add the partition (take_add_turn).
+        self._add_turns: dict[tuple[str, int, int], asyncio.Future] = {}
 
     def _new_state(self) -> TransactionCoordinatorState:
         topic = self.logs.topics.get(TXN_TOPIC)
@@ -115,7 +122,7 @@ class TransactionCoordinator:
 
     def _txn_first_offset(self, producer_id: int, tp: tuple[str, int]) -> int | None:
         plog = self.logs.get_log(*tp)
-        return None if plog is None else plog.ongoing_txns.get(producer_id)
+        return None if plog is None else plog.ongoing_transaction_start(producer_id)
 
     def _offsets_partition(self, group_id: str) -> tuple[str, int]:
         self.groups.ensure_offsets_topic()
@@ -144,8 +151,8 @@ class TransactionCoordinator:
                 epoch = int(f.read().strip() or 0) + 1
         except (FileNotFoundError, ValueError):
             epoch = 0
-        recorded = max((entry.coordinator_epoch for plog in list(self.logs.logs.values())
-                        for entry in plog.producer_state.producers.values()), default=-1)
+        recorded = max((plog.max_coordinator_epoch() for plog in list(self.logs.logs.values())),
+                       default=-1)
         if recorded >= epoch:
             log.warning("%s says coordinator epoch %d, but markers of epoch %d are in the "
                         "logs: using %d", EPOCH_FILE, epoch, recorded, recorded + 1)
@@ -273,8 +280,8 @@ class TransactionCoordinator:
         of that transaction's first batch there (for recover())."""
         out: dict[int, dict[tuple[str, int], int]] = {}
         for tp, plog in self.logs.logs.items():
-            for pid, first in plog.ongoing_txns.items():
-                out.setdefault(pid, {})[tp] = first
+            for txn in plog.open_transactions():
+                out.setdefault(txn.producer_id, {})[tp] = txn.first_offset
         return out
 
     # --- the shell's adapter ------------------------------------------------------------
@@ -393,6 +400,86 @@ class TransactionCoordinator:
         if not self.shell.stopped:
             self.shell.apply(self.state.markers_written(now_ms(), marker.marker_id, error,
                                                         failed or None))
+
+    # --- front doors: what handlers and the console ask (the state machine is ours) ------
+
+    @property
+    def loaded(self) -> bool:
+        """Every partition of ``__transaction_state`` is loaded."""
+        return self.state.loaded
+
+    def verify_partitions(self, transactional_id: str, producer_id: int, producer_epoch: int,
+                          partitions: Iterable[tuple[str, int]]) -> dict[tuple[str, int], int]:
+        """KIP-890 verification: per partition NONE if it is in the producer's ongoing
+        transaction (else the error code to answer)."""
+        return self.state.verify_partitions(transactional_id, producer_id, producer_epoch,
+                                            partitions)
+
+    def check_txn_offset_commit(self, transactional_id: str, producer_id: int,
+                                producer_epoch: int, group_id: str, *, api_version: int) -> int:
+        return self.state.check_txn_offset_commit(transactional_id, producer_id,
+                                                  producer_epoch, group_id,
+                                                  api_version=api_version)
+
+    def describe(self, transactional_id: str) -> TxnDescription:
+        return self.state.describe(transactional_id)
+
+    def list_transactions(self, state_filters: Iterable[str] = (),
+                          producer_id_filters: Iterable[int] = (), duration_filter_ms: int = -1,
+                          now_ms: int | None = None) -> ListTransactionsResult:
+        return self.state.list_transactions(state_filters, producer_id_filters,
+                                            duration_filter_ms, now_ms)
+
+    def transactional_ids(self) -> list[str]:
+        return self.state.transactional_ids()
+
+    def state_of(self, transactional_id: str) -> TxnState | None:
+        return self.state.state_of(transactional_id)
+
+    def inspect(self, transactional_id: str) -> dict[str, Any] | None:
+        return self.state.inspect(transactional_id)
+
+    def open_transaction_starts(self) -> list[int]:
+        return self.state.open_transaction_starts()
+
+    def state_counts(self) -> dict[str, int]:
+        return self.state.state_counts()
+
+    def transactional_ids_of(self, producer_ids: Iterable[int]) -> dict[int, str]:
+        """Producer id -> the transactional id whose current producer id it is (none
+        while loading)."""
+        wanted = set(producer_ids)
+        if not wanted or not self.state.loaded:
+            return {}
+        result = self.state.list_transactions((), wanted)
+        return {t.producer_id: t.transactional_id for t in result.transactions
+                if t.producer_id in wanted}
+
+    def includes_partition(self, transactional_id: str, producer_id: int, topic: str,
+                           partition: int) -> bool:
+        """The transaction of ``transactional_id`` is the producer's and counts the
+        partition (a partition's open transaction that no coordinator counts hangs)."""
+        d = self.state.describe(transactional_id)
+        return d.error == 0 and d.producer_id == producer_id and \
+            partition in d.topics.get(topic, ())
+
+    def take_add_turn(self, key: tuple[str, int, int]
+                      ) -> tuple[asyncio.Future | None, asyncio.Future]:
+        """Produce v12+: a turn for the producer's request that may add (topic,
+        partition) to its transaction: (the turn of its previous such request, to await
+        first, or None; this one's, to end with :meth:`end_add_turn`). Taken in arrival
+        order, so the producer's later batch is not appended before an earlier one
+        that awaits the add (it would be OUT_OF_ORDER_SEQUENCE_NUMBER)."""
+        mine = asyncio.get_running_loop().create_future()
+        earlier = self._add_turns.get(key)
+        self._add_turns[key] = mine
+        return earlier, mine
+
+    def end_add_turn(self, key: tuple[str, int, int], mine: asyncio.Future) -> None:
+        if not mine.done():
+            mine.set_result(None)
+        if self._add_turns.get(key) is mine:
+            del self._add_turns[key]
 
     def expire_transactions_now(self, transactional_id: str | None = None) -> list[str]:
         """Fault injection: abort every ongoing transaction (or the one of
