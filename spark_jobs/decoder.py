@@ -103,7 +103,7 @@ class Columns:
 
 # --- varints ----------------------------------------------------------------------------------
 
-def _uvarint(buf, p: int) -> tuple[int, int]:
+def uvarint(buf, p: int) -> tuple[int, int]:
     result = shift = 0
     while True:
         b = buf[p]
@@ -117,7 +117,7 @@ def _uvarint(buf, p: int) -> tuple[int, int]:
 
 
 def _zigzag(buf, p: int) -> tuple[int, int]:
-    v, p = _uvarint(buf, p)
+    v, p = uvarint(buf, p)
     return (v >> 1) ^ -(v & 1), p
 
 
@@ -262,7 +262,7 @@ def committed_batches(buf: bytes, aborted: Iterable[tuple[int, int]], position: 
             next_position = max(next_position, last_offset + 1)
             pos = batch_end
     except (CorruptRecordError, IndexError, ValueError, struct.error) as e:
-        raise _corrupt(where, next_position, e) from None
+        raise corrupt_batch(where, next_position, e) from None
     return out, next_position
 
 
@@ -274,7 +274,7 @@ def _body(buf: bytes, pos: int, batch_end: int, attrs: int) -> tuple[bytes, int,
     return body, 0, len(body)
 
 
-def _corrupt(where: str, offset: int, e: BaseException) -> TxBrokerSourceError:
+def corrupt_batch(where: str, offset: int, e: BaseException) -> TxBrokerSourceError:
     return TxBrokerSourceError(
         f"corrupt record batch{' in ' + where if where else ''} at offset {offset}: {e}",
         "CORRUPT_MESSAGE")
@@ -301,7 +301,7 @@ def decode_batches(batches: Iterable[DataBatch], position: int, end: int, cols: 
             if stop != b.end:
                 raise CorruptRecordError("record lengths do not add up to the batch length")
         except (CorruptRecordError, IndexError, ValueError, UnicodeDecodeError) as e:
-            raise _corrupt(where, b.base_offset, e) from None
+            raise corrupt_batch(where, b.base_offset, e) from None
         if b.log_append_time is not None:
             if n:
                 cols.stamps[-n:] = [b.log_append_time] * n

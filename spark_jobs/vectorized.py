@@ -34,11 +34,11 @@ from .decoder import (
     TIMESTAMP_TYPE,
     Columns,
     DataBatch,
-    _corrupt,
-    _uvarint,
     arrow_schema,
     committed_batches,
+    corrupt_batch,
     decode_batches,
+    uvarint,
 )
 
 # Zero bytes after the joined bodies: a varint gathered at any position inside a record
@@ -77,7 +77,7 @@ def to_arrow(batches: Sequence[DataBatch], position: int, end: int, topic: str,
     try:
         return decode(batches, position, end, topic, partition)
     except (CorruptRecordError, IndexError, ValueError) as e:
-        raise _corrupt(where, batches[0].base_offset, e) from None
+        raise corrupt_batch(where, batches[0].base_offset, e) from None
 
 
 def decode(batches: Sequence[DataBatch], lo: int, hi: int, topic: str, partition: int
@@ -182,7 +182,7 @@ def _record_starts(data: bytes, batches: Sequence[DataBatch], n: int) -> np.ndar
                     if c2 < 0x80:  # two bytes: below 8 KiB
                         p += 2 + (((c & 0x7F) | (c2 << 7)) >> 1)
                     else:
-                        v, q = _uvarint(data, p)
+                        v, q = uvarint(data, p)
                         p = q + (v >> 1)
             i = top
             size = p - starts[i - 1]

@@ -45,20 +45,25 @@ from collections.abc import Callable, Generator, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
-from .cleaner_filter import _FilterContext
+from .cleaner_filter import FilterContext
 from .cleaner_job import (
+    CleanableRange,
     CleanerError,
+    CleaningAborted,
+    CleaningJob,
     CleanStats,
-    _Aborted,
-    _Cleanable,
-    _group_segments,
-    _GroupOutput,
-    _Job,
-    _Source,
+    GroupOutput,
+    SourceSegment,
+    group_segments,
 )
-from .cleaner_offset_map import _build_offset_map
-from .cleaner_recovery import _WRITTEN, CLEANED_SUFFIX, SWAP_SUFFIX, recover_interrupted_cleaning
-from .cleaner_rewrite import _discard, _group_prefix, _write_group
+from .cleaner_offset_map import build_offset_map
+from .cleaner_recovery import (
+    CLEANED_SUFFIX,
+    SWAP_SUFFIX,
+    WRITTEN_SUFFIXES,
+    recover_interrupted_cleaning,
+)
+from .cleaner_rewrite import discard_group, group_prefix, write_group
 from .durable_file import fsync_directory, write_durably
 from .segment import LogSegment
 
@@ -150,7 +155,7 @@ class LogCleaner:
 
     # --- choosing ----------------------------------------------------------------------
 
-    def cleanable(self, plog: PartitionLog, now: int) -> _Cleanable | None:
+    def cleanable(self, plog: PartitionLog, now: int) -> CleanableRange | None:
         """The cleanable range of ``plog`` and its dirtiness; None if nothing is cleanable."""
         if "compact" not in plog.config.cleanup_policy or plog.closed \
                 or plog.offline is not None:
@@ -179,19 +184,19 @@ class LogCleaner:
                 ts = seg.first_batch_timestamp
                 if seg.size and ts is not None and ts >= 0 and now - ts > max_lag:
                     needs_now = True
-        return _Cleanable(plog, chosen, segs[len(chosen)].base_offset, first_dirty,
+        return CleanableRange(plog, chosen, segs[len(chosen)].base_offset, first_dirty,
                           clean_bytes, dirty_bytes, needs_now)
 
-    def _eligible(self, c: _Cleanable, now: int) -> bool:
+    def _eligible(self, c: CleanableRange, now: int) -> bool:
         if c.dirty_bytes > 0 and (c.needs_now or c.ratio >= c.plog.config.min_cleanable_dirty_ratio):
             return True
         # Nothing dirty enough: still clean if tombstones' delete horizons have passed.
         horizon = self._horizons.get((c.plog.topic, c.plog.partition), -1)
         return 0 <= horizon <= now
 
-    def filthiest(self, logs: Iterable[PartitionLog], now: int) -> _Cleanable | None:
+    def filthiest(self, logs: Iterable[PartitionLog], now: int) -> CleanableRange | None:
         """The eligible log with the highest dirty ratio (Kafka's grabFilthiestCompactedLog)."""
-        best: _Cleanable | None = None
+        best: CleanableRange | None = None
         for plog in logs:
             if plog.name in self.uncleanable and self._owners.get((plog.topic, plog.partition)) is plog:
                 continue
@@ -202,18 +207,18 @@ class LogCleaner:
 
     # --- cleaning --------------------------------------------------------------------
 
-    def _job(self, c: _Cleanable, now: int) -> _Job:
+    def _job(self, c: CleanableRange, now: int) -> CleaningJob:
         plog = c.plog
         segs = plog.segments
         sources = []
         try:
             for k, seg in enumerate(c.segments):
-                sources.append(_Source(seg, os.dup(seg.fd), seg.size, segs[k + 1].base_offset))
+                sources.append(SourceSegment(seg, os.dup(seg.fd), seg.size, segs[k + 1].base_offset))
         except OSError:
             for s in sources:
                 os.close(s.fd)
             raise
-        groups = _group_segments(c.segments, [s.end_offset for s in sources],
+        groups = group_segments(c.segments, [s.end_offset for s in sources],
                                  plog.config.segment_bytes, plog.config.segment_index_bytes)
         tracked = plog.producer_state.producers
         producers = {pid: e.batches[-1].last_offset for pid, e in tracked.items() if e.batches}
@@ -224,24 +229,24 @@ class LogCleaner:
         for entry in entries:
             aborted.setdefault(entry.producer_id, []).append((entry.first_offset,
                                                               entry.last_offset))
-        return _Job(plog, sources, [[sources[i] for i in g] for g in groups], c.first_dirty,
+        return CleaningJob(plog, sources, [[sources[i] for i in g] for g in groups], c.first_dirty,
                     c.end_offset, now, plog.config.delete_retention_ms,
                     plog.config.index_interval_bytes, producers,
                     lambda: self._abort.is_set() or cancelled.is_set() or plog.closed
                     or plog.offline is not None, cancelled,
                     aborted, entries, epochs)
 
-    def _steps(self, job: _Job, stats: CleanStats) -> Generator[Callable[[], object], object, None]:
+    def _steps(self, job: CleaningJob, stats: CleanStats) -> Generator[Callable[[], object], object, None]:
         """The cleaning as a sequence: each yielded callable is worker-thread work whose
         result is sent back; the code between yields runs on the caller (event loop)."""
-        ctx = yield functools.partial(_build_offset_map, job)
-        assert isinstance(ctx, _FilterContext)
+        ctx = yield functools.partial(build_offset_map, job)
+        assert isinstance(ctx, FilterContext)
         plog = job.plog
         for group in job.groups:
-            out = yield functools.partial(_write_group, job, group, ctx)
-            assert isinstance(out, _GroupOutput)
+            out = yield functools.partial(write_group, job, group, ctx)
+            assert isinstance(out, GroupOutput)
             if self._stopping or not self._swap(plog, group, out):
-                _discard(out.prefix)
+                discard_group(out.prefix)
                 stats.completed = False
                 break
             stats.bytes_after += out.size
@@ -259,7 +264,7 @@ class LogCleaner:
             fsync_directory(directory)
         self._write_checkpoint_file(checkpoint_text)
 
-    def _swap(self, plog: PartitionLog, group: list[_Source], out: _GroupOutput) -> bool:
+    def _swap(self, plog: PartitionLog, group: list[SourceSegment], out: GroupOutput) -> bool:
         """Replace the group's segments by the cleaned one (event loop; metadata only)."""
         old = [s.segment for s in group]
         segs = plog.segments
@@ -274,13 +279,13 @@ class LogCleaner:
         # The cleaned .txnindex is renamed with the .log (before it, both times), so at
         # any crash point the segment files on disk and their aborted-transaction
         # entries match (recover_interrupted_cleaning finishes the renames).
-        for ext in _WRITTEN:  # commit point: the .log.swap rename
+        for ext in WRITTEN_SUFFIXES:  # commit point: the .log.swap rename
             os.replace(prefix + ext + CLEANED_SUFFIX, prefix + ext + SWAP_SUFFIX)
         for seg in old:
             if seg in plog.pending_sync:
                 plog.pending_sync.remove(seg)
             seg.delete()
-        for ext in _WRITTEN:
+        for ext in WRITTEN_SUFFIXES:
             os.replace(prefix + ext + SWAP_SUFFIX, prefix + ext)
         if not out.txn_entries:  # as rewrite_txn_indexes leaves it: no file, no entries
             os.unlink(prefix + ".txnindex")
@@ -291,7 +296,7 @@ class LogCleaner:
         plog.aborted.replace_range(out.txn_low, out.end_offset, out.txn_entries)
         return True
 
-    def _start(self, plog: PartitionLog, now: int | None) -> tuple[_Job, CleanStats] | None:
+    def _start(self, plog: PartitionLog, now: int | None) -> tuple[CleaningJob, CleanStats] | None:
         if plog in self._busy:
             raise RuntimeError(f"{plog.name} is being cleaned already")
         now = _now_ms() if now is None else now
@@ -304,13 +309,13 @@ class LogCleaner:
                            sum(s.size for s in job.sources), 0, 0, 0)
         return job, stats
 
-    def _done(self, job: _Job, stats: CleanStats, failed: BaseException | None) -> None:
+    def _done(self, job: CleaningJob, stats: CleanStats, failed: BaseException | None) -> None:
         for s in job.sources:
             os.close(s.fd)
         for group in job.groups:
-            _discard(_group_prefix(job, group))
+            discard_group(group_prefix(job, group))
         self._busy.discard(job.plog)
-        if isinstance(failed, Exception) and not isinstance(failed, _Aborted):
+        if isinstance(failed, Exception) and not isinstance(failed, CleaningAborted):
             self.uncleanable.add(job.plog.name)
             log.error("%s: log cleaning failed, the log is skipped until restart: %s",
                       job.plog.name, failed)
@@ -370,7 +375,7 @@ class LogCleaner:
                     result = await asyncio.shield(self._current)
         except BaseException as e:
             failed = e
-            if isinstance(e, _Aborted):
+            if isinstance(e, CleaningAborted):
                 return None
             raise
         finally:
@@ -379,7 +384,7 @@ class LogCleaner:
                 # Cancelled while the thread works: stop it, and close its fds only
                 # once it has finished with them.
                 job.cancelled.set()
-                current.add_done_callback(lambda _f: self._done(job, stats, _Aborted()))
+                current.add_done_callback(lambda _f: self._done(job, stats, CleaningAborted()))
             else:
                 self._done(job, stats, failed)
         return stats

@@ -3,7 +3,7 @@
 Why a module of its own: these are the rules of compaction, as Kafka's
 MemoryRecords.filterTo, shouldRetainRecord and CleanedTransactionMetadata hold them,
 free of files, threads and scheduling: each batch of a group goes through
-``_filter_batch`` in log order, with a ``_FilterContext`` that carries what the
+``filter_batch`` in log order, with a ``FilterContext`` that carries what the
 cleaning has learnt (offset map, producers, kept transactions) from group to group.
 
 Records and batches. A record is kept only if no later record of its key is in the
@@ -124,7 +124,7 @@ def _rebuild(header: BatchHeader, kept: list[Record], horizon: int | None) -> by
 
 
 @dataclass
-class _FilterContext:
+class FilterContext:
     """What one cleaning knows and learns, carried through all its groups in order."""
 
     offset_map: dict[bytes, int]
@@ -146,7 +146,7 @@ class _FilterContext:
     markers_removed: int = 0
 
 
-def _filter_marker(header: BatchHeader, data: memoryview, ctx: _FilterContext,
+def _filter_marker(header: BatchHeader, data: memoryview, ctx: FilterContext,
                    must_retain: bool) -> bytes | memoryview | None:
     """A COMMIT/ABORT marker stays while its transaction has data in the log; then it
     gets a delete horizon, and once that has passed it goes (module docstring)."""
@@ -177,7 +177,7 @@ def _filter_marker(header: BatchHeader, data: memoryview, ctx: _FilterContext,
     return _rebuild(header, decode_records(data), horizon)
 
 
-def _filter_batch(header: BatchHeader, data: memoryview, ctx: _FilterContext,
+def filter_batch(header: BatchHeader, data: memoryview, ctx: FilterContext,
                   must_retain: bool) -> bytes | memoryview | None:
     """The bytes to write for one batch, or None to drop it."""
     if header.is_control:
@@ -188,11 +188,11 @@ def _filter_batch(header: BatchHeader, data: memoryview, ctx: _FilterContext,
     return kept
 
 
-def _filter_data(header: BatchHeader, data: memoryview, ctx: _FilterContext,
+def _filter_data(header: BatchHeader, data: memoryview, ctx: FilterContext,
                  must_retain: bool) -> bytes | memoryview | None:
     records = decode_records(data)
     ctx.records_read += len(records)
-    if _in_aborted_txn(header, ctx.aborted):
+    if in_aborted_txn(header, ctx.aborted):
         # Records of aborted transactions go regardless of keys: they never count as a
         # key's latest value (otherwise they would erase the committed one).
         last_of_producer = ctx.producer_last_offsets.get(header.producer_id) == header.last_offset
@@ -229,7 +229,7 @@ def _filter_data(header: BatchHeader, data: memoryview, ctx: _FilterContext,
     return _rebuild(header, kept, horizon)
 
 
-def _in_aborted_txn(header: BatchHeader, aborted: dict[int, list[tuple[int, int]]]) -> bool:
+def in_aborted_txn(header: BatchHeader, aborted: dict[int, list[tuple[int, int]]]) -> bool:
     """A transactional data batch inside one of its producer's aborted transactions."""
     if not header.is_transactional or header.is_control:
         return False

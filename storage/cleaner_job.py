@@ -3,7 +3,7 @@
 Why a module of its own: these records are shared by the two sides of a cleaning,
 the event loop (cleaner.py plans a job and swaps its outputs in) and the worker
 thread (cleaner_offset_map.py and cleaner_rewrite.py read the sources through
-``_read_batches`` and write the outputs); keeping them apart lets each side import
+``read_batches`` and write the outputs); keeping them apart lets each side import
 them without importing the other.
 
 Grouping: the cleanable segments are grouped (consecutive segments while their
@@ -43,18 +43,18 @@ class CleanerError(Exception):
     """A log that cannot be cleaned (corrupt data): it is skipped until restart."""
 
 
-class _Aborted(Exception):
+class CleaningAborted(Exception):
     pass
 
 
-def _read_batches(fd: int, size: int, abort: Callable[[], bool]
+def read_batches(fd: int, size: int, abort: Callable[[], bool]
                   ) -> Iterator[tuple[BatchHeader, memoryview]]:
     """Every batch of a closed segment, CRC-checked; a short or corrupt file is an error
     (the cleaner must never silently drop what it cannot read)."""
     pos = 0
     while pos < size:
         if abort():
-            raise _Aborted
+            raise CleaningAborted
         chunk = memoryview(os.pread(fd, min(_READ_CHUNK, size - pos), pos))
         advanced = 0
         for rel, header in iter_batches(chunk):
@@ -73,14 +73,14 @@ def _read_batches(fd: int, size: int, abort: Callable[[], bool]
         raise CleanerError(f"unreadable batch at position {pos} of {size}")
 
 
-def _checked(header: BatchHeader, data: memoryview) -> memoryview:
+def checked_batch(header: BatchHeader, data: memoryview) -> memoryview:
     if header.magic != 2 or compute_crc(data, 0, header.size) != header.crc:
         raise CleanerError(f"corrupt batch at offset {header.base_offset}")
     return data
 
 
 @dataclass
-class _Source:
+class SourceSegment:
     segment: LogSegment
     fd: int  # a duplicate: stays valid if the segment is closed meanwhile
     size: int
@@ -88,10 +88,10 @@ class _Source:
 
 
 @dataclass
-class _Job:
+class CleaningJob:
     plog: PartitionLog
-    sources: list[_Source]
-    groups: list[list[_Source]]
+    sources: list[SourceSegment]
+    groups: list[list[SourceSegment]]
     first_dirty: int
     end_offset: int
     now: int
@@ -106,7 +106,7 @@ class _Job:
 
 
 @dataclass
-class _GroupOutput:
+class GroupOutput:
     base_offset: int
     prefix: str
     size: int
@@ -134,7 +134,7 @@ class CleanStats:
 
 
 @dataclass
-class _Cleanable:
+class CleanableRange:
     plog: PartitionLog
     segments: list[LogSegment]  # the cleanable closed segments, from the first
     end_offset: int  # base offset of the first uncleanable segment
@@ -149,7 +149,7 @@ class _Cleanable:
         return self.dirty_bytes / total if total else 0.0
 
 
-def _group_segments(segments: list[LogSegment], ends: list[int], max_bytes: int,
+def group_segments(segments: list[LogSegment], ends: list[int], max_bytes: int,
                     max_index_bytes: int) -> list[list[int]]:
     """Indexes of consecutive segments cleaned into one (Kafka's groupSegmentsBySize)."""
     groups: list[list[int]] = []

@@ -13,25 +13,25 @@ from __future__ import annotations
 from txbroker.protocol.errors import CorruptRecordError
 from txbroker.protocol.records import decode_records
 
-from .cleaner_filter import _FilterContext, _in_aborted_txn
-from .cleaner_job import CleanerError, _checked, _Job, _read_batches
+from .cleaner_filter import FilterContext, in_aborted_txn
+from .cleaner_job import CleanerError, CleaningJob, checked_batch, read_batches
 
 
-def _build_offset_map(job: _Job) -> _FilterContext:
+def build_offset_map(job: CleaningJob) -> FilterContext:
     """key -> offset of its latest record in the dirty part of the cleanable range."""
     offset_map: dict[bytes, int] = {}
     for src in job.sources:
         if src.end_offset <= job.first_dirty:
             continue  # clean already: its keys are unique and older than the dirty ones
-        for header, data in _read_batches(src.fd, src.size, job.abort):
-            if header.is_control or _in_aborted_txn(header, job.aborted):
+        for header, data in read_batches(src.fd, src.size, job.abort):
+            if header.is_control or in_aborted_txn(header, job.aborted):
                 continue
             try:
-                records = decode_records(_checked(header, data))
+                records = decode_records(checked_batch(header, data))
             except CorruptRecordError as e:
                 raise CleanerError(f"offset {header.base_offset}: {e}") from None
             for rec in records:
                 if rec.key is not None:
                     offset_map[rec.key] = rec.offset
-    return _FilterContext(offset_map, job.now, job.delete_retention_ms, job.producer_last_offsets,
+    return FilterContext(offset_map, job.now, job.delete_retention_ms, job.producer_last_offsets,
                           job.aborted, job.producer_epochs)

@@ -41,7 +41,7 @@ CLEANED_SUFFIX = ".cleaned"
 SWAP_SUFFIX = ".swap"
 SEGMENT_FILE_SUFFIXES = (".log", ".index", ".timeindex", ".txnindex")
 # Renamed in this order: the .txnindex before the .log, whose rename is the commit point.
-_WRITTEN = (".index", ".timeindex", ".txnindex", ".log")
+WRITTEN_SUFFIXES = (".index", ".timeindex", ".txnindex", ".log")
 
 
 def _stem_offset(name: str) -> int | None:

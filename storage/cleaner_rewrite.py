@@ -38,9 +38,16 @@ from collections.abc import Iterator
 from txbroker.protocol.errors import CorruptRecordError
 from txbroker.protocol.records import BatchHeader, read_header
 
-from .cleaner_filter import _filter_batch, _FilterContext
-from .cleaner_job import CleanerError, _checked, _GroupOutput, _Job, _read_batches, _Source
-from .cleaner_recovery import _WRITTEN, CLEANED_SUFFIX
+from .cleaner_filter import FilterContext, filter_batch
+from .cleaner_job import (
+    CleanerError,
+    CleaningJob,
+    GroupOutput,
+    SourceSegment,
+    checked_batch,
+    read_batches,
+)
+from .cleaner_recovery import CLEANED_SUFFIX, WRITTEN_SUFFIXES
 from .durable_file import fsync_directory
 from .producer_state import list_snapshots, snapshot_path
 from .segment import filename_prefix
@@ -85,22 +92,22 @@ class _IndexWriter:
             self._time_entry()
 
 
-def _group_prefix(job: _Job, group: list[_Source]) -> str:
+def group_prefix(job: CleaningJob, group: list[SourceSegment]) -> str:
     return os.path.join(job.plog.directory, filename_prefix(group[0].segment.base_offset))
 
 
-def _discard(prefix: str) -> None:
-    for ext in _WRITTEN:
+def discard_group(prefix: str) -> None:
+    for ext in WRITTEN_SUFFIXES:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(prefix + ext + CLEANED_SUFFIX)
 
 
-def _group_batches(job: _Job, group: list[_Source]
+def _group_batches(job: CleaningJob, group: list[SourceSegment]
                    ) -> Iterator[tuple[BatchHeader, memoryview, bool]]:
     """(header, bytes, is_last_of_group) for every batch of the group's segments."""
     pending: tuple[BatchHeader, memoryview] | None = None
     for src in group:
-        for header, data in _read_batches(src.fd, src.size, job.abort):
+        for header, data in read_batches(src.fd, src.size, job.abort):
             if pending is not None:
                 yield pending[0], pending[1], False
             pending = (header, data)
@@ -108,7 +115,7 @@ def _group_batches(job: _Job, group: list[_Source]
         yield pending[0], pending[1], True
 
 
-def _group_txn_entries(job: _Job, group: list[_Source], ctx: _FilterContext
+def _group_txn_entries(job: CleaningJob, group: list[SourceSegment], ctx: FilterContext
                        ) -> tuple[int | None, int, list[AbortedTxn]]:
     """The aborted transactions the cleaned segment of a group keeps: those whose ABORT
     marker it holds and whose data it still retains. An entry is assigned to the
@@ -135,10 +142,10 @@ def _forget_snapshots_below(directory: str, end: int) -> None:
         fsync_directory(directory)  # before the swap commits the removal of the markers
 
 
-def _write_group(job: _Job, group: list[_Source], ctx: _FilterContext) -> _GroupOutput:
+def write_group(job: CleaningJob, group: list[SourceSegment], ctx: FilterContext) -> GroupOutput:
     """Write the cleaned segment of one group as ``<base>.*.cleaned`` files, fsynced."""
     base = group[0].segment.base_offset
-    prefix = _group_prefix(job, group)
+    prefix = group_prefix(job, group)
     index = _IndexWriter(base, job.index_interval)
     position = 0
     markers_removed = ctx.markers_removed
@@ -146,7 +153,7 @@ def _write_group(job: _Job, group: list[_Source], ctx: _FilterContext) -> _Group
         with open(prefix + ".log" + CLEANED_SUFFIX, "wb") as out:
             for header, data, last in _group_batches(job, group):
                 try:
-                    kept = _filter_batch(header, _checked(header, data), ctx, last)
+                    kept = filter_batch(header, checked_batch(header, data), ctx, last)
                 except CorruptRecordError as e:
                     raise CleanerError(f"offset {header.base_offset}: {e}") from None
                 if kept is None:
@@ -169,6 +176,6 @@ def _write_group(job: _Job, group: list[_Source], ctx: _FilterContext) -> _Group
         if ctx.markers_removed > markers_removed:
             _forget_snapshots_below(job.plog.directory, end)
     except BaseException:
-        _discard(prefix)
+        discard_group(prefix)
         raise
-    return _GroupOutput(base, prefix, position, low, end, entries)
+    return GroupOutput(base, prefix, position, low, end, entries)

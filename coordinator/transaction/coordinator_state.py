@@ -24,30 +24,33 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from txbroker.coordinator.transaction import requests, views
+import txbroker.coordinator.transaction.requests as requests
+import txbroker.coordinator.transaction.views as views
+from kio.schema.errors import ErrorCode as _E
 from txbroker.coordinator.transaction.metadata import (
-    _PREPARE,
-    _S,
+    PREPARE_STATES,
+    PendingWrite,
+    Txn,
     TxnState,
-    _outcome_of,
-    _Txn,
-    _Write,
+    outcome_of,
     prepare_complete,
+)
+from txbroker.coordinator.transaction.metadata import (
+    TxnState as _S,
 )
 from txbroker.coordinator.transaction.records import TxnLogValue
 from txbroker.coordinator.transaction.results import (
-    _E,
     NO_PRODUCER_EPOCH,
     NO_PRODUCER_ID,
     NONE,
     Effects,
+    Fx,
     ListTransactionsResult,
     Token,
     TopicPartition,
     TxnConfig,
     TxnDescription,
     TxnEvent,
-    _Fx,
 )
 from txbroker.coordinator.transaction.state_manager import OpenTransactions, TransactionStateManager
 from txbroker.coordinator.transaction.writes import TransactionWrites
@@ -152,7 +155,7 @@ class TransactionCoordinatorState:
         if self._manager.loaded:
             raise RuntimeError("recover() called twice")
         self._manager.begin_load(open_transactions)
-        fx = _Fx()
+        fx = Fx()
         for p in self._manager.loading_partitions():
             self._recover_partition(fx, p, now_ms)
         return self._finish(fx)
@@ -163,20 +166,20 @@ class TransactionCoordinatorState:
         Kafka after loading a partition of ``__transaction_state``; abort the
         transactions of its ids that lost their AddPartitionsToTxn record (see
         :meth:`begin_load`)."""
-        fx = _Fx()
+        fx = Fx()
         self._recover_partition(fx, partition, now_ms)
         return self._finish(fx)
 
-    def _recover_partition(self, fx: _Fx, partition: int, now_ms: int) -> None:
+    def _recover_partition(self, fx: Fx, partition: int, now_ms: int) -> None:
         loaded = self._manager.end_partition_load(partition)
         for txn, orphans in loaded.lost:
             self._writes.abort_lost_transaction(fx, txn, now_ms, orphans)
         for txn in loaded.txns:
-            if txn.state in _PREPARE and txn.pending is None:
+            if txn.state in PREPARE_STATES and txn.pending is None:
                 marked = txn.partitions - txn.orphans
                 txn.recovering = True
                 fx.events.append(TxnEvent("recovering", txn.transactional_id, txn.producer_id,
-                                          txn.producer_epoch, outcome=_outcome_of(txn),
+                                          txn.producer_epoch, outcome=outcome_of(txn),
                                           markers=len(marked)))
                 self._writes.send_markers(fx, txn, prepare_complete(txn, now_ms), marked)
         self._manager.arm_all(loaded.txns)
@@ -204,7 +207,7 @@ class TransactionCoordinatorState:
 
     def persisted(self, now_ms: int, write_id: int, error: int = NONE) -> Effects:
         """PersistRequest ``write_id`` is durable (``error == NONE``) or failed."""
-        fx = _Fx()
+        fx = Fx()
         self._writes.persisted(fx, now_ms, write_id, error)
         return self._finish(fx)
 
@@ -213,7 +216,7 @@ class TransactionCoordinatorState:
         """Every marker of MarkerRequest ``marker_id`` is durable (or, on error, not all:
         ``failed`` names the partitions still without theirs, default all the request's;
         only those are asked for again, as Kafka's marker channel retries per partition)."""
-        fx = _Fx()
+        fx = Fx()
         self._writes.markers_written(fx, marker_id, error, failed)
         return self._finish(fx)
 
@@ -223,7 +226,7 @@ class TransactionCoordinatorState:
 
     def tick(self, now_ms: int) -> Effects:
         """Abort timed-out transactions (epoch bump) and expire idle transactional ids."""
-        fx = _Fx()
+        fx = Fx()
         manager = self._manager
         # Only loaded partitions' transactions are armed: nothing else to check.
         for txn in manager.timed_out(now_ms):
@@ -239,7 +242,7 @@ class TransactionCoordinatorState:
                                       new_epoch=txn.producer_epoch))
         for txn in manager.expired(now_ms):
             transit = self._writes.prepare(txn, _S.DEAD, partitions=frozenset())
-            self._writes.write(fx, _Write("dead", txn, transit))
+            self._writes.write(fx, PendingWrite("dead", txn, transit))
         return self._finish(fx)
 
     def next_wake_ms(self) -> int | None:
@@ -260,7 +263,7 @@ class TransactionCoordinatorState:
         marked to be); ids without an ongoing transaction (or unknown) are left alone.
         ``outcome``: how the abort is counted (an operator's abort from the console is
         "aborted", not "timed_out")."""
-        fx = _Fx()
+        fx = Fx()
         manager = self._manager
         if transactional_id is None:
             targets = [manager.get(tid) for tid in manager.ids() if manager.ready(tid)]
@@ -298,7 +301,7 @@ class TransactionCoordinatorState:
         once with a fresh producer id at epoch 0. ``producer_id``/``producer_epoch``
         are the KIP-360 fields (v3+; pass -1/-1 for older versions)."""
         assert token is not None, "tokens must not be None"
-        fx = _Fx()
+        fx = Fx()
         requests.init_producer_id(self._manager, self._writes, fx, token, now_ms, transactional_id,
                                   txn_timeout_ms, producer_id, producer_epoch, api_version)
         return self._finish(fx)
@@ -317,7 +320,7 @@ class TransactionCoordinatorState:
         """AddPartitionsToTxn v0-3 (the partitions exist and are authorized)."""
         assert token is not None, "tokens must not be None"
         parts = tuple(dict.fromkeys((str(t), int(p)) for t, p in partitions))
-        fx = _Fx()
+        fx = Fx()
         requests.add(self._manager, self._writes, fx, token, now_ms, transactional_id, producer_id,
                      producer_epoch, parts, "add_partitions", api_version)
         return self._finish(fx)
@@ -336,7 +339,7 @@ class TransactionCoordinatorState:
         """AddOffsetsToTxn: adds the group's ``__consumer_offsets`` partition."""
         assert token is not None, "tokens must not be None"
         tp = self._partition_for_group(group_id)
-        fx = _Fx()
+        fx = Fx()
         requests.add(self._manager, self._writes, fx, token, now_ms, transactional_id, producer_id,
                      producer_epoch, (tp,), "add_offsets", api_version)
         return self._finish(fx)
@@ -354,7 +357,7 @@ class TransactionCoordinatorState:
     ) -> Effects:
         """EndTxn: transactions v1 below v5, v2 from v5 (see :mod:`.state`'s docstring)."""
         assert token is not None, "tokens must not be None"
-        fx = _Fx()
+        fx = Fx()
         requests.end_txn(self._manager, self._writes, fx, token, now_ms, transactional_id,
                          producer_id, producer_epoch, commit, api_version)
         return self._finish(fx)
@@ -439,11 +442,11 @@ class TransactionCoordinatorState:
     # -- Test back doors: tests stage situations through the old attribute names ----
 
     @property
-    def _txns(self) -> dict[str, _Txn]:
+    def _txns(self) -> dict[str, Txn]:
         return self._manager._txns
 
     @property
-    def _heaps(self) -> dict[str, list[tuple[int, int, _Txn]]]:
+    def _heaps(self) -> dict[str, list[tuple[int, int, Txn]]]:
         return self._manager._heaps
 
     @property
@@ -472,6 +475,6 @@ class TransactionCoordinatorState:
 
     # -- helpers -------------------------------------------------------------------
 
-    def _finish(self, fx: _Fx) -> Effects:
+    def _finish(self, fx: Fx) -> Effects:
         return Effects(fx.responses, fx.persist, fx.markers, self._manager.next_wake_ms(),
                        fx.expired, fx.events)

@@ -1,15 +1,15 @@
 """One transactional id's state and its transitions: Kafka's ``TransactionMetadata``.
 
 The states and Kafka's table of legal transitions (:func:`check_transition`), the
-per-id record (:class:`_Txn`), the metadata a pending transition installs
-(:class:`_Transit`, Kafka's TxnTransitMetadata), the write that carries it
-(:class:`_Write`), the epoch rules (:func:`_epoch_exhausted`, :func:`next_epochs`,
+per-id record (:class:`Txn`), the metadata a pending transition installs
+(:class:`Transit`, Kafka's TxnTransitMetadata), the write that carries it
+(:class:`PendingWrite`), the epoch rules (:func:`epoch_exhausted`, :func:`next_epochs`,
 :func:`valid_expected_producer`), prepare/complete of a transition
 (:func:`prepare_transition`, :func:`complete_transition`, :func:`prepare_end_v2`,
 :func:`prepare_complete`) and the per-id checks of AddPartitionsToTxn and EndTxn.
-Plain functions over one ``_Txn``: the coordinator-wide parts are other objects'
+Plain functions over one ``Txn``: the coordinator-wide parts are other objects'
 (which ids exist, loading, timers: :mod:`.state_manager`; writes and markers in
-flight: :mod:`.writes`). A ``_Txn`` is changed by those objects and :mod:`.requests`,
+flight: :mod:`.writes`). A ``Txn`` is changed by those objects and :mod:`.requests`,
 and only through these transitions (and the per-id flags documented on it).
 """
 
@@ -20,9 +20,9 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any, NamedTuple
 
+from kio.schema.errors import ErrorCode as _E
 from txbroker.coordinator.transaction.records import PERSISTED_STATES, TxnLogValue
 from txbroker.coordinator.transaction.results import (
-    _E,
     NO_PRODUCER_EPOCH,
     NO_PRODUCER_ID,
     NONE,
@@ -30,12 +30,12 @@ from txbroker.coordinator.transaction.results import (
     TopicPartition,
 )
 
-_MAX_EPOCH = 32767  # Short.MaxValue
+MAX_EPOCH = 32767  # Short.MaxValue
 
 
-def _epoch_exhausted(epoch: int) -> bool:
+def epoch_exhausted(epoch: int) -> bool:
     # Kafka keeps Short.MaxValue for the coordinator, so it can always fence a producer.
-    return epoch >= _MAX_EPOCH - 1
+    return epoch >= MAX_EPOCH - 1
 
 
 class TxnState(Enum):
@@ -64,11 +64,11 @@ VALID_PREVIOUS_STATES: dict[TxnState, frozenset[TxnState]] = {
     _S.DEAD: frozenset({_S.EMPTY, _S.COMPLETE_COMMIT, _S.COMPLETE_ABORT}),
     _S.PREPARE_EPOCH_FENCE: frozenset({_S.ONGOING}),
 }
-_PREPARE = (_S.PREPARE_COMMIT, _S.PREPARE_ABORT)
+PREPARE_STATES = (_S.PREPARE_COMMIT, _S.PREPARE_ABORT)
 _COMPLETE = (_S.COMPLETE_COMMIT, _S.COMPLETE_ABORT)
-_IDLE = (_S.EMPTY, _S.COMPLETE_COMMIT, _S.COMPLETE_ABORT)  # Kafka's isExpirationAllowed
-_STATE_BY_ID = {i: TxnState(name) for name, i in PERSISTED_STATES.items()}
-_NO_PARTITIONS: frozenset = frozenset()
+IDLE_STATES = (_S.EMPTY, _S.COMPLETE_COMMIT, _S.COMPLETE_ABORT)  # Kafka's isExpirationAllowed
+STATE_BY_ID = {i: TxnState(name) for name, i in PERSISTED_STATES.items()}
+NO_PARTITIONS: frozenset = frozenset()
 
 
 class IllegalTransitionError(RuntimeError):
@@ -80,14 +80,14 @@ def check_transition(current: TxnState, target: TxnState) -> None:
         raise IllegalTransitionError(f"illegal transition {current.value} -> {target.value}")
 
 
-def _outcome_of(txn: _Txn) -> str:
+def outcome_of(txn: Txn) -> str:
     # After a replay the reason is not known: the decision is.
     if txn.outcome is not None:
         return txn.outcome
     return "committed" if _S.PREPARE_COMMIT in (txn.state, txn.pending) else "aborted"
 
 
-class _Transit(NamedTuple):
+class Transit(NamedTuple):
     """Kafka's TxnTransitMetadata: the metadata a pending transition will install.
     A named tuple: three are built per transaction, and a frozen dataclass's
     __init__ (a setattr per field) and dataclasses.replace cost 7 us each time."""
@@ -124,7 +124,7 @@ class _Transit(NamedTuple):
 
 
 @dataclass(eq=False, slots=True)
-class _Txn:
+class Txn:
     """Kafka's TransactionMetadata for one transactional id."""
 
     transactional_id: str
@@ -144,7 +144,7 @@ class _Txn:
     # A fence's PrepareAbort write failed: the bumped epoch stays in memory, never
     # returned to a client, and the next fence does not bump again.
     failed_epoch_fence: bool = False
-    complete: _Transit | None = None  # the Complete* transit awaiting the markers
+    complete: Transit | None = None  # the Complete* transit awaiting the markers
     marker_id: int | None = None  # the markers in flight
     marker_partitions: frozenset[TopicPartition] = frozenset()  # ... and their partitions
     # expire_now() found a write in flight: abort once it is done, if still Ongoing then.
@@ -160,7 +160,7 @@ class _Txn:
     # Partitions holding this producer's data of a later transaction whose records were
     # lost with the unsynced completion of this one; aborted once this one completes.
     orphans: frozenset = frozenset()
-    # Of the Prepare* record (see _Transit); None in other states and in old records.
+    # Of the Prepare* record (see Transit); None in other states and in old records.
     first_offsets: dict[TopicPartition, int] | None = None
     # Why the decided transaction ends (TxnEvent.outcome); None after a replay.
     outcome: str | None = None
@@ -168,8 +168,8 @@ class _Txn:
     marker_count: int = 0  # partitions the decided transaction's markers go to
     tv: int = 0  # client transaction version of the last transition (Kafka's)
 
-    def to_transit(self) -> _Transit:
-        return _Transit(
+    def to_transit(self) -> Transit:
+        return Transit(
             self.producer_id, self.prev_producer_id, self.next_producer_id, self.producer_epoch,
             self.last_producer_epoch, self.timeout_ms, self.state, self.partitions, self.start_ms,
             self.last_update_ms, self.first_offsets, self.tv,
@@ -177,10 +177,10 @@ class _Txn:
 
 
 @dataclass(eq=False)
-class _Write:
+class PendingWrite:
     kind: str  # "init" | "add" | "prepare" | "complete" | "dead"
-    txn: _Txn
-    transit: _Transit
+    txn: Txn
+    transit: Transit
     token: Token | None = None
     api: str = ""  # the request kind the token belongs to
     api_version: int = 0
@@ -193,11 +193,11 @@ class _Write:
 
 
 def prepare_transition(
-    txn: _Txn,
+    txn: Txn,
     target: TxnState,
-    first_offsets_of: Callable[[_Txn], dict[TopicPartition, int] | None] | None = None,
+    first_offsets_of: Callable[[Txn], dict[TopicPartition, int] | None] | None = None,
     **changes: Any,
-) -> _Transit:
+) -> Transit:
     """Kafka's prepareTransitionTo: check the transition, mark it pending and return the
     transit it will install. ``first_offsets_of(txn)`` gives a Prepare* record's first
     offsets (None: the record carries none)."""
@@ -205,20 +205,20 @@ def prepare_transition(
         raise IllegalTransitionError(
             f"{txn.transactional_id}: transition to {target.value} while {txn.pending.value} is pending")
     check_transition(txn.state, target)
-    if target in _PREPARE:
+    if target in PREPARE_STATES:
         changes.setdefault("first_offsets", None if first_offsets_of is None else first_offsets_of(txn))
     else:
         changes.setdefault("first_offsets", None)
     transit = txn.to_transit()._replace(state=target, prev_producer_id=txn.producer_id, **changes)
     if transit.producer_id < 0:
         raise IllegalTransitionError(f"{txn.transactional_id}: producer id {transit.producer_id}")
-    if target is not _S.DEAD and not 0 <= transit.producer_epoch <= _MAX_EPOCH:
+    if target is not _S.DEAD and not 0 <= transit.producer_epoch <= MAX_EPOCH:
         raise IllegalTransitionError(f"{txn.transactional_id}: producer epoch {transit.producer_epoch}")
     txn.pending = target
     return transit
 
 
-def complete_transition(txn: _Txn, t: _Transit) -> None:
+def complete_transition(txn: Txn, t: Transit) -> None:
     """Install a transit whose record is durable, with Kafka's sanity checks."""
     target = t.state
     if txn.pending is not target:
@@ -231,14 +231,14 @@ def complete_transition(txn: _Txn, t: _Transit) -> None:
         ok = (same_producer or valid_bump) and not t.partitions and t.start_ms == -1
     elif target is _S.ONGOING:  # AddPartitions
         ok = same_producer and t.partitions >= txn.partitions and t.timeout_ms == txn.timeout_ms
-    elif target in _PREPARE:  # EndTxn / fence
+    elif target in PREPARE_STATES:  # EndTxn / fence
         if t.tv >= 2 and t.producer_epoch != txn.producer_epoch:
             # A v2 EndTxn bumped the epoch (Kafka's validProducerEpoch); a fence's
             # abort did its bump before.
             same_producer = (t.producer_id == txn.producer_id
                              and t.last_producer_epoch == txn.producer_epoch)
         # v2 may abort with nothing open: that transaction starts now.
-        empty_abort = t.tv >= 2 and target is _S.PREPARE_ABORT and txn.state in _IDLE
+        empty_abort = t.tv >= 2 and target is _S.PREPARE_ABORT and txn.state in IDLE_STATES
         ok = (same_producer and t.partitions == txn.partitions and t.timeout_ms == txn.timeout_ms
               and (t.start_ms == txn.start_ms or empty_abort))
     elif target in _COMPLETE:  # markers written
@@ -267,21 +267,21 @@ def complete_transition(txn: _Txn, t: _Transit) -> None:
     txn.pending = None
 
 
-def prepare_end_v2(txn: _Txn, target: TxnState, now: int, next_pid: int, no_partition_added: bool,
-                   first_offsets_of: Callable[[_Txn], dict[TopicPartition, int] | None] | None
-                   ) -> _Transit:
+def prepare_end_v2(txn: Txn, target: TxnState, now: int, next_pid: int, no_partition_added: bool,
+                   first_offsets_of: Callable[[Txn], dict[TopicPartition, int] | None] | None
+                   ) -> Transit:
     """Kafka's prepareAbortOrCommit at transactions v2: the epoch is bumped (never
     past Short.MaxValue: an abort there goes through unbumped), the old one kept
     as the last epoch; an abort with nothing open starts now."""
     epoch = txn.producer_epoch
-    bumped = epoch if epoch >= _MAX_EPOCH and target is _S.PREPARE_ABORT else epoch + 1
+    bumped = epoch if epoch >= MAX_EPOCH and target is _S.PREPARE_ABORT else epoch + 1
     return prepare_transition(txn, target, first_offsets_of, producer_epoch=bumped,
                               last_producer_epoch=epoch, next_producer_id=next_pid, tv=2,
                               last_update_ms=now,
                               start_ms=now if no_partition_added else txn.start_ms)
 
 
-def prepare_complete(txn: _Txn, now: int) -> _Transit:
+def prepare_complete(txn: Txn, now: int) -> Transit:
     """Kafka's prepareComplete: computed when the markers are requested."""
     txn.failed_epoch_fence = False  # the fence (if any) is durable
     target = _S.COMPLETE_COMMIT if txn.state is _S.PREPARE_COMMIT else _S.COMPLETE_ABORT
@@ -298,7 +298,7 @@ def prepare_complete(txn: _Txn, now: int) -> _Transit:
 # -- epoch rules and per-id checks ---------------------------------------------------
 
 
-def valid_expected_producer(txn: _Txn, producer_id: int, producer_epoch: int) -> bool:
+def valid_expected_producer(txn: Txn, producer_id: int, producer_epoch: int) -> bool:
     """KIP-360: may a producer presenting this id/epoch re-initialize?"""
     return (
         # the metadata was just created: hand out the new id
@@ -306,11 +306,11 @@ def valid_expected_producer(txn: _Txn, producer_id: int, producer_epoch: int) ->
         # the current id; the epoch is checked when it is bumped
         or producer_id == txn.producer_id
         # a retry of the InitProducerId that rotated an exhausted producer id
-        or (producer_id == txn.prev_producer_id and _epoch_exhausted(producer_epoch))
+        or (producer_id == txn.prev_producer_id and epoch_exhausted(producer_epoch))
     )
 
 
-def next_epochs(txn: _Txn, expected_epoch: int | None) -> tuple[int, int] | None:
+def next_epochs(txn: Txn, expected_epoch: int | None) -> tuple[int, int] | None:
     """Kafka's prepareIncrementProducerEpoch: (epoch, last epoch), or None = fenced."""
     if expected_epoch is None:
         # A new producer instance: bump; a later retry with the old epoch is fenced.
@@ -324,19 +324,19 @@ def next_epochs(txn: _Txn, expected_epoch: int | None) -> tuple[int, int] | None
     return None
 
 
-def covers(txn: _Txn | None, tp: TopicPartition, first_offset: int | None) -> bool:
+def covers(txn: Txn | None, tp: TopicPartition, first_offset: int | None) -> bool:
     """Is the producer's open data in ``tp`` (from ``first_offset``) part of the
     transaction the durable record describes?"""
-    if txn is None or txn.state in _IDLE or tp not in txn.partitions:
+    if txn is None or txn.state in IDLE_STATES or tp not in txn.partitions:
         return False
-    if txn.state in _PREPARE and txn.first_offsets is not None and first_offset is not None:
+    if txn.state in PREPARE_STATES and txn.first_offsets is not None and first_offset is not None:
         # Decided: only its own data. Data from another offset on is a later
         # transaction's, written after this one's (durable) marker there.
         return txn.first_offsets.get(tp) == first_offset
     return True
 
 
-def add_check(txn: _Txn | None, producer_id: int, producer_epoch: int,
+def add_check(txn: Txn | None, producer_id: int, producer_epoch: int,
               parts: tuple[TopicPartition, ...]) -> int | None:
     """AddPartitionsToTxn/AddOffsetsToTxn for the id's metadata (None: unknown id): the
     error to answer at once, or None: write Ongoing with the partitions."""
@@ -352,14 +352,14 @@ def add_check(txn: _Txn | None, producer_id: int, producer_epoch: int,
         # InitProducerId never completed for this id: no producer holds an epoch.
         # (Kafka fails the transition with an exception -> UNKNOWN_SERVER_ERROR.)
         return _E.invalid_producer_id_mapping.value
-    if txn.state in _PREPARE:
+    if txn.state in PREPARE_STATES:
         return _E.concurrent_transactions.value
     if txn.state is _S.ONGOING and set(parts) <= txn.partitions:
         return NONE  # already in the transaction: nothing to write
     return None
 
 
-def end_check(txn: _Txn | None, tid: str, producer_id: int, producer_epoch: int,
+def end_check(txn: Txn | None, tid: str, producer_id: int, producer_epoch: int,
               commit: bool) -> int | None:
     """EndTxn v0-4 (transactions v1) for the id's metadata (None: unknown id): the error
     to answer at once (NONE: a retry already done), or None: write Prepare*."""
@@ -386,7 +386,7 @@ def end_check(txn: _Txn | None, tid: str, producer_id: int, producer_epoch: int,
     raise IllegalTransitionError(f"{tid}: EndTxn in state {st.value}")
 
 
-def end_check_v2(txn: _Txn | None, tid: str, producer_id: int, producer_epoch: int,
+def end_check_v2(txn: Txn | None, tid: str, producer_id: int, producer_epoch: int,
                  commit: bool) -> int | tuple[TxnState, bool]:
     """EndTxn v5+ (transactions v2) for the id's metadata (None: unknown id): an error
     (NONE: a retry already done), or (target state, no partition added)."""
@@ -403,12 +403,12 @@ def end_check_v2(txn: _Txn | None, tid: str, producer_id: int, producer_epoch: i
     # A retry carries the epoch before the bump (or, after a producer id
     # rotation, the old id at the last epoch); the same epoch is the next EndTxn.
     retry_on_overflow = (txn.prev_producer_id == producer_id
-                         and producer_epoch == _MAX_EPOCH - 1 and txn.producer_epoch == 0)
+                         and producer_epoch == MAX_EPOCH - 1 and txn.producer_epoch == 0)
     retry_on_bump = txn.producer_epoch == producer_epoch + 1
     if txn.producer_id != producer_id and not retry_on_overflow:
         return _E.invalid_producer_id_mapping.value
     current = producer_epoch == txn.producer_epoch
-    if st in _PREPARE:
+    if st in PREPARE_STATES:
         valid = retry_on_bump
     elif st in _COMPLETE:
         valid = retry_on_bump or retry_on_overflow or current

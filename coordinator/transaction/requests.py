@@ -14,41 +14,43 @@ answers later. Only :class:`.coordinator_state.TransactionCoordinatorState` call
 
 from __future__ import annotations
 
+from kio.schema.errors import ErrorCode as _E
 from txbroker.coordinator.transaction.metadata import (
-    _IDLE,
-    _PREPARE,
-    _S,
+    IDLE_STATES,
+    PREPARE_STATES,
     IllegalTransitionError,
+    PendingWrite,
+    Txn,
     TxnState,
-    _epoch_exhausted,
-    _Txn,
-    _Write,
     add_check,
     end_check,
     end_check_v2,
+    epoch_exhausted,
     next_epochs,
     prepare_end_v2,
     valid_expected_producer,
 )
+from txbroker.coordinator.transaction.metadata import (
+    TxnState as _S,
+)
 from txbroker.coordinator.transaction.results import (
-    _E,
     NO_PRODUCER_EPOCH,
     NO_PRODUCER_ID,
     NONE,
     EndTxnResult,
+    Fx,
     InitProducerIdResult,
     Token,
     TopicPartition,
     TxnEvent,
-    _client_error,
-    _Fx,
+    client_error,
     result_for,
 )
 from txbroker.coordinator.transaction.state_manager import TransactionStateManager
 from txbroker.coordinator.transaction.writes import TransactionWrites
 
 
-def note_fenced(manager: TransactionStateManager, fx: _Fx, error: int, tid: str,
+def note_fenced(manager: TransactionStateManager, fx: Fx, error: int, tid: str,
                 producer_id: int, producer_epoch: int) -> None:
     """Report a request refused with PRODUCER_FENCED (an event for the operator)."""
     if error == _E.producer_fenced.value:
@@ -60,7 +62,7 @@ def note_fenced(manager: TransactionStateManager, fx: _Fx, error: int, tid: str,
 def init_producer_id(
     manager: TransactionStateManager,
     writes: TransactionWrites,
-    fx: _Fx,
+    fx: Fx,
     token: Token,
     now_ms: int,
     transactional_id: str | None,
@@ -73,7 +75,7 @@ def init_producer_id(
     api = "init_producer_id"
 
     def fail(error: int) -> None:
-        fx.respond(token, InitProducerIdResult(_client_error(api, api_version, error)))
+        fx.respond(token, InitProducerIdResult(client_error(api, api_version, error)))
 
     # KafkaApis: exactly one of id/epoch given is a malformed request.
     if (producer_id == NO_PRODUCER_ID) != (producer_epoch == NO_PRODUCER_EPOCH):
@@ -98,7 +100,7 @@ def init_producer_id(
         if pid is None:
             return fail(_E.coordinator_load_in_progress.value)
         # Like Kafka, the metadata exists (epoch -1, Empty) before anything is written.
-        txn = _Txn(transactional_id, pid, NO_PRODUCER_ID, NO_PRODUCER_ID, NO_PRODUCER_EPOCH,
+        txn = Txn(transactional_id, pid, NO_PRODUCER_ID, NO_PRODUCER_ID, NO_PRODUCER_EPOCH,
                    NO_PRODUCER_EPOCH, txn_timeout_ms, _S.EMPTY, frozenset(), -1, now_ms)
         manager.add(txn)
 
@@ -107,7 +109,7 @@ def init_producer_id(
     if expected is not None and not valid_expected_producer(txn, *expected):
         note_fenced(manager, fx, _E.producer_fenced.value, transactional_id, *expected)
         return fail(_E.producer_fenced.value)
-    if txn.state in _PREPARE:
+    if txn.state in PREPARE_STATES:
         return fail(_E.concurrent_transactions.value)
     if txn.state is _S.ONGOING:
         # Abort the ongoing transaction with a bumped epoch (fencing its producer) and
@@ -119,10 +121,10 @@ def init_producer_id(
                                       age_ms=now_ms - txn.start_ms,
                                       new_epoch=txn.producer_epoch))
         return
-    if txn.state not in _IDLE:
+    if txn.state not in IDLE_STATES:
         raise IllegalTransitionError(f"{transactional_id}: InitProducerId in state {txn.state.value}")
 
-    if _epoch_exhausted(txn.producer_epoch) and (expected is None or expected[1] == txn.producer_epoch):
+    if epoch_exhausted(txn.producer_epoch) and (expected is None or expected[1] == txn.producer_epoch):
         # Epochs used up: continue under a new producer id at epoch 0.
         pid = manager.allocate_producer_id()
         if pid is None:
@@ -143,10 +145,10 @@ def init_producer_id(
             txn, _S.EMPTY, producer_epoch=epoch, last_producer_epoch=last_epoch,
             timeout_ms=txn_timeout_ms, partitions=frozenset(), start_ms=-1, last_update_ms=now_ms,
         )
-    writes.write(fx, _Write("init", txn, transit, token, api, api_version))
+    writes.write(fx, PendingWrite("init", txn, transit, token, api, api_version))
 
 
-def add(manager: TransactionStateManager, writes: TransactionWrites, fx: _Fx, token: Token,
+def add(manager: TransactionStateManager, writes: TransactionWrites, fx: Fx, token: Token,
         now: int, tid: str, producer_id: int, producer_epoch: int,
         parts: tuple[TopicPartition, ...], api: str, api_version: int) -> None:
     """AddPartitionsToTxn v0-3 / AddOffsetsToTxn (``api``): Ongoing with ``parts`` added."""
@@ -154,7 +156,7 @@ def add(manager: TransactionStateManager, writes: TransactionWrites, fx: _Fx, to
     if error is None:
         txn = manager.get(tid)
         assert txn is not None
-        new_txn = txn.state in _IDLE
+        new_txn = txn.state in IDLE_STATES
         transit = writes.prepare(
             txn, _S.ONGOING, partitions=txn.partitions | frozenset(parts),
             # The transaction (and its timeout) starts with its first partition.
@@ -163,7 +165,7 @@ def add(manager: TransactionStateManager, writes: TransactionWrites, fx: _Fx, to
             # implicit add) is a transactions v2 client; AddOffsetsToTxn is v0.
             tv=2 if api == "add_partitions" and api_version >= 4 else 0,
         )
-        writes.write(fx, _Write("add", txn, transit, token, api, api_version, parts))
+        writes.write(fx, PendingWrite("add", txn, transit, token, api, api_version, parts))
     else:
         note_fenced(manager, fx, error, tid, producer_id, producer_epoch)
         fx.respond(token, result_for(api, api_version, error, parts))
@@ -179,7 +181,7 @@ def _add_check(manager: TransactionStateManager, tid: str, producer_id: int, pro
     return add_check(manager.get(tid), producer_id, producer_epoch, parts)
 
 
-def end_txn(manager: TransactionStateManager, writes: TransactionWrites, fx: _Fx, token: Token,
+def end_txn(manager: TransactionStateManager, writes: TransactionWrites, fx: Fx, token: Token,
             now_ms: int, transactional_id: str, producer_id: int, producer_epoch: int,
             commit: bool, api_version: int) -> None:
     """EndTxn: transactions v1 below v5, v2 from v5."""
@@ -201,13 +203,13 @@ def end_txn(manager: TransactionStateManager, writes: TransactionWrites, fx: _Fx
         # and the decision would never complete), and the answer has no id/epoch.
         transit = writes.prepare(txn, target, last_update_ms=now_ms, tv=0)
         txn.outcome = "committed" if commit else "aborted"
-        writes.write(fx, _Write("prepare", txn, transit, token, api, api_version))
+        writes.write(fx, PendingWrite("prepare", txn, transit, token, api, api_version))
     else:
         note_fenced(manager, fx, error, transactional_id, producer_id, producer_epoch)
-        fx.respond(token, EndTxnResult(_client_error(api, api_version, error)))
+        fx.respond(token, EndTxnResult(client_error(api, api_version, error)))
 
 
-def _end_txn_v2(manager: TransactionStateManager, writes: TransactionWrites, fx: _Fx,
+def _end_txn_v2(manager: TransactionStateManager, writes: TransactionWrites, fx: Fx,
                 token: Token, now: int, tid: str, producer_id: int, producer_epoch: int,
                 commit: bool, api_version: int) -> None:
     """Kafka's endTransaction for a transactions v2 client (EndTxn v5+)."""
@@ -224,7 +226,7 @@ def _end_txn_v2(manager: TransactionStateManager, writes: TransactionWrites, fx:
     assert txn is not None
     target, no_partition_added = decision
     next_pid = NO_PRODUCER_ID
-    if _epoch_exhausted(txn.producer_epoch):
+    if epoch_exhausted(txn.producer_epoch):
         # The bump below is the id's last epoch: the transaction continues under a
         # new producer id (at epoch 0) once it completes.
         allocated = manager.allocate_producer_id()
@@ -234,10 +236,10 @@ def _end_txn_v2(manager: TransactionStateManager, writes: TransactionWrites, fx:
         next_pid = allocated
     transit = prepare_end_v2(txn, target, now, next_pid, no_partition_added, writes.first_offsets)
     txn.outcome = "committed" if commit else "aborted"
-    writes.write(fx, _Write("prepare", txn, transit, token, "end_txn", api_version))
+    writes.write(fx, PendingWrite("prepare", txn, transit, token, "end_txn", api_version))
 
 
-def _end_check_v2(manager: TransactionStateManager, txn: _Txn | None, tid: str, producer_id: int,
+def _end_check_v2(manager: TransactionStateManager, txn: Txn | None, tid: str, producer_id: int,
                   producer_epoch: int, commit: bool) -> int | tuple[TxnState, bool]:
     """An error (NONE: a retry already done), or (target state, no partition added)."""
     if not tid:

@@ -36,7 +36,7 @@ _FENCED_SINCE = {
 }
 
 
-def _client_error(api: str, api_version: int, error: int) -> int:
+def client_error(api: str, api_version: int, error: int) -> int:
     if error == _E.producer_fenced.value and api_version < _FENCED_SINCE[api]:
         return _E.invalid_producer_epoch.value
     return error
@@ -196,7 +196,7 @@ class ListTransactionsResult:
 def result_for(api: str, api_version: int, error: int,
                partitions: tuple[TopicPartition, ...]) -> Result:
     """The answer of request kind ``api`` carrying ``error`` (mapped for its version)."""
-    error = _client_error(api, api_version, error)
+    error = client_error(api, api_version, error)
     if api == "add_partitions":
         return AddPartitionsResult(error, partitions)
     if api == "add_offsets":
@@ -206,7 +206,7 @@ def result_for(api: str, api_version: int, error: int,
     return InitProducerIdResult(error)
 
 
-class _Fx:
+class Fx:
     """Accumulates one call's effects."""
 
     def __init__(self) -> None:

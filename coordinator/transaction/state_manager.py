@@ -17,7 +17,7 @@ the timers of transactions they change (:meth:`~TransactionStateManager.arm`).
 
 Who may touch it: only the objects of the transaction coordinator's state machine
 (:mod:`.requests`, :mod:`.writes`, the read-only :mod:`.views`), through the methods
-below. A ``_Txn`` it hands out may be changed by them only through :mod:`.metadata`'s
+below. A ``Txn`` it hands out may be changed by them only through :mod:`.metadata`'s
 transitions; the set of ids changes only here (:meth:`~TransactionStateManager.add`,
 :meth:`~TransactionStateManager.remove`, the load). Plain data, no I/O, no clock.
 """
@@ -30,14 +30,16 @@ from collections.abc import Callable, Iterable, Mapping, ValuesView
 from dataclasses import dataclass, field
 
 from txbroker.coordinator.transaction.metadata import (
-    _IDLE,
-    _NO_PARTITIONS,
-    _PREPARE,
-    _S,
-    _STATE_BY_ID,
+    IDLE_STATES,
+    NO_PARTITIONS,
+    PREPARE_STATES,
+    STATE_BY_ID,
+    Txn,
     TxnState,
-    _Txn,
     covers,
+)
+from txbroker.coordinator.transaction.metadata import (
+    TxnState as _S,
 )
 from txbroker.coordinator.transaction.records import TxnLogValue, decode_key, decode_value
 from txbroker.coordinator.transaction.results import TopicPartition, TxnConfig
@@ -51,11 +53,11 @@ class LoadedPartition:
 
     # The partition's transactions, in load order (the coordinator arms them once it
     # has acted: :meth:`TransactionStateManager.arm_all`).
-    txns: list[_Txn]
+    txns: list[Txn]
     # Transactions whose Ongoing record was lost while some of their data reached a
     # partition: (transaction, the partitions its durable record does not list), in
     # producer id order. The coordinator aborts them as a timeout would.
-    lost: list[tuple[_Txn, frozenset]] = field(default_factory=list)
+    lost: list[tuple[Txn, frozenset]] = field(default_factory=list)
 
 
 class TransactionStateManager:
@@ -65,7 +67,7 @@ class TransactionStateManager:
                  partitions: int = 1, txn_partition: Callable[[str], int] | None = None) -> None:
         self.config = config
         self._allocate_producer_id = allocate_producer_id
-        self._txns: dict[str, _Txn] = {}
+        self._txns: dict[str, Txn] = {}
         self._partition_of: Callable[[str], int] = txn_partition or (lambda _tid: 0)
         self._loading: set[int] = set(range(partitions))
         self._loaded = not self._loading
@@ -78,7 +80,7 @@ class TransactionStateManager:
         self.unresolved_orphans: list[tuple[int, TopicPartition]] = []
         # Per check ("timeout", "expire"): a heap of (deadline, seq, txn) entries,
         # validated lazily when popped, and when the check last ran.
-        self._heaps: dict[str, list[tuple[int, int, _Txn]]] = {"timeout": [], "expire": []}
+        self._heaps: dict[str, list[tuple[int, int, Txn]]] = {"timeout": [], "expire": []}
         self._last_check: dict[str, int | None] = {"timeout": None, "expire": None}
         self._seq = itertools.count()
 
@@ -86,26 +88,26 @@ class TransactionStateManager:
     # The cache
     # ==============================================================================
 
-    def get(self, transactional_id: str) -> _Txn | None:
+    def get(self, transactional_id: str) -> Txn | None:
         return self._txns.get(transactional_id)
 
-    def owns(self, txn: _Txn) -> bool:
+    def owns(self, txn: Txn) -> bool:
         """Is ``txn`` still the cached metadata of its id (not removed or replaced)?"""
         return self._txns.get(txn.transactional_id) is txn
 
     def ids(self) -> list[str]:
         return sorted(self._txns)
 
-    def values(self) -> ValuesView[_Txn]:
+    def values(self) -> ValuesView[Txn]:
         """Every id's metadata, in cache order (read only)."""
         return self._txns.values()
 
-    def add(self, txn: _Txn) -> None:
+    def add(self, txn: Txn) -> None:
         """A new id (InitProducerId of an unknown one), armed."""
         self._txns[txn.transactional_id] = txn
         self.arm(txn)
 
-    def remove(self, txn: _Txn) -> None:
+    def remove(self, txn: Txn) -> None:
         """The id's tombstone is durable: it is gone."""
         del self._txns[txn.transactional_id]
 
@@ -168,14 +170,14 @@ class TransactionStateManager:
          firsts) = row[:12]
         tv = row[12] if len(row) > 12 else 0  # rows from before transactions v2: 0
         try:
-            state = _STATE_BY_ID[state_id]
-            partitions = frozenset((t, p) for t, p in parts) if parts else _NO_PARTITIONS
+            state = STATE_BY_ID[state_id]
+            partitions = frozenset((t, p) for t, p in parts) if parts else NO_PARTITIONS
             first_offsets = None if firsts is None else {(t, p): o for t, p, o in firsts}
         except (KeyError, TypeError, ValueError) as e:
             raise ValueError(f"snapshot row of {tid!r}: {e!r}") from None
         if type(tv) is not int:
             raise ValueError(f"snapshot row of {tid!r}: client transaction version {tv!r}")
-        self._txns[tid] = _Txn(tid, pid, prev, nxt, epoch, last_epoch, timeout, state,
+        self._txns[tid] = Txn(tid, pid, prev, nxt, epoch, last_epoch, timeout, state,
                                partitions, start, update, first_offsets=first_offsets, tv=tv)
 
     def load(self, tid: str, rec: TxnLogValue | None, partition: int | None = None) -> None:
@@ -184,7 +186,7 @@ class TransactionStateManager:
         if rec is None:
             self._txns.pop(tid, None)
             return
-        self._txns[tid] = _Txn(
+        self._txns[tid] = Txn(
             transactional_id=tid,
             producer_id=rec.producer_id,
             prev_producer_id=rec.previous_producer_id,
@@ -230,7 +232,7 @@ class TransactionStateManager:
             self._open_by_pid.clear()
         return loaded
 
-    def _claim_orphans(self, txns: list[_Txn]) -> list[tuple[_Txn, frozenset]]:
+    def _claim_orphans(self, txns: list[Txn]) -> list[tuple[Txn, frozenset]]:
         """The open transactions of these (just loaded) transactions' producer ids:
         those their durable record does not cover are orphans."""
         open_by_pid = self._open_by_pid
@@ -238,7 +240,7 @@ class TransactionStateManager:
         # Transactions v2: a decided transaction that exhausted its epoch continues under
         # its next producer id; data of that id is the next transaction's.
         by_pid.update({txn.next_producer_id: txn for txn in txns
-                       if txn.state in _PREPARE and txn.next_producer_id in open_by_pid})
+                       if txn.state in PREPARE_STATES and txn.next_producer_id in open_by_pid})
         lost = []
         for pid in sorted(by_pid):
             opened = open_by_pid.pop(pid)
@@ -247,7 +249,7 @@ class TransactionStateManager:
                                 if txn.producer_id != pid or not covers(txn, tp, first))
             if not orphans:
                 continue
-            if txn.state in _PREPARE:
+            if txn.state in PREPARE_STATES:
                 # The completion of this decided transaction was lost too (it is not
                 # fsynced either), with the next transaction's records: that one is
                 # aborted once this one completes.
@@ -265,12 +267,12 @@ class TransactionStateManager:
     # Timers: Kafka's periodic abortTimedOutTransactions and removeExpired...
     # ==============================================================================
 
-    def timed_out(self, now_ms: int) -> list[_Txn]:
+    def timed_out(self, now_ms: int) -> list[Txn]:
         """Ongoing transactions past their timeout, if the periodic check may run now.
         Handed out once: the coordinator re-arms one it could not abort."""
         return self._due("timeout", now_ms, self.config.abort_timed_out_check_interval_ms)
 
-    def expired(self, now_ms: int) -> list[_Txn]:
+    def expired(self, now_ms: int) -> list[Txn]:
         """Idle ids past ``transactional.id.expiration.ms``, if the check may run now."""
         return self._due("expire", now_ms, self.config.remove_expired_check_interval_ms)
 
@@ -292,18 +294,18 @@ class TransactionStateManager:
             wake = at if wake is None else min(wake, at)
         return wake
 
-    def _deadline(self, kind: str, txn: _Txn) -> int | None:
+    def _deadline(self, kind: str, txn: Txn) -> int | None:
         if txn.pending is not None:
             return None  # re-armed when the transition completes or fails
         if kind == "timeout":
             # Kafka: txnStartTimestamp + txnTimeoutMs < now
             return txn.start_ms + txn.timeout_ms + 1 if txn.state is _S.ONGOING else None
         # Kafka: txnLastUpdateTimestamp <= now - transactional.id.expiration.ms
-        if txn.state in _IDLE:
+        if txn.state in IDLE_STATES:
             return txn.last_update_ms + self.config.transactional_id_expiration_ms
         return None
 
-    def arm(self, txn: _Txn) -> None:
+    def arm(self, txn: Txn) -> None:
         """(Re)arm the timers of a transaction whose state changed (or did not, and is
         still due): called after every completed or failed transition."""
         for kind in ("timeout", "expire"):
@@ -315,14 +317,14 @@ class TransactionStateManager:
             if len(heap) > 2 * len(self._txns) + 64:
                 # Stale entries (superseded deadlines) otherwise linger until they reach the
                 # top, days later for expiration: keep one live entry per transaction.
-                live: dict[int, tuple[int, int, _Txn]] = {}
+                live: dict[int, tuple[int, int, Txn]] = {}
                 for entry in heap:
                     if self._timer_valid(kind, entry):
                         live.setdefault(id(entry[2]), entry)
                 heap[:] = live.values()
                 heapq.heapify(heap)
 
-    def arm_all(self, txns: Iterable[_Txn]) -> None:
+    def arm_all(self, txns: Iterable[Txn]) -> None:
         """:meth:`arm` for these transactions at once (the end of a partition's load:
         one heapify instead of a push per id, the same deadlines)."""
         txns = list(txns)
@@ -338,17 +340,17 @@ class TransactionStateManager:
                 heap.extend(entries)
                 heapq.heapify(heap)
 
-    def _timer_valid(self, kind: str, entry: tuple[int, int, _Txn]) -> bool:
+    def _timer_valid(self, kind: str, entry: tuple[int, int, Txn]) -> bool:
         deadline, _, txn = entry
         return self._txns.get(txn.transactional_id) is txn and self._deadline(kind, txn) == deadline
 
-    def _due(self, kind: str, now: int, interval: int) -> list[_Txn]:
+    def _due(self, kind: str, now: int, interval: int) -> list[Txn]:
         """The transactions whose ``kind`` deadline has passed, if the periodic check may run."""
         last = self._last_check[kind]
         if last is not None and now < last + interval:
             return []  # the periodic check ran recently
         heap = self._heaps[kind]
-        due: dict[int, _Txn] = {}
+        due: dict[int, Txn] = {}
         while heap and heap[0][0] <= now:
             entry = heapq.heappop(heap)
             if self._timer_valid(kind, entry):

@@ -12,10 +12,11 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from txbroker.coordinator.transaction.metadata import _PREPARE, _S, TxnState
+from kio.schema.errors import ErrorCode as _E
+from txbroker.coordinator.transaction.metadata import PREPARE_STATES, TxnState
+from txbroker.coordinator.transaction.metadata import TxnState as _S
 from txbroker.coordinator.transaction.records import TxnLogValue
 from txbroker.coordinator.transaction.results import (
-    _E,
     NONE,
     ListTransactionsResult,
     TopicPartition,
@@ -62,7 +63,7 @@ def inspect(manager: TransactionStateManager, transactional_id: str) -> dict[str
 def open_transaction_starts(manager: TransactionStateManager) -> list[int]:
     """Start times (ms) of the transactions not yet complete (Ongoing, Prepare*)."""
     return [txn.start_ms for txn in manager.values()
-            if txn.state is _S.ONGOING or txn.state in _PREPARE]
+            if txn.state is _S.ONGOING or txn.state in PREPARE_STATES]
 
 
 def state_counts(manager: TransactionStateManager) -> dict[str, int]:
@@ -88,7 +89,7 @@ def verify_partitions(manager: TransactionStateManager, transactional_id: str, p
             error = _E.invalid_producer_id_mapping.value
         elif txn.producer_epoch != producer_epoch:
             error = _E.producer_fenced.value
-        elif txn.state in _PREPARE or txn.pending in _PREPARE:
+        elif txn.state in PREPARE_STATES or txn.pending in PREPARE_STATES:
             # Decided, or being decided: its PrepareCommit/PrepareAbort records where
             # its data starts in each partition, so no partition may join now.
             error = _E.concurrent_transactions.value

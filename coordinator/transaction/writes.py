@@ -16,7 +16,7 @@ Who may touch it: the request coordinator (:mod:`.requests`), which owns it and 
 the only caller. It reads and changes transactions of the state manager
 (:mod:`.state_manager`) only through :mod:`.metadata`'s transitions and the manager's
 methods (``arm``, ``remove``, ``owns``, ``allocate_producer_id``). Every method adds
-to the caller's ``_Fx``; the caller builds the Effects.
+to the caller's ``Fx``; the caller builds the Effects.
 """
 
 from __future__ import annotations
@@ -25,36 +25,38 @@ import itertools
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from kio.schema.errors import ErrorCode as _E
 from txbroker.coordinator.transaction.metadata import (
-    _IDLE,
-    _MAX_EPOCH,
-    _S,
+    IDLE_STATES,
+    MAX_EPOCH,
     IllegalTransitionError,
+    PendingWrite,
+    Transit,
+    Txn,
     TxnState,
-    _outcome_of,
-    _Transit,
-    _Txn,
-    _Write,
     check_transition,
     complete_transition,
+    outcome_of,
     prepare_complete,
     prepare_transition,
 )
+from txbroker.coordinator.transaction.metadata import (
+    TxnState as _S,
+)
 from txbroker.coordinator.transaction.records import encode_key, encode_value
 from txbroker.coordinator.transaction.results import (
-    _E,
     NO_PRODUCER_EPOCH,
     NO_PRODUCER_ID,
     NONE,
     EndTxnResult,
+    Fx,
     InitProducerIdResult,
     MarkerRequest,
     PersistRequest,
     Token,
     TopicPartition,
     TxnEvent,
-    _client_error,
-    _Fx,
+    client_error,
     result_for,
 )
 from txbroker.coordinator.transaction.state_manager import TransactionStateManager
@@ -68,9 +70,9 @@ class TransactionWrites:
         self._manager = manager
         self.coordinator_epoch = coordinator_epoch
         self._txn_first_offset = txn_first_offset
-        self._writes: dict[int, _Write] = {}
+        self._writes: dict[int, PendingWrite] = {}
         self._write_ids = itertools.count(1)
-        self._markers: dict[int, _Txn] = {}
+        self._markers: dict[int, Txn] = {}
         self._marker_ids = itertools.count(1)
 
     def held_tokens(self) -> set[Token]:
@@ -84,11 +86,11 @@ class TransactionWrites:
 
     # -- starting a write --------------------------------------------------------
 
-    def prepare(self, txn: _Txn, target: TxnState, **changes: Any) -> _Transit:
+    def prepare(self, txn: Txn, target: TxnState, **changes: Any) -> Transit:
         """:func:`.metadata.prepare_transition` with this coordinator's first offsets."""
         return prepare_transition(txn, target, self.first_offsets, **changes)
 
-    def first_offsets(self, txn: _Txn) -> dict[TopicPartition, int] | None:
+    def first_offsets(self, txn: Txn) -> dict[TopicPartition, int] | None:
         """Where the transaction's data starts in each of its partitions (Prepare* records)."""
         if self._txn_first_offset is None:
             return None
@@ -99,7 +101,7 @@ class TransactionWrites:
                 out[tp] = first
         return out
 
-    def write(self, fx: _Fx, w: _Write) -> None:
+    def write(self, fx: Fx, w: PendingWrite) -> None:
         """Ask the shell to persist ``w``'s record; :meth:`persisted` carries it on."""
         write_id = next(self._write_ids)
         self._writes[write_id] = w
@@ -115,7 +117,7 @@ class TransactionWrites:
 
     # -- what follows a write ----------------------------------------------------
 
-    def persisted(self, fx: _Fx, now_ms: int, write_id: int, error: int) -> None:
+    def persisted(self, fx: Fx, now_ms: int, write_id: int, error: int) -> None:
         """PersistRequest ``write_id`` is durable (``error == NONE``) or failed."""
         w = self._writes.pop(write_id, None)
         if w is None:
@@ -128,7 +130,7 @@ class TransactionWrites:
             if error == NONE:
                 fx.events.append(TxnEvent(
                     "completed", txn.transactional_id, txn.producer_id, txn.producer_epoch,
-                    age_ms=now_ms - txn.start_ms, outcome=_outcome_of(txn),
+                    age_ms=now_ms - txn.start_ms, outcome=outcome_of(txn),
                     markers=txn.marker_count,
                     recovered=txn.recovering))
                 txn.outcome, txn.recovering = None, False
@@ -140,7 +142,7 @@ class TransactionWrites:
                     self.abort_lost_transaction(fx, txn, now_ms, orphans)
             else:
                 # Kafka retries this append until it succeeds (pending state kept).
-                self.write(fx, _Write("complete", txn, w.transit))
+                self.write(fx, PendingWrite("complete", txn, w.transit))
         elif w.kind == "dead":
             if error == NONE:
                 if txn.pending is not _S.DEAD:
@@ -193,7 +195,7 @@ class TransactionWrites:
             if txn.state is _S.ONGOING:
                 self.fence_and_abort(fx, txn, now_ms, None, 0, txn.expire_outcome)
 
-    def markers_written(self, fx: _Fx, marker_id: int, error: int,
+    def markers_written(self, fx: Fx, marker_id: int, error: int,
                         failed: Iterable[TopicPartition] | None) -> None:
         """Every marker of MarkerRequest ``marker_id`` is durable, or (on error) not
         those of ``failed`` (default: all), which are asked for again."""
@@ -209,9 +211,9 @@ class TransactionWrites:
             retry = asked if failed is None else asked & frozenset(failed)
             self._request_markers(fx, txn, retry or asked)
         else:
-            self.write(fx, _Write("complete", txn, txn.complete))
+            self.write(fx, PendingWrite("complete", txn, txn.complete))
 
-    def send_markers(self, fx: _Fx, txn: _Txn, complete: _Transit,
+    def send_markers(self, fx: Fx, txn: Txn, complete: Transit,
                      partitions: frozenset[TopicPartition] | None = None) -> None:
         """A decided transaction: its markers (default: into all its partitions), then
         the ``complete`` write once they are durable."""
@@ -221,9 +223,9 @@ class TransactionWrites:
         if partitions:
             self._request_markers(fx, txn, partitions)
         else:
-            self.write(fx, _Write("complete", txn, complete))  # nothing to mark
+            self.write(fx, PendingWrite("complete", txn, complete))  # nothing to mark
 
-    def _request_markers(self, fx: _Fx, txn: _Txn,
+    def _request_markers(self, fx: Fx, txn: Txn,
                          partitions: frozenset[TopicPartition] | None = None) -> None:
         marker_id = next(self._marker_ids)
         txn.marker_id = marker_id
@@ -231,7 +233,7 @@ class TransactionWrites:
         self._markers[marker_id] = txn
         commit = txn.state is _S.PREPARE_COMMIT
         tv = txn.tv
-        if not commit and txn.producer_epoch >= _MAX_EPOCH:
+        if not commit and txn.producer_epoch >= MAX_EPOCH:
             # An ABORT at Short.MaxValue goes with the rules of transactions v1 (an epoch
             # at or above the producer's): the producer id is used up, so no later
             # transaction of it can be open at that epoch for a late marker to end, and
@@ -253,7 +255,7 @@ class TransactionWrites:
 
     # -- the aborts the coordinator starts itself --------------------------------
 
-    def fence_and_abort(self, fx: _Fx, txn: _Txn, now: int, token: Token | None,
+    def fence_and_abort(self, fx: Fx, txn: Txn, now: int, token: Token | None,
                         api_version: int, outcome: str) -> bool:
         """Kafka's prepareFenceProducerEpoch + endTransaction(ABORT, isFromClient=false).
 
@@ -264,9 +266,9 @@ class TransactionWrites:
         epoch = txn.producer_epoch
         # No second bump after a failed fence (that epoch was never handed out), and
         # never past Short.MaxValue.
-        bumped = epoch if txn.failed_epoch_fence or epoch >= _MAX_EPOCH else epoch + 1
+        bumped = epoch if txn.failed_epoch_fence or epoch >= MAX_EPOCH else epoch + 1
         next_pid = NO_PRODUCER_ID
-        if bumped >= _MAX_EPOCH:
+        if bumped >= MAX_EPOCH:
             # The abort takes Short.MaxValue, the epoch the coordinator keeps for fencing:
             # the id is used up. Kafka 4.3.1 ends the aborts it starts itself (timeout,
             # InitProducerId fencing) through its transactions v2 path whenever the
@@ -282,7 +284,7 @@ class TransactionWrites:
             allocated = self._manager.allocate_producer_id()
             if allocated is None:
                 if token is not None:
-                    fx.respond(token, InitProducerIdResult(_client_error(
+                    fx.respond(token, InitProducerIdResult(client_error(
                         "init_producer_id", api_version, _E.coordinator_load_in_progress.value)))
                 return False
             next_pid = allocated
@@ -302,16 +304,16 @@ class TransactionWrites:
             # 2, the next producer id, and the last epoch the producer held, Short.MaxValue
             # - 1, which a late EndTxn or KIP-360 InitProducerId of that producer names).
             transit = self.prepare(txn, _S.PREPARE_ABORT, last_update_ms=now,
-                                   next_producer_id=next_pid, last_producer_epoch=_MAX_EPOCH - 1,
+                                   next_producer_id=next_pid, last_producer_epoch=MAX_EPOCH - 1,
                                    tv=2)
-        self.write(fx, _Write("prepare", txn, transit, token, "init_producer_id", api_version, fence=True))
+        self.write(fx, PendingWrite("prepare", txn, transit, token, "init_producer_id", api_version, fence=True))
         return True
 
-    def abort_lost_transaction(self, fx: _Fx, txn: _Txn, now: int, orphans: frozenset) -> None:
+    def abort_lost_transaction(self, fx: Fx, txn: Txn, now: int, orphans: frozenset) -> None:
         """Rebuild the lost Ongoing record (in memory, never written) with the orphaned
         partitions, then abort it as a timeout would: epoch bump, PrepareAbort."""
         transit = self.prepare(txn, _S.ONGOING, partitions=txn.partitions | orphans,
-                               start_ms=now if txn.state in _IDLE else txn.start_ms,
+                               start_ms=now if txn.state in IDLE_STATES else txn.start_ms,
                                last_update_ms=now)
         complete_transition(txn, transit)
         if self.fence_and_abort(fx, txn, now, None, 0, "aborted"):

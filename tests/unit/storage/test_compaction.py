@@ -350,7 +350,7 @@ def test_cleaning_runs_in_a_thread_and_gives_up_if_retention_took_a_segment(tmp_
     in_thread = threading.Event()
     release = threading.Event()
     threads = []
-    real_write = cleaner_module._write_group
+    real_write = cleaner_module.write_group
 
     def slow_write(*args):
         threads.append(threading.current_thread().name)
@@ -358,7 +358,7 @@ def test_cleaning_runs_in_a_thread_and_gives_up_if_retention_took_a_segment(tmp_
         assert release.wait(10)
         return real_write(*args)
 
-    monkeypatch.setattr(cleaner_module, "_write_group", slow_write)
+    monkeypatch.setattr(cleaner_module, "write_group", slow_write)
 
     async def scenario():
         cleaner = LogCleaner()
