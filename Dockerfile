@@ -5,6 +5,7 @@ FROM python:3.11-slim-bookworm AS source
 WORKDIR /opt/txbroker
 COPY pyproject.toml README.md ./
 COPY protocol ./protocol
+COPY client ./client
 COPY storage ./storage
 COPY coordinator ./coordinator
 COPY broker ./broker

@@ -15,7 +15,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from txbroker.protocol.client_security import (
+from txbroker.client.security import (
     KAFKA_SECURITY_KEYS,
     ClientSecurity,
     SecurityConfigError,

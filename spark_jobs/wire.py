@@ -15,14 +15,14 @@ from __future__ import annotations
 import datetime
 import errno
 import socket
-import struct
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from txbroker.protocol.client_security import ClientSecurity, SecurityError
+from txbroker.client.connection import BlockingConnection
+from txbroker.client.security import ClientSecurity, SecurityError
 from txbroker.protocol.errors import ErrorCode
-from txbroker.protocol.messages import build, decode_response, encode_request, request_module
+from txbroker.protocol.messages import build, request_module
 
 METADATA, LIST_OFFSETS, FETCH = 3, 2, 1
 METADATA_VERSION = 12
@@ -102,51 +102,17 @@ class FetchResult:
     log_start_offset: int
 
 
-class _Connection:
-    """One blocking socket to one broker, requests answered strictly in order."""
+class _Connection(BlockingConnection):
+    """A connection whose security failures are the data source's errors."""
 
     def __init__(self, host: str, port: int, timeout: float, client_id: str,
                  security: ClientSecurity) -> None:
-        self.address = f"{host}:{port}"
-        self.client_id = client_id
-        self.timeout = timeout
-        self._correlation = 0
         try:
             # TLS and SASL (kafka.security.protocol, kafka.sasl.*, kafka.ssl.*) done here.
-            self.sock = security.connect(host, port, timeout, client_id)
+            super().__init__(host, port, timeout, client_id, security)
         except SecurityError as e:
             # Not retried: the same settings fail the same way.
-            raise TxBrokerSourceError(f"{self.address}: {e}", e.code) from None
-
-    def request(self, api_key: int, version: int, message, timeout: float | None = None):
-        self._correlation = (self._correlation + 1) & 0x7FFFFFFF
-        cid = self._correlation
-        self.sock.settimeout(timeout or self.timeout)
-        self.sock.sendall(encode_request(api_key, version, cid, self.client_id, message))
-        (size,) = struct.unpack(">i", self._recv_exact(4))
-        got, response = decode_response(api_key, version, self._recv_exact(size))
-        if got != cid:
-            raise ConnectionError(f"correlation id {got} in reply to request {cid}")
-        return response
-
-    def _recv_exact(self, n: int) -> memoryview:
-        # Read-only view of the buffer received into, not a bytes copy of it (megabytes
-        # per Fetch); kio copies the fields it returns, so no view outlives the call.
-        buf = bytearray(n)
-        view = memoryview(buf)
-        got = 0
-        while got < n:
-            k = self.sock.recv_into(view[got:], n - got)
-            if k == 0:
-                raise ConnectionError("connection closed by the broker")
-            got += k
-        return memoryview(buf).toreadonly()
-
-    def close(self) -> None:
-        try:
-            self.sock.close()
-        except OSError:
-            pass
+            raise TxBrokerSourceError(f"{host}:{port}: {e}", e.code) from None
 
 
 def _reason(e: BaseException) -> str:

@@ -7,7 +7,7 @@ import struct
 import time
 from collections.abc import Mapping
 
-from txbroker.protocol.client_security import ClientSecurity
+from txbroker.client.security import ClientSecurity
 from txbroker.protocol.messages import decode_response, encode_request
 from txbroker.testing import BrokerProcess
 from txbroker.testing.broker_process import READY

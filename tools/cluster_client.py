@@ -14,7 +14,7 @@ from kio.schema.errors import ErrorCode
 from kio.schema.find_coordinator.v3 import request as fc
 from kio.schema.list_offsets.v7 import request as lo
 from kio.schema.metadata.v12 import request as md
-from txbroker.protocol.client_security import SecurityError
+from txbroker.client.security import SecurityError
 
 from .admin_client import COMMAND_CONFIG_HELP, AdminConnection, bootstrap_connection
 

@@ -20,6 +20,7 @@ import uuid
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+import txbroker.coordinator.group.migration as migration
 from kio.schema.errors import ErrorCode
 from txbroker.protocol.errors import KafkaError
 
@@ -31,7 +32,6 @@ from ..internal_topic import (
     partition_for,
 )
 from ..shell import now_ms
-from . import migration
 from .consumer_checks import Refused, validate_heartbeat
 from .consumer_classic import ClassicJoinRequest
 from .consumer_records import ConsumerRecordKey

@@ -27,9 +27,9 @@ import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 
+import txbroker.coordinator.group.consumer_regex as consumer_regex
 from kio.schema.errors import ErrorCode
 from txbroker.coordinator.group import consumer_records as cr
-from txbroker.coordinator.group import consumer_regex
 from txbroker.coordinator.group.consumer_assignors import ASSIGNORS, DEFAULT_ASSIGNOR, assign
 from txbroker.coordinator.group.consumer_checks import (
     HeartbeatRequest,

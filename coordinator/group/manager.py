@@ -49,8 +49,8 @@ import itertools
 from collections.abc import Callable
 from typing import Any
 
+import txbroker.coordinator.group.classic_rebalance as classic_rebalance
 from kio.schema.errors import ErrorCode
-from txbroker.coordinator.group import classic_rebalance
 from txbroker.coordinator.group.classic import ClassicGroup, ClassicWrite, GroupState
 from txbroker.coordinator.group.offsets import ExpiryRule
 from txbroker.coordinator.group.records import (

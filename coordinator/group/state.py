@@ -36,8 +36,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
+import txbroker.coordinator.group.classic_join as classic_join
+import txbroker.coordinator.group.classic_rebalance as classic_rebalance
 from kio.schema.errors import ErrorCode
-from txbroker.coordinator.group import classic_join, classic_rebalance
 from txbroker.coordinator.group.classic import CONSUMER_PROTOCOL_TYPE, GroupState
 from txbroker.coordinator.group.manager import GroupManager
 from txbroker.coordinator.group.results import (

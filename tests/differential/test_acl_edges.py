@@ -16,7 +16,7 @@ import uuid
 from collections.abc import Iterator
 
 import pytest
-from txbroker.protocol.client_security import SCRAM_MODULE
+from txbroker.client.security import SCRAM_MODULE
 from txbroker.protocol.errors import ErrorCode
 from txbroker.protocol.messages import build, request_module
 from txbroker.testing import BrokerThread

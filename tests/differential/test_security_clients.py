@@ -1,4 +1,4 @@
-"""The client side of security (protocol/client_security.py) against a secured broker:
+"""The client side of security (client/security.py) against a secured broker:
 ``txbroker users`` (KIP-554) and the tools' ``--command-config`` over SASL_PLAINTEXT,
 SASL_SSL and SSL, with SCRAM-SHA-256/512, PLAIN and unsecured OAUTHBEARER, and the
 one-line errors of wrong passwords, mechanisms a listener does not enable, untrusted
@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 from txbroker.broker.security import scram_credentials
-from txbroker.protocol.client_security import OAUTHBEARER_MODULE, PLAIN_MODULE, SCRAM_MODULE
+from txbroker.client.security import OAUTHBEARER_MODULE, PLAIN_MODULE, SCRAM_MODULE
 from txbroker.testing import BrokerThread
 from txbroker.tools import cluster_client
 

@@ -1,10 +1,12 @@
 """The layering rule (docs/internals.md, "Layout"), read from the source with ``ast``:
 
     protocol <- storage <- coordinator <- broker <- testing
-    tools, spark_jobs: protocol only (clients: they talk to a broker over the wire)
+    client: protocol only (speaking to a broker from outside: connections, TLS/SASL)
+    tools, spark_jobs: client and protocol (clients: they talk to a broker over the wire)
     txbroker/ (the ``txbroker`` command): the entry point, may import any layer
 
-An arrow against the layers, or any import cycle between modules, fails with the
+An arrow against the layers, or any import cycle between modules (a package's
+``__init__`` counts as a module: ``from pkg import mod`` imports ``pkg`` too), fails with the
 offending imports as ``file:line``. Every import counts: at module level, inside
 functions (imported on use), and under ``if TYPE_CHECKING:`` (a type hint is a
 dependency too). Imports a string hides from ``ast`` (importlib, ``-m`` in a
@@ -14,8 +16,10 @@ Two explicit exceptions, each listed below with its reason:
 * PROGRAMS: modules run with ``python -m`` that start a broker to drive a client
   (the Spark demos) and every ``__main__.py``: entry points like ``txbroker/``;
   no other module may import them.
-* ALIASES: modules kept at an old, documented import path; they re-export from the
-  new home and contain nothing else; no product module may import them.
+* ALIASES: modules kept at an old import path that docs/ documents for users; they
+  re-export from the new home and contain nothing else; no product module may import
+  them, and their one import follows the layers like any other (an alias never hides
+  an arrow: a module whose new home sits above its old one gets no alias).
 """
 
 from __future__ import annotations
@@ -33,9 +37,10 @@ ALLOWED: dict[str, frozenset[str]] = {
     "storage": frozenset({"protocol", "storage"}),
     "coordinator": frozenset({"protocol", "storage", "coordinator"}),
     "broker": frozenset({"protocol", "storage", "coordinator", "broker"}),
-    "testing": frozenset({"protocol", "storage", "coordinator", "broker", "testing"}),
-    "tools": frozenset({"protocol", "tools"}),
-    "spark_jobs": frozenset({"protocol", "spark_jobs"}),
+    "testing": frozenset({"protocol", "client", "storage", "coordinator", "broker", "testing"}),
+    "client": frozenset({"protocol", "client"}),
+    "tools": frozenset({"protocol", "client", "tools"}),
+    "spark_jobs": frozenset({"protocol", "client", "spark_jobs"}),
 }
 LAYERS = (*ALLOWED, ENTRY)
 
@@ -45,12 +50,10 @@ PROGRAMS: dict[str, str] = {
                           "Spark pipeline it demonstrates",
     "spark_jobs/demo_security.py": "`make demo SECURE=1`: the same, with a secured broker",
 }
-# Old import paths kept for users (docs/internals.md, "Moved modules").
-ALIASES: dict[str, str] = {
-    "broker/testing.py": "txbroker.testing.broker_thread",
-    "broker/process.py": "txbroker.testing.broker_process",
-    "broker/pytest_plugin.py": "txbroker.testing.pytest_plugin",
-}
+# Old import paths kept for users (docs/internals.md, "Moved modules"): file -> new home.
+# None now: the user docs show only the new paths, and the old broker.{testing,process,
+# pytest_plugin} aliases were arrows from broker to testing.
+ALIASES: dict[str, str] = {}
 
 
 @dataclass(frozen=True)
@@ -110,9 +113,14 @@ def imports_of(root: Path, modules: dict[str, Path]) -> tuple[list[Import], list
                     prefix = ".".join(base + ([node.module] if node.module else []))
                 else:
                     prefix = node.module or ""
-                # `from pkg import mod` imports pkg.mod when it is a module
+                # `from pkg import mod` imports pkg.mod when it is a module, and pkg itself
+                # (its __init__ runs first, and may import pkg.mod's importer back: a
+                # circle through a package's __init__ counts as any other); a package's
+                # own `from . import mod` is not an arrow to itself.
                 targets = [f"{prefix}.{a.name}" if f"{prefix}.{a.name}" in modules else prefix
                            for a in node.names]
+                if prefix != name and prefix not in targets:
+                    targets.append(prefix)
             else:
                 continue
             for target in targets:
@@ -143,9 +151,8 @@ def against_the_layers(root: Path, imports: list[Import], modules: dict[str, Pat
             bad.append(f"{imp} (an entry point: run it, do not import it)")
         elif target_path in ALIASES and imp.path not in ALIASES:
             bad.append(f"{imp} (an alias kept for users: import {ALIASES[target_path]})")
-        elif imp.path in ALIASES:
-            if imp.target != ALIASES[imp.path]:
-                bad.append(f"{imp} (an alias re-exports {ALIASES[imp.path]} only)")
+        elif imp.path in ALIASES and imp.target != ALIASES[imp.path]:
+            bad.append(f"{imp} (an alias re-exports {ALIASES[imp.path]} only)")
         elif is_entry_point(imp.path):
             continue
         elif dst not in ALLOWED[src]:
@@ -270,6 +277,11 @@ def test_the_checker_sees_every_kind_of_import(tmp_path):
         "broker/b.py": "from txbroker.protocol import a\nimport txbroker.storage.t\n",
         "tools/__init__.py": "",
         "tools/x.py": "from txbroker.broker.b import g\nimport storage.s\n",
+        # a circle through a package's __init__: g re-exports m, m imports g (for n)
+        "coordinator/__init__.py": "",
+        "coordinator/g/__init__.py": "from . import n\nfrom .m import X\n",
+        "coordinator/g/m.py": "from txbroker.coordinator.g import n\nX = 1\n",
+        "coordinator/g/n.py": "",
         "txbroker/__init__.py": "",
         "txbroker/cli.py": "from txbroker.tools import x\nfrom txbroker.broker import b\n",
     }
@@ -281,8 +293,10 @@ def test_the_checker_sees_every_kind_of_import(tmp_path):
                for p in problems), problems
     assert any(p.startswith("tools/x.py:1:") and "tools -> broker" in p for p in problems)
     assert any(p.startswith("tools/x.py:2: import storage.s") for p in problems)
-    cycle = [p for p in problems if p.startswith("import cycle")]
-    assert len(cycle) == 1 and "storage/s.py:2" in cycle[0] and "storage/t.py:2" in cycle[0]
+    cycle = sorted(p for p in problems if p.startswith("import cycle"))
+    assert len(cycle) == 2, cycle
+    assert "coordinator/g/__init__.py:2" in cycle[0] and "coordinator/g/m.py:1" in cycle[0]
+    assert "storage/s.py:2" in cycle[1] and "storage/t.py:2" in cycle[1]
     assert not any("txbroker/cli.py" in p or "broker/b.py" in p for p in problems), problems
 
 

@@ -17,8 +17,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 NAMESPACE = "txbroker"
 # The top folders that install under txbroker.* (txbroker/ itself is the namespace).
-PRODUCT = ("txbroker", "protocol", "storage", "coordinator", "broker", "tools", "testing",
-           "spark_jobs")
+PRODUCT = ("txbroker", "protocol", "client", "storage", "coordinator", "broker", "tools",
+           "testing", "spark_jobs")
 # Top-level packages of the repository that are not shipped, and why.
 NOT_SHIPPED = {
     "tests": "our own suite",

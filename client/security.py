@@ -32,8 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kio.schema.errors import ErrorCode
-
-from .messages import decode_response, encode_request, request_module
+from txbroker.protocol.messages import decode_response, encode_request, request_module
 
 PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER")
@@ -572,7 +571,7 @@ class ScramClient:
 
     def __init__(self, mechanism: str, username: str, password: str,
                  nonce: str | None = None) -> None:
-        from . import scram  # RFC 5802 primitives, shared with the broker
+        from txbroker.protocol import scram  # RFC 5802 primitives, shared with the broker
 
         self._scram = scram
         self.mech = scram.mechanism(mechanism)

@@ -1,4 +1,4 @@
-"""protocol/client_security.py: Kafka's JAAS syntax, client security properties (Kafka's
+"""client/security.py: Kafka's JAAS syntax, client security properties (Kafka's
 and librdkafka's names), the SCRAM client against RFC 7677's vector, unsecured JWTs,
 and TLS verification against a throwaway CA on a local TLS socket."""
 
@@ -12,8 +12,8 @@ import ssl
 import threading
 
 import pytest
-from txbroker.protocol import client_security as cs
-from txbroker.protocol.client_security import (
+from txbroker.client import security as cs
+from txbroker.client.security import (
     ClientSecurity,
     ScramClient,
     SecurityConfigError,
