@@ -21,7 +21,7 @@ the loads round after round, alternating which broker goes first (ABBA):
              all starting together, for --txn-seconds (transactions/s)
   fixture    what a pytest session pays at its first ``txbroker`` fixture: a fresh
              pytest session per tree (PYTHONPATH=tree, installed plugins autoloaded)
-             times the fixture's set-up: the plugin's imports (txbroker.broker.testing)
+             times the fixture's set-up: the plugin's imports (txbroker.testing)
              and the BrokerThread's start until it serves; the best of 3 starts per
              broker and round, interleaved (seconds, lower is better). Python writes
              and reuses .pyc files there as on a user's machine, even when the shell
@@ -90,7 +90,7 @@ LOADS: dict[str, Load] = {load.key: load for load in (
          f"{TXN_RECORDS} x 1 KiB records per transaction"),
     Load("fixture", "fixture first start", "s", False,
          "the set-up of the first txbroker fixture in a fresh pytest session (its imports "
-         "of txbroker.broker.testing + BrokerThread.start() until it serves); best of "
+         "of txbroker.testing + BrokerThread.start() until it serves); best of "
          f"{FIXTURE_STARTS} interleaved starts per broker and round"),
 )}
 
