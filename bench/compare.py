@@ -244,6 +244,15 @@ def broker_package(tree: Path) -> str:
     return "txbroker.broker" if (tree / "txbroker" / "__init__.py").exists() else "broker"
 
 
+def testing_module(tree: Path) -> str:
+    """The module whose file shows where ``tree``'s fixture came from: the testing layer
+    (txbroker.testing) once there is one, else the broker package's testing module (trees
+    from before testing/; txbroker.broker.testing, an alias for a while, is gone since)."""
+    if (tree / "testing" / "__init__.py").exists():
+        return "txbroker.testing"
+    return broker_package(tree) + ".testing"
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -460,7 +469,7 @@ def pytest_fixture_setup(fixturedef, request):
     finally:
         if fixturedef.argname == "txbroker":
             seconds = time.perf_counter() - start
-            testing = importlib.import_module(os.environ["BENCH_COMPARE_PACKAGE"] + ".testing")
+            testing = importlib.import_module(os.environ["BENCH_COMPARE_TESTING"])
             with open(os.environ["BENCH_COMPARE_RESULT"], "w") as f:
                 json.dump({"seconds": seconds, "file": testing.__file__}, f)
 """
@@ -475,7 +484,7 @@ def test_first_txbroker_fixture(txbroker):
 
 def fixture_session_env(tree: Path, result_file: Path) -> dict[str, str]:
     """The environment of the pytest session that times ``tree``'s first fixture."""
-    env = {**tree_env(tree), "BENCH_COMPARE_PACKAGE": broker_package(tree),
+    env = {**tree_env(tree), "BENCH_COMPARE_TESTING": testing_module(tree),
            "BENCH_COMPARE_RESULT": str(result_file)}
     # A user's first fixture imports cached bytecode (pip compiles it at install; Python
     # writes it at the first import). With PYTHONDONTWRITEBYTECODE inherited, every
