@@ -370,7 +370,7 @@ def _groups(out: _Text, broker: MetricsSource) -> None:
                "classic-group-count and consumer-group-count).")
     for protocol, states, listing in (
             ("classic", _CLASSIC_STATES, [(g.group_id, g.state)
-                                          for g in groups.state.list_groups()]),
+                                          for g in groups.list_groups()]),
             ("consumer", _CONSUMER_STATES, groups.consumer_listing())):
         counts = dict.fromkeys(states, 0)
         for _group_id, state in listing:

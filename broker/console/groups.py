@@ -39,7 +39,7 @@ def _summary(broker, gid: str) -> tuple[str, str, int]:
     g = broker.groups.consumer.groups.get(gid)
     if g is not None:
         return g.state, "consumer (KIP-848)", len(g.members)
-    d = broker.groups.state.describe(gid)
+    d = broker.groups.describe(gid)
     return d.state, d.protocol_type or "-", len(d.members)
 
 
@@ -83,7 +83,7 @@ async def group(request: web.Request) -> web.Response:
     broker = request.app[BROKER]
     gid = request.match_info["group"]
     cg = broker.groups.consumer.groups.get(gid)
-    d = broker.groups.state.describe(gid)
+    d = broker.groups.describe(gid)
     committed = lags(broker, gid)
     if cg is None and not d.exists and not committed:
         raise web.HTTPNotFound(text=f"unknown group {gid!r}\n")

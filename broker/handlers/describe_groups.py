@@ -50,7 +50,7 @@ async def handle(ctx: RequestContext, request):
         if ctx.version >= 6 and groups.is_consumer_group(group_id):
             out.append(_not_found(ctx, group_id, f"Group {group_id} is not a classic group."))
             continue
-        d = groups.state.describe(group_id)
+        d = groups.describe(group_id)
         if ctx.version >= 6 and d.state == "Dead":
             # The classic state answers Dead for a group it does not have (or no longer has).
             out.append(_not_found(ctx, group_id, f"Group {group_id} not found."))

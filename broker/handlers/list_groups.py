@@ -22,7 +22,7 @@ async def handle(ctx: RequestContext, request):
                      error_code=ErrorCode.coordinator_load_in_progress, groups=())
     states = getattr(request, "states_filter", None) or None
     listing = [(g.group_id, g.protocol_type, g.state, "classic")
-               for g in groups.state.list_groups(states)]
+               for g in groups.list_groups(states)]
     wanted = {s.lower() for s in states or ()}
     listing += [(group_id, "consumer", state, "consumer")
                 for group_id, state in groups.consumer_listing()

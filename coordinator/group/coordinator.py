@@ -51,6 +51,7 @@ from .records import (
     encode_offset_key,
     encode_offset_value,
 )
+from .results import GroupDescription, GroupListing
 from .state import (
     Effects,
     GroupConfig,
@@ -244,6 +245,16 @@ class GroupCoordinator(ConsumerGroupShell):
                          e.group_id, e.generation_id, e.members, e.protocol)
             else:
                 log.info("group %r is now Empty (generation %d)", e.group_id, e.generation_id)
+
+    # --- front doors for the admin views (the state machine is this object's) ----------
+
+    def describe(self, group_id: str) -> GroupDescription:
+        """DescribeGroups of a classic group (an unknown one is Dead with no members)."""
+        return self.state.describe(group_id)
+
+    def list_groups(self, states_filter: Iterable[str] | None = None) -> list[GroupListing]:
+        """ListGroups of the classic groups; the states filter is case-insensitive."""
+        return self.state.list_groups(states_filter)
 
     # --- group membership --------------------------------------------------------------
 
