@@ -5,6 +5,7 @@ records the coordinators encode themselves."""
 from __future__ import annotations
 
 import functools
+import logging
 from collections.abc import Iterator
 
 from txbroker.protocol.errors import ErrorCode, KafkaError
@@ -50,6 +51,21 @@ def coordinator_append_error(code: int | ErrorCode) -> int:
 def append_failure(e: Exception) -> int:
     """The client's error for an exception of an append to an internal topic."""
     return coordinator_append_error(append_error_code(e))
+
+
+def log_append_failure(logs: LogManager, logger: logging.Logger, e: Exception,
+                       what: str) -> None:
+    """Log a failed write of a coordinator (``what``: "offsets of group g"). A full,
+    read-only or failing disk, or a partition taken offline by a failed fsync, is a
+    condition already said once and summarised (storage/disk_conditions.py, the
+    flusher): one ERROR line per request would bury it (1,953 lines in 15 s of a full
+    disk, measured). Anything else is one ERROR line."""
+    if isinstance(e, OSError) and logs.disk.refused(e, what, logs.data_dir):
+        return
+    if isinstance(e, KafkaError) and e.code == ErrorCode.kafka_storage_error:
+        logger.debug("%s not written: %s", what, e)
+        return
+    logger.error("cannot write %s: %r", what, e)
 
 
 def ensure_internal_topic(logs: LogManager, topic: str, partitions: int,

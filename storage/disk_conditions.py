@@ -131,13 +131,19 @@ class DiskConditions:
     def _by_errno(self) -> str:
         return ", ".join(f"{n} {k}" for k, n in sorted(self.refused_by_errno.items()))
 
-    def retry_delay(self, kind: str, base: float) -> float:
+    def retry_delay(self, kind: str, base: float, *, lasting: bool = False) -> float:
         """How long a retry of the broker's own write (``kind``: "marker", "checkpoint")
         waits: ``base`` while no condition lasts, else doubling per retry up to
         RETRY_BACKOFF_MAX_S (or ``base`` if longer; reset when the conditions end). Counts
-        the retry."""
+        the retry. ``lasting``: the caller knows its cause lasts without a condition
+        here (a partition a failed fsync took offline until a restart): back off too."""
         if not self.active:
-            return base
+            if not lasting:
+                self._backoff.pop(kind, None)
+                return base
+            delay = min(self._backoff.get(kind, base) * 2, max(RETRY_BACKOFF_MAX_S, base))
+            self._backoff[kind] = delay
+            return delay
         self.retries += 1
         for state in self.active.values():
             state.retries += 1

@@ -26,6 +26,10 @@ def _delete(logs, topic: str, partition: int, offset: int) -> tuple[ErrorCode, i
     plog = logs.get_log(topic, partition)
     if plog is None:
         return ErrorCode.unknown_topic_or_partition, -1
+    if plog.offline is not None:
+        # A failed fsync took it offline: Kafka answers a partition of an offline log
+        # directory so; moving its start would write a checkpoint for a log it distrusts.
+        return ErrorCode.kafka_storage_error, -1
     if "delete" not in plog.config.cleanup_policy:
         # Kafka refuses to move the start of a compact-only log.
         return ErrorCode.policy_violation, -1

@@ -29,6 +29,7 @@ from ..internal_topic import (
     append_failure,
     append_records,
     iter_partition_batches,
+    log_append_failure,
     partition_for,
 )
 from ..shell import now_ms
@@ -85,8 +86,8 @@ class ConsumerGroupShell:
             plog = self._partition(group_id)
             return plog, append_records(plog, records).last_offset, _E.none.value
         except (KafkaError, OSError) as e:
-            log.error("cannot persist consumer group %s: %r; reloading it from %s",
-                      group_id, e, OFFSETS_TOPIC)
+            # Reloaded from the log either way: memory must not run ahead of it.
+            log_append_failure(self.logs, log, e, f"consumer group {group_id}")
             self._reload_consumer_group(group_id)
             return None, -1, append_failure(e)
 

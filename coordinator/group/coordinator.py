@@ -34,6 +34,7 @@ from ..internal_topic import (
     append_failure,
     append_records,
     coordinator_append_error,
+    log_append_failure,
     partition_for,
 )
 from ..shell import CoordinatorShell, now_ms, read_batches
@@ -352,7 +353,7 @@ class GroupCoordinator(ConsumerGroupShell):
                 last = append_records(plog, records, timestamp=commit_ms).last_offset
                 await self.logs.flusher.wait_acked(plog, last + 1)
             except (KafkaError, OSError) as err:
-                log.error("cannot store offsets of group %s: %r", group_id, err)
+                log_append_failure(self.logs, log, err, f"offsets of group {group_id}")
                 code = append_failure(err)
                 for e, _v in accepted:
                     results[(e.topic, e.partition)] = code
@@ -412,7 +413,8 @@ class GroupCoordinator(ConsumerGroupShell):
                                       producer_epoch=producer_epoch).last_offset
                 await self.logs.flusher.wait_acked(plog, last + 1)
             except OSError as err:
-                log.error("cannot store transactional offsets of group %s: %r", group_id, err)
+                log_append_failure(self.logs, log, err,
+                                   f"transactional offsets of group {group_id}")
                 code = coordinator_append_error(_E.kafka_storage_error)
                 for e, _v in accepted:
                     results[(e.topic, e.partition)] = code
@@ -478,7 +480,7 @@ class GroupCoordinator(ConsumerGroupShell):
             try:
                 last = append_records(plog, records).last_offset
             except (KafkaError, OSError) as e:  # logged and skipped, as Kafka does
-                log.error("cannot write %d tombstone(s) to %s: %r", len(records), plog.name, e)
+                log_append_failure(self.logs, log, e, f"{len(records)} tombstone(s) to {plog.name}")
                 continue
             waits.append(self.logs.flusher.wait_acked(plog, last + 1))
         if waits:

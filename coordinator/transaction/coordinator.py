@@ -396,7 +396,12 @@ class TransactionCoordinator:
             error, failed = _E.kafka_storage_error.value, None  # not known which: all again
         if error != _E.none.value:
             # Before the retry the machine asks for; longer while the disk is full.
-            await asyncio.sleep(self.logs.disk.retry_delay("marker", MARKER_RETRY_BACKOFF_S))
+            # A partition a failed fsync took offline stays so until a restart.
+            offline = bool(failed) and any(
+                (plog := self.logs.get_log(*tp)) is not None and plog.offline is not None
+                for tp in failed)
+            await asyncio.sleep(self.logs.disk.retry_delay("marker", MARKER_RETRY_BACKOFF_S,
+                                                           lasting=offline))
         if not self.shell.stopped:
             self.shell.apply(self.state.markers_written(now_ms(), marker.marker_id, error,
                                                         failed or None))

@@ -124,7 +124,7 @@ async def write_marker_request(logs: LogManager, groups: Any, faults: Any,
             elif code not in (_E.none, _E.unknown_topic_or_partition):
                 # Retried by the state machine (a deleted topic counts as done). A
                 # partition a failed fsync took offline is retried until a restart,
-                # every MARKER_RETRY_BACKOFF_S: the flusher logged it, not each retry.
+                # backing off (the coordinator): the flusher logged it, not each retry.
                 plog = logs.get_log(*tp)
                 if (plog is None or plog.offline is None) and not logs.disk.active:
                     log.error("marker for %s of producer %d failed: %s", tp,

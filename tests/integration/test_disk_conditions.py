@@ -269,6 +269,30 @@ class _Refusing:
         logs._write_recovery_checkpoint = self._refuse(logs._write_recovery_checkpoint)
 
 
+def _commit_offsets_for(bootstrap: str, seconds: float, until_ok: bool = False) -> list[str]:
+    """A consumer group member committing offsets (OffsetCommit) every 0.2 s for
+    ``seconds``; the errors of the refused commits (``until_ok``: stop at the first
+    commit that succeeds)."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "disk-committer",
+                         "enable.auto.commit": False, "socket.timeout.ms": 3000})
+    errors: list[str] = []
+    try:
+        deadline = time.monotonic() + seconds
+        n = 0
+        while time.monotonic() < deadline:
+            n += 1
+            try:
+                consumer.commit(offsets=[TopicPartition(TOPIC, 0, n)], asynchronous=False)
+                if until_ok:
+                    return []
+            except KafkaException as e:
+                errors.append(e.args[0].name())
+            time.sleep(0.2)
+        return errors
+    finally:
+        consumer.close()
+
+
 @pytest.mark.parametrize("code,condition", [(errno.EROFS, "read_only"),
                                             (errno.EIO, "io_error")])
 def test_a_read_only_or_failing_directory_loses_nothing_and_commits_again(
@@ -282,16 +306,23 @@ def test_a_read_only_or_failing_directory_loses_nothing_and_commits_again(
         while len(txns.committed) < 3 and time.monotonic() < deadline:
             assert txns.error is None, txns.error
             time.sleep(0.05)
+        assert _commit_offsets_for(broker.bootstrap, 10.0, until_ok=True) == []
         # Every partition exists now (the internal topics too): refuse their writes.
         refusing = _Refusing(broker, code)
         broker.call(refusing.install)
         first = len(caplog.records)
         refusing.on = True
         committed_before = len(txns.committed)
-        time.sleep(HOLD_S)
+        refused_commits = _commit_offsets_for(broker.bootstrap, HOLD_S)
         during = caplog.records[first:]
+        # The group coordinator's refused writes are the condition's too: one line per
+        # OffsetCommit was the old way (the _assert_few_lines below).
+        assert refused_commits and set(refused_commits) <= {"NOT_COORDINATOR",
+                                                            "COORDINATOR_NOT_AVAILABLE",
+                                                            "_TIMED_OUT"}, refused_commits
         _assert_reported(broker, condition, errno.errorcode[code])
         refusing.on = False  # remounted rw, the disk back
+        assert _commit_offsets_for(broker.bootstrap, 3.0, until_ok=True) == []
         _resume_and_check(broker, txns, committed_before, condition)
     _assert_few_lines(during, caplog.records, f"{errno.errorcode[code]}")
 

@@ -14,7 +14,9 @@ from __future__ import annotations
 import logging
 import time
 
-from confluent_kafka import Consumer, Producer, TopicPartition
+import pytest
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient
 from txbroker.protocol.errors import ErrorCode
 
 TOPIC = "fsync-orders"
@@ -100,13 +102,24 @@ def test_a_failed_fsync_is_never_acknowledged_and_loses_nothing_acknowledged(txb
     assert not any(r.exc_info for r in caplog.records if r.name.startswith("txbroker"))
     assert "KAFKA_STORAGE_ERROR" in storage_lines[0].getMessage()
 
+    # DeleteRecords is refused there too (it would checkpoint a log start offset of a
+    # log the broker no longer trusts), and allowed on the healthy partition.
+    admin = AdminClient({"bootstrap.servers": txbroker.bootstrap})
+    futures = admin.delete_records([TopicPartition(TOPIC, 0, 1), TopicPartition(TOPIC, 1, 1)])
+    deleted = {tp.partition: f for tp, f in futures.items()}
+    assert deleted[1].result(20).low_watermark == 1
+    with pytest.raises(KafkaException) as refused:
+        deleted[0].result(20)
+    assert refused.value.args[0].name() == "KAFKA_STORAGE_ERROR"
+
     txbroker.restart()  # what an operator does (docs/operations.md)
     after, failed = _produce(txbroker.bootstrap,
                              [(i % 2, b"after-%03d" % i) for i in range(20)], 10000)
     assert not failed and len(after) == 20
     acked = before + during + after
     for partition in (0, 1):
-        want = [v for p, v in acked if p == partition]
+        # (partition 1's first record was deleted above)
+        want = [v for p, v in acked if p == partition][1 if partition == 1 else 0:]
         for isolation in ("read_committed", "read_uncommitted"):
             got = _read(txbroker.bootstrap, partition, isolation)
             # Every acknowledged record, once, in order; nothing else (the failed ones

@@ -83,3 +83,13 @@ def test_retries_back_off_while_a_condition_lasts(tmp_path):
     clock.now += disk_conditions.QUIET_S + 1  # the directory is writable: it ends
     asyncio.run(disk.tick())
     assert not disk.active and disk.retry_delay("marker", 0.1) == 0.1
+
+
+def test_a_lasting_cause_backs_off_without_a_condition(tmp_path):
+    # A partition a failed fsync took offline stays so until a restart: its marker
+    # retries back off although no disk condition is on; a healthy retry starts over.
+    disk = DiskConditions(str(tmp_path), clock=Clock())
+    delays = [disk.retry_delay("marker", 0.1, lasting=True) for _ in range(6)]
+    assert delays == [0.2, 0.4, 0.8, 1.6, 2.0, 2.0]
+    assert disk.retry_delay("marker", 0.1) == 0.1
+    assert disk.retry_delay("marker", 0.1, lasting=True) == 0.2
