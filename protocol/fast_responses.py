@@ -24,6 +24,7 @@ _I32 = struct.Struct(">i")
 _I32I16 = struct.Struct(">ih")
 _THROTTLE_ERROR = struct.Struct(">ih")
 _PRODUCE_PART = struct.Struct(">ihqqq")  # index, error, base, append time, log start
+_ZERO_UUID = bytes(16)  # the zero topic id (kio: None)
 _PRODUCE_PART_V2 = struct.Struct(">ihqq")  # v2-v4: no log start offset
 _ZERO_THROTTLE = b"\x00\x00\x00\x00"
 
@@ -112,7 +113,7 @@ ProducePartition = tuple[int, int, int, int, int, "str | None"]
 
 
 def produce(version: int,
-            topics: Iterable[tuple[str | uuid.UUID, Iterable[ProducePartition]]]) -> bytes:
+            topics: Iterable[tuple[str | uuid.UUID | None, Iterable[ProducePartition]]]) -> bytes:
     """Produce v3-13: per topic (its name, from v13 its id), per partition (index,
     error_code, base_offset, log_append_time_ms, log_start_offset, error_message), then
     throttle_time_ms (0). record_errors are always empty here (the broker rejects
@@ -123,7 +124,11 @@ def produce(version: int,
     out = [_array_len(len(topics), flexible)]
     for topic, partitions in topics:
         partitions = list(partitions)
-        out.append(topic.bytes if isinstance(topic, uuid.UUID) else _string(topic, flexible))
+        if version >= 13:
+            # The topic id; kio reads the zero UUID as None (an unknown id: echoed back).
+            out.append(topic.bytes if topic is not None else _ZERO_UUID)
+        else:
+            out.append(_string(topic, flexible))
         out.append(_array_len(len(partitions), flexible))
         for index, error, base, append_time, start, message in partitions:
             if version >= 5:

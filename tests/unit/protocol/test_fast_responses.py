@@ -99,3 +99,16 @@ def test_produce(topics, version: int) -> None:
             for i, e, base, at, start, m in parts))
         for topic, parts in topics))
     assert fast.produce(version, topics) == kio_body(0, version, msg)
+
+
+def test_produce_zero_topic_id() -> None:
+    """v13: kio reads the zero topic id as None; the answer echoes the zero id (fuzz case
+    log-produce-v13-zero-topic-id), as kio's writer does."""
+    schema = response_module(0, 13)
+    parts = [(0, ErrorCode.unknown_topic_id.value, -1, -1, -1, None)]
+    msg = build(response_class(0, 13), throttle_time=ZERO, responses=(
+        build(schema.TopicProduceResponse, topic_id=None, partition_responses=(
+            build(schema.PartitionProduceResponse, index=0, error_code=ErrorCode.unknown_topic_id,
+                  base_offset=-1, log_append_time=None, log_start_offset=-1, record_errors=(),
+                  error_message=None),)),))
+    assert fast.produce(13, [(None, parts)]) == kio_body(0, 13, msg)
