@@ -45,7 +45,8 @@ async def handle(ctx: RequestContext, request):
         rebalance_timeout_ms=ms(rebalance) if rebalance is not None else -1,
         subscribed_topic_names=None if request.subscribed_topic_names is None
         else tuple(request.subscribed_topic_names),
-        subscribed_topic_regex=request.subscribed_topic_regex,
+        # v1 added the regex (KIP-848's v0 has no such field).
+        subscribed_topic_regex=getattr(request, "subscribed_topic_regex", None),
         server_assignor=request.server_assignor, owned=owned_from(request.topic_partitions),
         client_id=ctx.header.client_id or "", client_host=client_host(ctx.peer),
         version=ctx.version)
