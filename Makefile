@@ -271,7 +271,7 @@ bench-cpu-compare: $(if $(filter bench-cpu-compare,$(MAKECMDGOALS)),$(if $(strip
 FUZZ_FRAMES ?= 1000000
 FUZZ_SEED ?= 1
 fuzz: install
-	$(PY) -m tests.fuzz.frames --frames $(FUZZ_FRAMES) --seed $(FUZZ_SEED)
+	$(PY) -m tests.fuzz.frames --frames $(FUZZ_FRAMES) --seed $(FUZZ_SEED) --require-coverage
 
 serve: install
 	$(VENV)/bin/txbroker serve --host 127.0.0.1 --port 9092 --data-dir ./txbroker-data

@@ -10,6 +10,13 @@ from pathlib import Path
 CORPUS_DIR = Path(__file__).resolve().parent / "corpus"
 CLIENTS = CORPUS_DIR / "clients.bin.gz"      # captured from real clients
 GENERATED = CORPUS_DIR / "generated.bin.gz"  # kio hypothesis strategies, every version
+UPCOMING = CORPUS_DIR / "upcoming.bin.gz"    # the same, for APIs not served yet
+
+# APIs the broker does not serve yet whose frames are in the corpus (UPCOMING): share
+# groups (KIP-932: ShareGroupHeartbeat, ShareGroupDescribe, ShareFetch, ShareAcknowledge,
+# Describe/Alter/DeleteShareGroupOffsets) and streams groups (KIP-1071). Until a handler
+# serves one, the broker closes the connection on it (a WARNING, never an ERROR).
+UPCOMING_APIS = (76, 77, 78, 79, 88, 89, 90, 91, 92)
 
 _LEN = struct.Struct(">I")
 
@@ -36,7 +43,8 @@ def load() -> list[bytes]:
     real traffic looks like, and the generated ones outnumber them."""
     clients = read_frames(CLIENTS) if CLIENTS.exists() else []
     generated = read_frames(GENERATED) if GENERATED.exists() else []
-    return clients * 4 + generated
+    upcoming = read_frames(UPCOMING) if UPCOMING.exists() else []
+    return clients * 4 + generated + upcoming
 
 
 def api_of(frame: bytes) -> tuple[int, int]:
@@ -44,3 +52,13 @@ def api_of(frame: bytes) -> tuple[int, int]:
     if len(frame) < 4:
         return -1, -1
     return struct.unpack_from(">hh", frame)  # type: ignore[return-value]
+
+
+def coverage_gaps(corpus: list[bytes], advertised: list[tuple[int, int, int]]) -> list[
+        tuple[int, int]]:
+    """The (api key, version) pairs the broker advertises (``(key, min, max)`` as
+    ApiVersions lists them) that no corpus frame is for: empty when every served API is
+    seeded at every advertised version."""
+    have = {api_of(f) for f in corpus}
+    return [(key, v) for key, low, high in advertised for v in range(low, high + 1)
+            if (key, v) not in have]

@@ -14,6 +14,11 @@ answer or for the broker to close the connection. After every chunk:
 At the end the broker gets SIGTERM (must exit 0), starts again on the same data, and
 every value acknowledged to the normal client during the run must be there.
 
+The summary gives the seed, and per API key (as the frame's header says, after the
+mutations) the frames sent, answered, closed by the broker and left unanswered; with
+``--require-coverage`` the run refuses to start if an API version the broker advertises
+has no corpus frame, and fails if an advertised API got no frame at all.
+
 A failure is replayed frame by frame on a fresh broker to find the one frame that
 does it (if one does), and saved as JSON (frames in hex + the log excerpt) under
 ``tests/fuzz/regressions/``, which tests/fuzz/test_fuzz.py replays.
@@ -34,10 +39,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from txbroker.broker.handlers import supported_versions
+from txbroker.protocol.messages import api_name
 from txbroker.testing import BrokerProcess
 
-from .corpus import load
-from .mutate import mutated
+from .corpus import UPCOMING_APIS, api_of, coverage_gaps, load
+from .mutate import mutated, source_index
 
 REGRESSIONS = Path(__file__).resolve().parent / "regressions"
 BAD_LOG = re.compile(r"Traceback|Task exception was never retrieved|Fatal Python error"
@@ -96,6 +103,19 @@ class Result:
     outcomes: Counter = field(default_factory=Counter)
     findings: list[Finding] = field(default_factory=list)
     canary_acked: int = 0
+    seed: int = 0
+    # API key as sent (-1: a frame too short for one) -> outcome -> frames ("sent": all)
+    per_api: dict[int, Counter] = field(default_factory=dict)
+    seeded: Counter = field(default_factory=Counter)  # API key of the corpus frame mutated
+
+    def count(self, frames: Sequence[bytes], outcomes: Sequence[str | None],
+              sources: Sequence[int]) -> None:
+        for frame, outcome in zip(frames, outcomes, strict=True):
+            key = struct.unpack_from(">h", frame, 4)[0] if len(frame) >= 6 else -1
+            c = self.per_api.setdefault(key, Counter())
+            c["sent"] += 1
+            c[outcome or "unsent"] += 1
+        self.seeded.update(sources)
 
     @property
     def rate(self) -> float:
@@ -243,30 +263,37 @@ async def _exchange(conn, frame: bytes, timeout: float) -> str:
 
 
 async def send_frames(port: int, frames: Sequence[bytes], connections: int,
-                      timeout: float, max_seconds: float = 60) -> Counter:
+                      timeout: float, max_seconds: float = 60,
+                      each: list[str | None] | None = None) -> Counter:
     """Every frame once, over ``connections`` connections; a connection the broker
     closed (or that went silent) is replaced by a new one. A broker that stopped
     answering would make this last frames × timeout: after ``max_seconds`` the rest of
-    the frames are counted 'unsent' (and the health check says why)."""
+    the frames are counted 'unsent' (and the health check says why). ``each``, if
+    given, gets every frame's outcome at the frame's index."""
     outcomes: Counter = Counter()
-    it = iter(frames)
+    it = iter(enumerate(frames))
+    if each is None:
+        each = [None] * len(frames)
     deadline = time.monotonic() + max_seconds
 
     async def worker() -> None:
         conn = None
         try:
-            for frame in it:
+            for i, frame in it:
                 if time.monotonic() > deadline:
                     outcomes["unsent"] += 1
+                    each[i] = "unsent"
                     continue
                 if conn is None:
                     try:
                         conn = await asyncio.wait_for(_open(port), timeout)
                     except (OSError, TimeoutError):
                         outcomes["refused"] += 1  # not accepting: the health check says why
+                        each[i] = "refused"
                         continue
                 outcome = await _exchange(conn, frame, timeout)
                 outcomes[outcome] += 1
+                each[i] = outcome
                 if outcome != "answered":
                     conn[1].close()
                     conn = None
@@ -352,7 +379,7 @@ def fuzz(frames: int, seed: int = 1, connections: int = 8, chunk: int = 2000,
     ``stop_when_broken``: end the run at the first crash or stalled normal client (what
     follows, on a broken broker, says little and takes long)."""
     corpus = load()
-    result = Result()
+    result = Result(seed=seed)
     tmp = None
     if data_dir is None:
         tmp = tempfile.TemporaryDirectory(prefix="fuzz-broker-")
@@ -413,8 +440,12 @@ def fuzz(frames: int, seed: int = 1, connections: int = 8, chunk: int = 2000,
             batch = [f for f, _ in built]
             labels = [w for _, w in built]
             unsent_before = result.outcomes.get("unsent", 0)
-            result.outcomes += asyncio.run(send_frames(broker.port, batch, connections, timeout))
+            each: list[str | None] = [None] * len(batch)
+            result.outcomes += asyncio.run(send_frames(broker.port, batch, connections, timeout,
+                                                       each=each))
             result.frames += len(batch) - result.outcomes.get("unsent", 0) + unsent_before
+            result.count(batch, each, [api_of(corpus[source_index(len(corpus), seed, i)])[0]
+                                       for i in range(start, start + len(batch))])
             time.sleep(0.05)  # the last frames' log lines
             if not broker.alive():
                 rc = broker.proc.proc.poll() if broker.proc.proc else None
@@ -462,6 +493,32 @@ def fuzz(frames: int, seed: int = 1, connections: int = 8, chunk: int = 2000,
     return result
 
 
+def coverage_table(result: Result, advertised: list[tuple[int, int, int]]) -> tuple[
+        list[str], list[int]]:
+    """The summary's per-API lines (every advertised API, the upcoming ones, then any
+    other key the mutations wrote), and the advertised API keys no frame was sent to."""
+    ranges = {key: (low, high) for key, low, high in advertised}
+    shown = sorted(ranges) + [k for k in UPCOMING_APIS if k not in ranges]
+    other: Counter = Counter()
+    for key, c in result.per_api.items():
+        if key not in ranges and key not in UPCOMING_APIS:
+            other += c
+    lines = [f"{'api key':>7} {'name':<32} {'served':>7} {'seeded':>8} {'sent':>8} "
+             f"{'answered':>8} {'closed':>8} {'silent':>7}"]
+
+    def line(key: str, name: str, served: str, seeded: int, c: Counter) -> str:
+        return (f"{key:>7} {name:<32} {served:>7} {seeded:>8,} {c['sent']:>8,} "
+                f"{c['answered']:>8,} {c['closed']:>8,} {c['silent']:>7,}")
+
+    for key in shown:
+        served = f"v{ranges[key][0]}-{ranges[key][1]}" if key in ranges else "no"
+        lines.append(line(str(key), api_name(key), served, result.seeded.get(key, 0),
+                          result.per_api.get(key, Counter())))
+    lines.append(line("other", "(keys nobody serves, short frames)", "no", 0, other))
+    missing = [key for key in sorted(ranges) if not result.per_api.get(key, {}).get("sent")]
+    return lines, missing
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--frames", type=int, default=100_000)
@@ -473,13 +530,30 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--no-minimize", action="store_true")
     p.add_argument("--data-dir", default=None, help="broker data dir (default: a temp dir)")
     p.add_argument("--max-seconds", type=float, default=float("inf"))
+    p.add_argument("--require-coverage", action="store_true",
+                   help="refuse to start if an advertised API version has no corpus frame; "
+                        "fail if an advertised API got no frame")
     args = p.parse_args(argv)
+    advertised = supported_versions()
+    gaps = coverage_gaps(load(), advertised)
+    if gaps and args.require_coverage:
+        print("the corpus has no frame for these advertised (api key, version) pairs: "
+              f"{gaps}; run python -m tests.fuzz.capture", file=sys.stderr)
+        return 2
     result = fuzz(args.frames, args.seed, args.connections, args.chunk, args.timeout,
                   args.save_dir, not args.no_minimize, progress=True, data_dir=args.data_dir,
                   max_seconds=args.max_seconds)
     print(f"\n{result.frames:,} frames in {result.seconds:,.1f}s: {result.rate:,.0f} frames/s; "
           f"outcomes {dict(result.outcomes)}; {result.canary_acked} canary values acked and "
           f"intact unless said below")
+    lines, missing = coverage_table(result, advertised)
+    print(f"seed {result.seed}; {len(advertised)} APIs served; per API key as sent (after "
+          f"mutation; 'seeded': frames mutated from a corpus frame of that API):")
+    print("\n".join("  " + line for line in lines))
+    if gaps:
+        print(f"corpus gaps (advertised, no seed frame): {gaps}")
+    if missing:
+        print(f"advertised APIs no frame was sent to: {missing}")
     print(f"findings: {len(result.findings)}")
     known = known_signatures()
     for f in result.findings:
@@ -487,6 +561,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"  {f.signature}{tracked} (in {f.repeats} chunk(s))\n    {f.detail}\n"
               f"    {len(f.frames)} frame(s){' (minimized)' if f.minimized else ''}: "
               f"{f.labels[:1]} -> {f.saved_to}")
+    if args.require_coverage and missing:
+        return 1
     return 1 if any(f.signature not in known for f in result.findings) else 0
 
 

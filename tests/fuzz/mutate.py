@@ -132,7 +132,8 @@ def swap_api(rng: random.Random, f: bytearray, _c: Sequence[bytes]) -> bytearray
     if rng.random() < 0.9:
         key, version = rng.choice(ADVERTISED)
     else:
-        key, version = rng.choice(((0, 99), (1, -1), (75, 0), (-1, 0), (1000, 1), (18, 99)))
+        key, version = rng.choice(((0, 99), (1, -1), (76, 1), (78, 2), (-1, 0), (1000, 1),
+                                   (18, 99)))
     struct.pack_into(">hh", f, 0, key, version)
     return f
 
@@ -171,13 +172,22 @@ _NAMES = list(MUTATIONS)
 _WEIGHTS = [MUTATIONS[n][1] for n in _NAMES]
 
 
+def _rng(seed: int, index: int) -> random.Random:
+    return random.Random(seed * 0x9E3779B1 + index)
+
+
+def source_index(corpus_size: int, seed: int, index: int) -> int:
+    """Which corpus frame frame ``index`` of run ``seed`` is a mutation of."""
+    return _rng(seed, index).randrange(corpus_size)
+
+
 def mutated(corpus: Sequence[bytes], seed: int, index: int) -> tuple[bytes, str]:
     """Frame ``index`` of run ``seed`` with its size prefix, and what was done to it.
 
     Now and then the size prefix lies too (shorter than the body: the rest reads as
     the next frame; longer: the broker waits for bytes that never come)."""
-    rng = random.Random(seed * 0x9E3779B1 + index)
-    source = rng.randrange(len(corpus))
+    rng = _rng(seed, index)
+    source = rng.randrange(len(corpus))  # source_index's draw: the first
     frame = bytearray(corpus[source])
     names = rng.choices(_NAMES, _WEIGHTS, k=rng.choice((1, 1, 1, 2, 3)))
     for name in names:

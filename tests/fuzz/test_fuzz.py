@@ -16,7 +16,9 @@ import time
 from pathlib import Path
 
 import pytest
+from txbroker.broker.handlers import supported_versions
 
+from tests.fuzz.corpus import UPCOMING_APIS, api_of, coverage_gaps, load
 from tests.fuzz.frames import (
     REGRESSIONS,
     BrokerUnderTest,
@@ -31,6 +33,27 @@ from tests.fuzz.frames import (
 CASES = sorted(REGRESSIONS.glob("*.json"))
 FRAMES = int(os.environ.get("FUZZ_TEST_FRAMES", "30000"))
 SEED = int(os.environ.get("FUZZ_TEST_SEED", "14"))
+
+
+def test_corpus_covers_every_served_api() -> None:
+    """Every (API key, version) the broker advertises in ApiVersions has a seed frame: a
+    newly served API or version without one fails here (python -m tests.fuzz.capture
+    rebuilds the corpus)."""
+    gaps = coverage_gaps(load(), supported_versions())
+    assert not gaps, (f"advertised but not in the fuzz corpus: {gaps}; run "
+                      "`.venv/bin/python -m tests.fuzz.capture` and commit tests/fuzz/corpus/")
+
+
+def test_corpus_seeds_the_upcoming_apis() -> None:
+    """The APIs other engineers are adding (share and streams groups) are seeded already,
+    at every version kio has a schema for, so the fuzzer meets them the day they are
+    served (and meanwhile checks that the broker refuses them quietly)."""
+    from txbroker.protocol.messages import request_class
+
+    have = {api_of(f) for f in load()}
+    missing = [(key, v) for key in UPCOMING_APIS for v in range(16)
+               if request_class(key, v) is not None and (key, v) not in have]
+    assert not missing, f"upcoming APIs without a corpus frame: {missing}"
 
 
 def _case_param(path: Path):
