@@ -215,3 +215,39 @@ def test_failed_write_leaves_the_group_as_the_log_has_it(txbroker):
     finally:
         consumer_coordinator.append_records = real
         raw.close()
+
+
+def test_heartbeat_v0_joins_without_a_regex(txbroker):
+    """ConsumerGroupHeartbeat v0 (KIP-848's first version, no SubscribedTopicRegex) is
+    served: a member joins and gets its assignment, then leaves (fuzz case
+    log-consumer-group-heartbeat-v0: every v0 request was an AttributeError)."""
+    import datetime
+
+    from txbroker.client.connection import BlockingConnection
+    from txbroker.protocol.errors import ErrorCode
+    from txbroker.protocol.messages import build, request_class
+
+    topic = unique_topic("cp-v0")
+    txbroker.create_topic(topic, 2)
+    group = unique_topic("g-v0")
+    cls = request_class(68, 0)
+    host, port = txbroker.bootstrap.split(":")
+    with BlockingConnection(host, int(port), 10, "v0-client") as conn:
+        joined = None
+        for _ in range(20):  # COORDINATOR_LOAD_IN_PROGRESS while __consumer_offsets loads
+            joined = conn.request(68, 0, build(
+                cls, group_id=group, member_id="", member_epoch=0, instance_id=None,
+                rack_id=None, rebalance_timeout=datetime.timedelta(seconds=30),
+                subscribed_topic_names=(topic,), server_assignor=None, topic_partitions=()))
+            if joined.error_code is ErrorCode.none:
+                break
+            time.sleep(0.2)
+        assert joined.error_code is ErrorCode.none, joined
+        assert joined.member_id and joined.member_epoch > 0
+        left = conn.request(68, 0, build(
+            cls, group_id=group, member_id=joined.member_id, member_epoch=-1, instance_id=None,
+            rack_id=None, rebalance_timeout=datetime.timedelta(milliseconds=-1),
+            subscribed_topic_names=None,
+            server_assignor=None, topic_partitions=None))
+        assert left.error_code is ErrorCode.none, left
+        assert left.member_epoch == -1
