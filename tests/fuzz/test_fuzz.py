@@ -16,9 +16,9 @@ import time
 from pathlib import Path
 
 import pytest
-from txbroker.broker.handlers import supported_versions
+from txbroker.broker.handlers import HANDLER_TABLE, supported_versions
 
-from tests.fuzz.corpus import UPCOMING_APIS, api_of, coverage_gaps, load
+from tests.fuzz.corpus import UPCOMING, UPCOMING_APIS, api_of, coverage_gaps, load, read_frames
 from tests.fuzz.frames import (
     REGRESSIONS,
     BrokerUnderTest,
@@ -54,6 +54,35 @@ def test_corpus_seeds_the_upcoming_apis() -> None:
     missing = [(key, v) for key in UPCOMING_APIS for v in range(16)
                if request_class(key, v) is not None and (key, v) not in have]
     assert not missing, f"upcoming APIs without a corpus frame: {missing}"
+
+
+def test_upcoming_apis_are_refused_quietly() -> None:
+    """The corpus frames of the APIs not served yet, unmutated: the broker closes the
+    connection (an unknown API key, as Kafka does), with no traceback or ERROR line;
+    once one is served, its frames must not make the broker die or log one either."""
+    frames = read_frames(UPCOMING)
+    with tempfile.TemporaryDirectory(prefix="fuzz-upcoming-") as d:
+        broker = BrokerUnderTest(d)
+        broker.start()
+        try:
+            async def send() -> list[tuple[tuple[int, int], str]]:
+                out = []
+                for frame in frames:
+                    conn = await _open(broker.port)
+                    out.append((api_of(frame), await _exchange(
+                        conn, len(frame).to_bytes(4, "big") + frame, 5.0)))
+                    conn[1].close()
+                return out
+
+            outcomes = asyncio.run(send())
+            time.sleep(0.3)
+            assert broker.alive(), "broker died:\n" + "".join(broker.tail())
+            bad = broker.new_bad_lines()
+            assert not bad, "bad log lines:\n" + "".join(bad)
+            unserved = [(api, o) for api, o in outcomes if api[0] not in HANDLER_TABLE]
+            assert all(o == "closed" for _, o in unserved), unserved
+        finally:
+            broker.proc.kill()
 
 
 def _case_param(path: Path):
