@@ -11,6 +11,7 @@ Kafka JMX counterpart.
 
 from __future__ import annotations
 
+import asyncio
 import math
 import time
 from bisect import bisect_left
@@ -289,6 +290,9 @@ def _connections_and_flush(out: _Text, broker: MetricsSource) -> None:
     flusher = broker.logs.flusher
     out.family("txbroker_connections", "gauge", "Open client connections.")
     out.sample("txbroker_connections", None, broker.connection_count)
+    out.family("txbroker_event_loop_tasks", "gauge", "asyncio tasks not yet done on the "
+               "broker's event loop (flat under a steady load: growth is a leak).")
+    out.sample("txbroker_event_loop_tasks", None, _task_count())
     out.family("txbroker_flush_rounds_total", "counter",
                "Flush rounds (group commit: one fsync per dirty file per round).")
     out.sample("txbroker_flush_rounds_total", None, flusher.rounds)
@@ -298,6 +302,14 @@ def _connections_and_flush(out: _Text, broker: MetricsSource) -> None:
     out.family(name, "histogram", "Duration of a flush round, its files fsynced in parallel "
                "(Kafka: LogFlushStats LogFlushRateAndTimeMs).")
     out.lines.extend(broker.metrics.flush_time.samples(name, ""))
+
+
+def _task_count() -> int:
+    """The running loop's tasks (the page is rendered on the broker's loop); 0 off a loop."""
+    try:
+        return len(asyncio.all_tasks())
+    except RuntimeError:
+        return 0
 
 
 def _transactions(out: _Text, broker: MetricsSource) -> None:

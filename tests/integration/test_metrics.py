@@ -221,3 +221,26 @@ def test_groups_and_rebalances_by_protocol(txbroker):
     f = scrape(txbroker)
     assert groups(f, "consumer", "Empty") == base["consumer", "Empty"] + 1
     assert groups(f, "consumer", "Stable") == base["consumer", "Stable"]
+
+
+def test_event_loop_tasks_follow_the_connections(txbroker):
+    """txbroker_event_loop_tasks (what `make soak` watches for leaks): a connection's
+    task is counted while it is open and gone once it is closed."""
+    import socket
+
+    def tasks_and_connections(families):
+        return (value(families, "txbroker_event_loop_tasks"),
+                value(families, "txbroker_connections"))
+
+    before, conns_before = tasks_and_connections(scrape(txbroker))
+    assert before >= 1
+    socks = [socket.create_connection((txbroker.host, txbroker.port), 10) for _ in range(3)]
+    try:
+        opened = scrape_until(txbroker, lambda f: tasks_and_connections(f)[1] == conns_before + 3)
+        assert tasks_and_connections(opened)[0] >= before + 3
+    finally:
+        for s in socks:
+            s.close()
+    closed = scrape_until(txbroker, lambda f: tasks_and_connections(f)[0] <= before)
+    tasks, conns = tasks_and_connections(closed)
+    assert tasks <= before and conns == conns_before
