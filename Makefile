@@ -254,6 +254,13 @@ bench-group-protocols: install
 bench-abuse: install
 	$(PY) -m bench.abuse
 
+# A long soak, not part of `make test` (bench/soak/, docs/operations.md): mixed load on a
+# broker process for SOAK_MINUTES, its RSS, fds, tasks and log sampled each minute, the
+# verdicts and a plot in bench/results/soak/ (exit status 1 when a goal fails).
+SOAK_MINUTES ?= 30
+soak: install
+	$(PY) -m bench.soak --minutes $(SOAK_MINUTES) --out bench/results/soak
+
 # This checkout's broker against BASE's, side by side (bench/compare.py, docs/testing.md):
 # `make bench-compare BASE=<the commit before your change>`. BASE is required; it is
 # checked before `install` so a missing one fails at once.
