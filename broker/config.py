@@ -379,6 +379,38 @@ BROKER_KEYS: dict[str, BrokerKey] = {
                   "online migration between classic and consumer groups: upgrade a classic "
                   "group when a consumer-protocol member joins, downgrade it when the last "
                   "one leaves (bidirectional, upgrade, downgrade or disabled)"),
+        # Share groups (KIP-932, a preview: off until share.version is 1).
+        BrokerKey("group.share.session.timeout.ms", "45000", _int_in(1, 2**31 - 1),
+                  "a share-group member without a heartbeat for this long is removed"),
+        BrokerKey("group.share.heartbeat.interval.ms", "5000", _int_in(1, 2**31 - 1),
+                  "the heartbeat interval given to the members of a share group"),
+        BrokerKey("group.share.max.size", "200", _int_in(1, 1000),
+                  "most members a share group may have (GROUP_MAX_SIZE_REACHED)"),
+        BrokerKey("group.share.record.lock.duration.ms", "30000", _int_in(1000, 3600000),
+                  "how long a share consumer holds the records a ShareFetch acquired for it "
+                  "before they are offered again"),
+        BrokerKey("group.share.delivery.count.limit", "5", _int_in(2, 10),
+                  "deliveries of a record to share consumers before it is archived"),
+        BrokerKey("group.share.partition.max.record.locks", "2000", _int_in(100, 10000),
+                  "most in-flight records of a share-partition"),
+        BrokerKey("group.share.max.share.sessions", "2000", _int_in(1, 2**31 - 1),
+                  "most share sessions (SHARE_SESSION_LIMIT_REACHED past it)"),
+        BrokerKey("share.coordinator.state.topic.num.partitions", "50", _int_in(1, 2**31 - 1),
+                  "partitions of __share_group_state, created on first use"),
+        BrokerKey("share.coordinator.state.topic.segment.bytes", "104857600", _int,
+                  "segment size of __share_group_state"),
+        BrokerKey("share.coordinator.snapshot.update.records.per.snapshot", "500",
+                  _int_in(0, 500),
+                  "ShareUpdate records of a share-partition between two ShareSnapshots"),
+        BrokerKey("txbroker.share.auto.offset.reset", "latest",
+                  _one_of("latest", "earliest"),
+                  "where a share group starts reading a partition it has never read: the "
+                  "default of Kafka's group config share.auto.offset.reset (txbroker has no "
+                  "share.* group configs yet, so it applies to every share group)"),
+        BrokerKey("txbroker.share.isolation.level", "read_uncommitted",
+                  _one_of("read_uncommitted", "read_committed"),
+                  "the default of Kafka's group config share.isolation.level, for every "
+                  "share group"),
         BrokerKey("transaction.state.log.num.partitions", "50", _int,
                   "partitions of __transaction_state (created on first transactional use)"),
         BrokerKey("transaction.state.log.segment.bytes", "104857600", _int,
@@ -400,6 +432,12 @@ BROKER_KEYS: dict[str, BrokerKey] = {
                   "partitions added by Produce); clients of transactions v1 work at every "
                   "level. Once UpdateFeatures (`kafka-features upgrade/downgrade`) changed "
                   "the level, the level it stored in the data dir wins over this key"),
+        BrokerKey("txbroker.share.version", "0", _int_in(0, 1),
+                  "the first finalized level of Kafka's share.version feature: 1 turns on "
+                  "share groups (KIP-932, a preview: ShareGroupHeartbeat, "
+                  "ShareGroupDescribe, ShareFetch, ShareAcknowledge advertised and served); "
+                  "0 (the default) leaves them off. Once UpdateFeatures changed the level, "
+                  "the level it stored in the data dir wins over this key"),
         BrokerKey("txbroker.fault.points", "", _fault_points,
                   "fault injection for tests: point[=action],... with points "
                   "before_end_txn, after_prepare_durable, before_markers, after_first_marker, "

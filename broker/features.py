@@ -2,13 +2,17 @@
 changes. txbroker has two features, Kafka's ``transaction.version`` (0-2) and
 ``group.version`` (0-1: level 1 enables the consumer group protocol of KIP-848,
 ConsumerGroupHeartbeat and ConsumerGroupDescribe; finalized at 1 as Kafka 4.3.1 does on
-a new cluster).
+a new cluster), and ``share.version`` (0-1: level 1 enables share groups of KIP-932,
+ShareGroupHeartbeat, ShareGroupDescribe, ShareFetch and ShareAcknowledge, which are
+advertised only then; finalized at 0 by default: share groups are a preview here.
+Kafka 4.4 knows level 2 too, the dead-letter queue of KIP-1191, not supported here).
 
 Kafka keeps the finalized levels in its metadata log: ``kafka-storage format
 --feature transaction.version=N`` writes the first level, and UpdateFeatures
 (``kafka-features upgrade/downgrade/disable``) later ones, which survive restarts and
 are not affected by the format options any more. Here the config key
-``txbroker.transaction.version`` plays the part of the format option: it is the level
+``txbroker.transaction.version`` (and ``txbroker.share.version``) plays the part of
+the format option: it is the level
 until an UpdateFeatures changes it; from then on the level stored in the data
 directory (``finalized-features.json``, written durably) wins over the config key.
 """
@@ -27,18 +31,23 @@ log = logging.getLogger(__name__)
 FEATURES_FILE = "finalized-features.json"
 TRANSACTION_VERSION = "transaction.version"  # Kafka's feature name
 GROUP_VERSION = "group.version"
-# Supported levels per feature (Kafka 4.3's ranges).
-SUPPORTED: dict[str, tuple[int, int]] = {TRANSACTION_VERSION: (0, 2), GROUP_VERSION: (0, 1)}
+SHARE_VERSION = "share.version"
+# Supported levels per feature (Kafka 4.3's ranges; share.version stops before Kafka
+# 4.4's level 2, the dead-letter queue).
+SUPPORTED: dict[str, tuple[int, int]] = {TRANSACTION_VERSION: (0, 2), GROUP_VERSION: (0, 1),
+                                         SHARE_VERSION: (0, 1)}
 
 
 class FinalizedFeatures:
     """The finalized levels, their epoch (ApiVersions' finalized_features_epoch) and
     where they are stored."""
 
-    def __init__(self, data_dir: str, transaction_version: int) -> None:
+    def __init__(self, data_dir: str, transaction_version: int, share_version: int = 0) -> None:
         self.path = os.path.join(data_dir, FEATURES_FILE)
         self.levels: dict[str, int] = {TRANSACTION_VERSION: transaction_version,
                                         GROUP_VERSION: 1}
+        if share_version:  # level 0 is off: not listed (nor stored) at all
+            self.levels[SHARE_VERSION] = share_version
         # Clients keep the finalized features of the highest epoch they saw: the start
         # time (ms) orders the levels of this broker's incarnations, and every update
         # takes a larger one.

@@ -20,6 +20,7 @@ from txbroker.coordinator.group.consumer_state import ConsumerGroupConfig
 from txbroker.coordinator.group.coordinator import GroupCoordinator, GroupCoordinatorConfig
 from txbroker.coordinator.group.state import GroupConfig
 from txbroker.coordinator.producer_ids import ProducerIdManager
+from txbroker.coordinator.share.coordinator import ShareCoordinator
 from txbroker.coordinator.transaction.coordinator import (
     TransactionCoordinator,
     TxnCoordinatorConfig,
@@ -58,6 +59,7 @@ from .metrics import BrokerMetrics
 from .request_faults import FaultTable
 from .security.acl_store import AclStore, AclStoreError, load_acls
 from .security.authorizer import Authorizer, parse_super_users
+from .share_config import share_coordinator_config
 
 log = logging.getLogger("txbroker")
 
@@ -220,9 +222,12 @@ class Broker:
         # transaction.version until an UpdateFeatures stored another in the data dir.
         try:
             self.features = FinalizedFeatures(self.logs.data_dir,
-                                              config.get("txbroker.transaction.version"))
+                                              config.get("txbroker.transaction.version"),
+                                              config.get("txbroker.share.version"))
         except ValueError as e:
             raise StartupError(str(e)) from None
+        # Share groups (KIP-932): served only while share.version is 1 (handlers/_share.py).
+        self.shares = ShareCoordinator(self.logs, share_coordinator_config(config))
         self.shutdown_timeout = config.get("shutdown.timeout.ms") / 1000
         queued_bytes = config.get("queued.max.request.bytes")
         if 0 <= queued_bytes < config.get("socket.request.max.bytes"):
@@ -309,6 +314,7 @@ class Broker:
     async def _crash_teardown(self, durable: dict | None) -> None:
         await self.transactions.stop()
         await self.groups.stop()
+        await self.shares.stop()
         if self.admin_http is not None:
             await self.admin_http.stop()
         self.logs.abandon(power_loss=durable is not None, durable=durable)
@@ -363,6 +369,7 @@ class Broker:
         await self.logs.start()
         await self.groups.start()
         await self.transactions.start()
+        self.shares.load()
         from .security.scram_credentials import ScramCredentialStore
 
         self.scram_credentials = await loop.run_in_executor(
@@ -463,6 +470,7 @@ class Broker:
         await self.transactions.write_snapshots()  # the next start loads without replay
         await self.transactions.stop()
         await self.groups.stop()
+        await self.shares.stop()
         await self.logs.close()
         log.info("shutdown complete")
 

@@ -66,7 +66,16 @@ HANDLER_TABLE: dict[int, tuple[str, int, int, int]] = {
     68: ("consumer_group_heartbeat", 0, 1, 0),
     69: ("consumer_group_describe", 0, 1, 0),
     75: ("describe_topic_partitions", 0, 0, 0),
+    76: ("share_group_heartbeat", 1, 1, 1),
+    77: ("share_group_describe", 1, 1, 1),
+    78: ("share_fetch", 1, 2, 1),
+    79: ("share_acknowledge", 1, 2, 1),
 }
+
+# APIs advertised only from a finalized feature level on (Kafka advertises the share
+# APIs only at share.version >= 1). Below it they are still parsed and answered with
+# UNSUPPORTED_VERSION in the response, as Kafka's handlers answer them.
+GATED: dict[int, tuple[str, int]] = {key: ("share.version", 1) for key in (76, 77, 78, 79)}
 
 
 class _LazyHandlers(Mapping[int, ModuleType]):
@@ -97,8 +106,16 @@ HANDLERS: Mapping[int, ModuleType] = _LazyHandlers()
 
 
 def supported_versions() -> list[tuple[int, int, int]]:
-    """(api_key, min, max) for ApiVersions, sorted by key."""
+    """(api_key, min, max) of every API this broker can serve, sorted by key
+    (ApiVersions leaves out the GATED ones whose feature is off: advertised_versions)."""
     return sorted((key, low, high) for key, (_, low, high, _) in HANDLER_TABLE.items())
+
+
+def advertised_versions(levels: Mapping[str, int]) -> list[tuple[int, int, int]]:
+    """ApiVersions' list at the finalized feature ``levels``: the servable APIs but the
+    gated ones whose feature is below its level."""
+    return [v for v in supported_versions()
+            if v[0] not in GATED or levels.get(GATED[v[0]][0], 0) >= GATED[v[0]][1]]
 
 
 def accepts(api_key: int, version: int) -> bool:

@@ -2,7 +2,8 @@
 and (v3+) the features: ``transaction.version`` supported 0-2 and finalized at
 ``txbroker.transaction.version`` or the level UpdateFeatures set (broker/features.py),
 which is how Java 4.x producers decide to use transactions v2 (KIP-890) and how
-``kafka-features describe`` shows it."""
+``kafka-features describe`` shows it. The share-group APIs are listed only while
+``share.version`` is finalized at 1 or more (handlers.GATED), as Kafka lists them."""
 
 from __future__ import annotations
 
@@ -26,12 +27,12 @@ _SOFTWARE = re.compile(r"^[a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])?$")
 _ZERO = datetime.timedelta(0)
 
 
-def _ranges(api_version_cls) -> tuple:
-    from . import supported_versions
+def _ranges(api_version_cls, levels) -> tuple:
+    from . import advertised_versions
 
     return tuple(
         api_version_cls(api_key=k, min_version=lo, max_version=hi)
-        for k, lo, hi in supported_versions()
+        for k, lo, hi in advertised_versions(levels)
     )
 
 
@@ -54,10 +55,11 @@ async def handle(ctx: RequestContext, request):
             error = ErrorCode.invalid_request
             log.info("ApiVersions v%d from %s has an invalid client software name/version "
                      "%r/%r: answering INVALID_REQUEST", ctx.version, ctx.peer, name, version)
-    if ctx.version < 3:
-        return build(ctx.response_type, error_code=error, api_keys=_ranges(schema.ApiVersion),
-                     throttle_time=_ZERO)
     features = ctx.broker.features
+    api_keys = _ranges(schema.ApiVersion, features.levels)
+    if ctx.version < 3:
+        return build(ctx.response_type, error_code=error, api_keys=api_keys,
+                     throttle_time=_ZERO)
     # As Kafka: v3 leaves out supported features whose minimum is 0; a feature
     # finalized at level 0 is not listed (it is off).
     supported = tuple(build(schema.SupportedFeatureKey, name=name, min_version=lo,
@@ -66,7 +68,7 @@ async def handle(ctx: RequestContext, request):
     finalized = tuple(build(schema.FinalizedFeatureKey, name=name, min_version_level=level,
                             max_version_level=level)
                       for name, level in features.levels.items() if level > 0)
-    return build(ctx.response_type, error_code=error, api_keys=_ranges(schema.ApiVersion),
+    return build(ctx.response_type, error_code=error, api_keys=api_keys,
                  throttle_time=_ZERO, supported_features=supported,
                  # Clients keep the finalized features of the highest epoch they saw:
                  # the broker's start time orders the levels of its incarnations.

@@ -47,7 +47,8 @@ async def handle(ctx: RequestContext, request):
                              protocol_data="", members=(),
                              authorized_operations=NO_OPERATIONS))
             continue
-        if ctx.version >= 6 and groups.is_consumer_group(group_id):
+        if ctx.version >= 6 and (groups.is_consumer_group(group_id)
+                                 or ctx.broker.shares.is_share_group(group_id)):
             out.append(_not_found(ctx, group_id, f"Group {group_id} is not a classic group."))
             continue
         d = groups.describe(group_id)

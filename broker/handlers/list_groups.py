@@ -1,6 +1,7 @@
 """ListGroups (key 16), with the states filter of v4 (KIP-518) and the types filter of
-v5 (KIP-848): classic groups (type "classic") and consumer-protocol groups (type
-"consumer", protocol type "consumer", states Empty/Assigning/Reconciling/Stable)."""
+v5 (KIP-848): classic groups (type "classic"), consumer-protocol groups (type
+"consumer", protocol type "consumer", states Empty/Assigning/Reconciling/Stable) and
+share groups (KIP-932: type and protocol type "share", states Empty/Stable)."""
 
 from __future__ import annotations
 
@@ -26,6 +27,9 @@ async def handle(ctx: RequestContext, request):
     wanted = {s.lower() for s in states or ()}
     listing += [(group_id, "consumer", state, "consumer")
                 for group_id, state in groups.consumer_listing()
+                if not wanted or state.lower() in wanted]
+    listing += [(group_id, "share", state, "share")
+                for group_id, state in ctx.broker.shares.listing()
                 if not wanted or state.lower() in wanted]
     types = {t.lower() for t in getattr(request, "types_filter", None) or ()}
     if types:

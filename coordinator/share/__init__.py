@@ -9,4 +9,8 @@ ShareAcknowledge handlers drive.
                coordinator's merge of persisted state.
 ``records``    the ``__share_group_state`` records, byte-compatible with Kafka.
 ``assignor``   the share-group assignor ("simple").
+``group``      share-group membership (ShareGroupHeartbeat), in memory.
+``sessions``   share sessions (ShareFetch / ShareAcknowledge epochs).
+``persister``  the share-partitions' records in ``__share_group_state`` and their replay.
+``coordinator`` the async part: drives the above through the coordinator shell.
 """

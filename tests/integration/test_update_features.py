@@ -73,7 +73,7 @@ def test_upgrade_downgrade_dry_run_and_errors(txbroker):
         (TV, 3, UPGRADE): "Local controller 1 only supports versions 0-2",
         (TV, 3, SAFE): "Local controller 1 only supports versions 0-2",
         (TV, -1, SAFE): "A feature version cannot be less than 0.",
-        ("share.version", 1, UPGRADE): "Local controller 1 does not support this feature.",
+        ("streams.version", 1, UPGRADE): "Local controller 1 does not support this feature.",
         ("nosuch", 0, SAFE): "Feature nosuch not found.",  # `kafka-features disable`
     }
     for (name, level, kind), reason in refused.items():

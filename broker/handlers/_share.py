@@ -1,0 +1,29 @@
+"""Helpers shared by the share-group handlers (KIP-932): the feature gate and the
+coordinator lookup."""
+
+from __future__ import annotations
+
+from txbroker.protocol.errors import ErrorCode
+
+from ..features import SHARE_VERSION
+
+# What Kafka's handlers answer while share.version is 0 (Errors.UNSUPPORTED_VERSION).
+DISABLED = (ErrorCode.unsupported_version, "The version of API is not supported.")
+
+
+def share_enabled(ctx) -> bool:
+    """share.version finalized at 1 or more (the APIs are advertised only then)."""
+    return ctx.broker.features.level(SHARE_VERSION) >= 1
+
+
+def other_group_type(ctx, group_id: str) -> bool:
+    """A classic or consumer group already has this id (one id names one group type)."""
+    groups = ctx.broker.groups
+    return groups.is_consumer_group(group_id) or groups.describe(group_id).exists
+
+
+def leader(ctx, schema_cls):
+    """CurrentLeader: this broker, epoch 0 (one broker leads every partition)."""
+    from txbroker.protocol.messages import build
+
+    return build(schema_cls, leader_id=ctx.broker.node_id, leader_epoch=0)

@@ -1,0 +1,149 @@
+"""ShareFetch (key 78, v1-2): share sessions, piggy-backed acknowledgements and the
+acquisition of records for a share-group member (KIP-932), with a long poll like
+Fetch's. Served only at share.version >= 1.
+
+Order, as Kafka's KafkaApis.handleShareFetchRequest: the session epoch is checked
+(SHARE_SESSION_NOT_FOUND / INVALID_SHARE_SESSION_EPOCH / SHARE_SESSION_LIMIT_REACHED
+are top-level errors), the acknowledgements are applied (their errors per partition,
+AcknowledgeErrorCode), the session is updated (epoch 0 opens it with the request's
+partitions, later epochs add the request's and drop the forgotten ones, -1 closes it
+and releases the member's records without fetching), then the session's partitions
+are read and their records acquired; with nothing acquired the request waits up to
+MaxWaitMs for new records (or records released by other members, noticed within
+RELEASE_POLL_S). The answer is sent once the acquisitions and acknowledgements are
+durable. A full (epoch 0) answer lists every partition of the session; later ones only
+those with records, errors or acknowledgement results.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import time
+
+from txbroker.coordinator.share.results import AcknowledgementBatch
+from txbroker.protocol.acls import AclOperation, ResourceType
+from txbroker.protocol.errors import ErrorCode
+from txbroker.protocol.messages import build
+
+from ..context import RequestContext
+from ._groups import ZERO, may_read_group, ms
+from ._share import DISABLED, leader, share_enabled
+
+API_KEY = 78
+MIN_VERSION = 1
+MAX_VERSION = 2
+
+# A waiting ShareFetch looks again this often for records another member released
+# (lock expiry, RELEASE): the log's waiters only wake on new records.
+RELEASE_POLL_S = 0.25
+DEFAULT_MAX_RECORDS = 500
+
+
+def _top(ctx, error, message=None, lock_ms: int = 0, responses=()):
+    return build(ctx.response_type, throttle_time=ZERO, error_code=error, error_message=message,
+                 acquisition_lock_timeout=datetime.timedelta(milliseconds=lock_ms),
+                 responses=responses, node_endpoints=())
+
+
+def acknowledgements(topics) -> dict:
+    """(topic id, partition) -> its AcknowledgementBatches, for the partitions that have
+    some (ShareFetch and ShareAcknowledge share the shape)."""
+    out = {}
+    for t in topics:
+        for p in t.partitions:
+            if p.acknowledgement_batches:
+                out[(t.topic_id, p.partition_index)] = [
+                    AcknowledgementBatch(b.first_offset, b.last_offset,
+                                         tuple(int(x) for x in b.acknowledge_types))
+                    for b in p.acknowledgement_batches]
+    return out
+
+
+def unreadable(ctx, tps) -> set:
+    """The partitions of topics the principal may not READ (or that do not exist)."""
+    names = {info.topic_id: name for name, info in ctx.broker.logs.topics.items()}
+    if ctx.broker.authorizer is None:
+        return set()
+    allowed = ctx.authorized(AclOperation.READ, ResourceType.TOPIC,
+                             {names[t] for t, _ in tps if t in names})
+    return {(t, p) for t, p in tps if names.get(t) not in allowed}
+
+
+async def handle(ctx: RequestContext, request):
+    if not share_enabled(ctx):
+        return _top(ctx, *DISABLED)
+    broker = ctx.broker
+    shares = broker.shares
+    group_id, member_id = request.group_id or "", request.member_id or ""
+    if not may_read_group(ctx, group_id):
+        return _top(ctx, ErrorCode.group_authorization_failed)
+    epoch = int(request.share_session_epoch)
+    error, message = shares.check_session(group_id, member_id, epoch, fetch=True)
+    if error != ErrorCode.none.value:
+        return _top(ctx, ErrorCode(error), message)
+    lock_ms = shares.config.partition.record_lock_duration_ms
+    requested = [(t.topic_id, p.partition_index) for t in request.topics for p in t.partitions]
+    denied = unreadable(ctx, requested)
+    acks = {tp: b for tp, b in acknowledgements(request.topics).items() if tp not in denied}
+    ack_results = await shares.acknowledge(group_id, member_id, acks) if acks else {}
+    forgotten = [(t.topic_id, p) for t in request.forgotten_topics_data for p in t.partitions]
+    session = shares.update_session(group_id, member_id, epoch, requested, forgotten)
+    if epoch == -1:
+        await shares.close_session(group_id, member_id)
+    fetchable = [tp for tp in session if tp not in denied]
+    max_records = int(getattr(request, "max_records", 0)) or DEFAULT_MAX_RECORDS
+    max_bytes = min(request.max_bytes if request.max_bytes > 0 else 2**31 - 1,
+                    broker.fetch_max_bytes)
+    deadline = time.monotonic() + ms(request.max_wait) / 1000
+    fetched: dict = {}
+    while fetchable:
+        fetched = await shares.acquire(group_id, member_id, fetchable,
+                                       max_records=max_records, max_bytes=max_bytes)
+        remaining = deadline - time.monotonic()
+        if any(f.acquired or f.error for f in fetched.values()) or remaining <= 0 \
+                or broker.stopping.is_set():
+            break
+        await _wait(ctx, fetchable, min(remaining, RELEASE_POLL_S))
+    schema = ctx.schema
+    shown = session if epoch == 0 else \
+        [tp for tp in session if tp in ack_results or tp in denied
+         or (tp in fetched and (fetched[tp].acquired or fetched[tp].error))]
+    shown += [tp for tp in ack_results if tp not in shown]
+    by_topic: dict = {}
+    for tid, p in shown:
+        f = fetched.get((tid, p))
+        err, msg = (ErrorCode.topic_authorization_failed.value, None) if (tid, p) in denied \
+            else ((f.error, f.message) if f is not None else (0, None))
+        ack_err, ack_msg = ack_results.get((tid, p), (0, None))
+        by_topic.setdefault(tid, []).append(build(
+            schema.PartitionData, partition_index=p, error_code=ErrorCode(err), error_message=msg,
+            acknowledge_error_code=ack_err, acknowledge_error_message=ack_msg,
+            current_leader=leader(ctx, schema.LeaderIdAndEpoch),
+            records=f.records if f is not None else b"",
+            acquired_records=tuple(build(schema.AcquiredRecords, first_offset=a.first_offset,
+                                         last_offset=a.last_offset,
+                                         delivery_count=a.delivery_count)
+                                   for a in (f.acquired if f is not None else ()))))
+    responses = tuple(build(schema.ShareFetchableTopicResponse, topic_id=tid, partitions=tuple(ps))
+                      for tid, ps in by_topic.items())
+    return _top(ctx, ErrorCode.none, None, lock_ms, responses)
+
+
+async def _wait(ctx, tps, timeout: float) -> None:
+    """Until a partition's high watermark moves, the broker stops or ``timeout``."""
+    names = {info.topic_id: name for name, info in ctx.broker.logs.topics.items()}
+    plogs = [plog for t, p in tps
+             if (plog := ctx.broker.logs.get_log(names.get(t, ""), p)) is not None]
+    wake = asyncio.get_running_loop().create_future()
+    for plog in plogs:
+        plog.add_waiter(wake)
+    stop_wait = asyncio.ensure_future(ctx.broker.stopping.wait())
+    try:
+        await asyncio.wait([wake, stop_wait], timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stop_wait.cancel()
+        for plog in plogs:
+            plog.remove_waiter(wake)
+        if not wake.done():
+            wake.cancel()

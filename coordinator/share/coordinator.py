@@ -1,0 +1,392 @@
+"""The share coordinator (KIP-932) of this broker: share-group membership, share
+sessions and the share-partitions' delivery state, driven through the one coordinator
+shell (:class:`~txbroker.coordinator.shell.CoordinatorShell`), which appends the state
+records to ``__share_group_state``, waits for the log's flush policy (an fsync by
+default) and fires the wake timer for acquisition-lock expiry and session timeouts.
+
+Owns the ShareGroups (``group.py``), the ShareSessions (``sessions.py``), a
+SharePartition (``partition.py``) per (group, topic id, partition) in use and the
+persister (``persister.py``). The share handlers (ShareGroupHeartbeat, ShareGroupDescribe,
+ShareFetch, ShareAcknowledge, and ListGroups / DeleteGroups) call its public methods;
+nothing else touches its fields. Every request whose state changes must be durable is
+answered only once its records are (``CoordinatorShell.call``); a failed write rebuilds
+the share-partition from what is durable and the request gets the write's error.
+
+In Kafka the share-partition state lives on the partition leader and is written through
+the share coordinator (a separate internal service, RPCs such as
+WriteShareGroupState); on one broker both are here, with no RPC in between.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+from txbroker.protocol.errors import KafkaError
+from txbroker.protocol.records import read_header
+from txbroker.storage.log import PartitionLog
+from txbroker.storage.manager import LogManager
+
+from ..shell import CoordinatorShell, now_ms
+from .group import ShareGroupConfig, ShareGroups, ShareHeartbeat, ShareHeartbeatResult
+from .partition import SharePartition
+from .persister import SHARE_STATE_TOPIC, SharePersister, SPKey, StateRecord
+from .results import AcknowledgementBatch, AcquiredRecords, FetchedBatch, SharePartitionConfig
+from .sessions import ShareSessions
+from .state import ShareStateWrite
+
+__all__ = ["ShareCoordinator", "ShareCoordinatorConfig", "PartitionFetch"]
+
+log = logging.getLogger(__name__)
+_E = ErrorCode
+TopicPartition = tuple[uuid.UUID, int]
+
+
+@dataclass(frozen=True)
+class ShareCoordinatorConfig:
+    group: ShareGroupConfig = ShareGroupConfig()
+    partition: SharePartitionConfig = SharePartitionConfig()
+    state_topic_partitions: int = 50  # share.coordinator.state.topic.num.partitions
+    state_topic_segment_bytes: int = 100 * 1024 * 1024  # share.coordinator.state.topic.segment.bytes
+    updates_per_snapshot: int = 500  # share.coordinator.snapshot.update.records.per.snapshot
+    max_share_sessions: int = 2000  # group.share.max.share.sessions
+    auto_offset_reset: str = "latest"  # Kafka's group config share.auto.offset.reset
+
+
+@dataclass(frozen=True)
+class PartitionFetch:
+    """One partition of a ShareFetch answer."""
+
+    error: int = _E.none.value
+    message: str | None = None
+    records: bytes | memoryview = b""
+    acquired: tuple[AcquiredRecords, ...] = ()
+
+
+@dataclass
+class _Effects:
+    """What the shell carries out (its Adapter's effects)."""
+
+    events: list[str] = field(default_factory=list)
+    responses: dict[int, Any] = field(default_factory=dict)
+    persist: list[StateRecord] = field(default_factory=list)
+
+
+@dataclass
+class _Pending:
+    """A request waiting for its writes: the answer, and the first failed write's error."""
+
+    result: Any
+    writes: int
+    error: int = _E.none.value
+
+
+class ShareCoordinator:
+    """See the module docstring. Implements the shell's Adapter."""
+
+    def __init__(self, logs: LogManager, config: ShareCoordinatorConfig) -> None:
+        self.logs = logs
+        self.config = config
+        self.groups = ShareGroups(config.group)
+        self.sessions = ShareSessions(config.max_share_sessions)
+        self.persister = SharePersister(config.updates_per_snapshot)
+        self.partitions: dict[SPKey, SharePartition] = {}
+        self.shell = CoordinatorShell(logs, SHARE_STATE_TOPIC, self,
+                                      partitions=config.state_topic_partitions,
+                                      segment_bytes=config.state_topic_segment_bytes)
+        self._write_ids = 0
+        self._records: dict[int, tuple[StateRecord, int | None]] = {}  # write id -> (record, token)
+        self._pending: dict[int, _Pending] = {}
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    def load(self) -> None:
+        """Replay ``__share_group_state`` (if it exists): the share-partitions come back
+        from it on first use (SharePartition.from_persisted)."""
+        info = self.logs.topics.get(SHARE_STATE_TOPIC)
+        if info is None:
+            return
+        plogs = [p for i in range(info.partitions)
+                 if (p := self.logs.get_log(SHARE_STATE_TOPIC, i)) is not None]
+        n = self.persister.load(plogs)
+        if n:
+            log.info("loaded the state of %d share-partition(s) from %s", n, SHARE_STATE_TOPIC)
+
+    async def stop(self) -> None:
+        await self.shell.stop()
+
+    # -- the shell's Adapter ---------------------------------------------------------------------
+
+    def report(self, event: Any) -> None:
+        log.info("%s", event)
+
+    def placement(self, request: StateRecord) -> str:
+        return request.placement_key
+
+    def on_effects(self, effects: _Effects) -> None:
+        pass
+
+    def next_wake(self, effects: _Effects | None) -> int | None:
+        wakes = [d for p in self.partitions.values() if (d := p.next_lock_deadline_ms()) is not None]
+        member = self.groups.next_wake_ms()
+        if member is not None:
+            wakes.append(member)
+        return min(wakes) if wakes else None
+
+    def persisted(self, now: int, write_id: int, error: int) -> _Effects:
+        rec, token = self._records.pop(write_id)
+        effects = _Effects()
+        if error == _E.none.value:
+            self.persister.durable_now(rec)
+        else:
+            state = self.persister.failed(rec.sp)
+            if state is None:
+                self.partitions.pop(rec.sp, None)
+            else:
+                self.partitions[rec.sp] = SharePartition.from_persisted(self.config.partition, state)
+            effects.events.append(f"share state write of {rec.placement_key} failed "
+                                  f"({_E(error).name}): rebuilt from the durable state")
+        if token is not None and (pending := self._pending.get(token)) is not None:
+            pending.writes -= 1
+            if error != _E.none.value and pending.error == _E.none.value:
+                pending.error = error
+            if pending.writes == 0:
+                del self._pending[token]
+                effects.responses[token] = (pending.result, pending.error)
+        return effects
+
+    def tick(self, now: int) -> _Effects:
+        effects = _Effects()
+        for group_id, member_id in self.groups.tick(now, self.topic_image()):
+            # As in Kafka, its records stay acquired until its share session closes or
+            # their locks expire: membership and delivery state are separate.
+            effects.events.append(f"share group {group_id!r}: member {member_id} removed "
+                                  f"(session timeout)")
+        for sp, part in self.partitions.items():
+            released = part.tick(now)
+            self._persist_write(effects, sp, released.write, None)
+        return effects
+
+    # -- helpers -----------------------------------------------------------------------------------
+
+    def _next_write_id(self) -> int:
+        self._write_ids += 1
+        return self._write_ids
+
+    def _persist_write(self, effects: _Effects, sp: SPKey, write: ShareStateWrite | None,
+                       token: int | None) -> None:
+        if write is None:
+            return
+        self._add(effects, self.persister.update(self._next_write_id(), sp, write), token)
+
+    def _add(self, effects: _Effects, rec: StateRecord, token: int | None) -> None:
+        self._records[rec.write_id] = (rec, token)
+        effects.persist.append(rec)
+        if token is not None:
+            self._pending[token].writes += 1
+
+    def _call(self, token: int, run: Callable[[_Effects, int | None], Any]) -> _Effects:
+        """``run`` fills the effects and gives the answer, sent once its writes are
+        durable (at once if there are none)."""
+        effects = _Effects()
+        self._pending[token] = _Pending(None, 0)
+        result = run(effects, token)
+        pending = self._pending[token]
+        pending.result = result
+        if pending.writes == 0:
+            del self._pending[token]
+            effects.responses[token] = (result, _E.none.value)
+        return effects
+
+    async def _run(self, run: Callable[[_Effects, int | None], Any]) -> tuple[Any, int]:
+        answer = await self.shell.call(lambda token: self._call(token, run))
+        if answer is None:  # the shell stopped (shutdown or crash)
+            return None, _E.not_coordinator.value
+        return answer
+
+    def topic_image(self) -> dict[str, tuple[uuid.UUID, int]]:
+        return {name: (info.topic_id, info.partitions) for name, info in self.logs.topics.items()}
+
+    def _topics_by_id(self) -> dict[uuid.UUID, str]:
+        return {info.topic_id: name for name, info in self.logs.topics.items()}
+
+    def _released(self, group_id: str, member_id: str, effects: _Effects,
+                  token: int | None = None) -> None:
+        """A member's share session closed: what it acquired is available again."""
+        for sp, part in self.partitions.items():
+            if sp[0] == group_id:
+                self._persist_write(effects, sp, part.release_acquired_records(member_id).write, token)
+
+    # -- membership ------------------------------------------------------------------------------
+
+    def heartbeat(self, req: ShareHeartbeat) -> ShareHeartbeatResult:
+        """ShareGroupHeartbeat. Membership is in memory (group.py): answered at once. A
+        member leaving keeps its acquired records until its share session closes (its
+        last ShareAcknowledge / ShareFetch, epoch -1, may still be on its way: a client
+        sends both at once when it closes) or their locks expire, as in Kafka."""
+        result = self.groups.heartbeat(now_ms(), req, self.topic_image())
+        self.shell.reschedule(self.next_wake(None))  # its session deadline
+        return result
+
+    def is_share_group(self, group_id: str) -> bool:
+        return group_id in self.groups.groups
+
+    def listing(self) -> list[tuple[str, str]]:
+        """(group id, state) of every share group."""
+        return [(g.group_id, g.state) for g in self.groups.groups.values()]
+
+    def delete_group(self, group_id: str) -> int:
+        """DeleteGroups of an empty share group: its share-partitions' state is deleted
+        too (tombstones, as Kafka's DeleteShareGroupState)."""
+        error = self.groups.delete_group(group_id)
+        if error != _E.none.value:
+            return error
+        self.sessions.close_group(group_id)
+        effects = _Effects()
+        doomed = {sp for sp in (*self.partitions, *self.persister.latest) if sp[0] == group_id}
+        for sp in sorted(doomed):
+            self.partitions.pop(sp, None)
+            self._add(effects, self.persister.tombstone(self._next_write_id(), sp), None)
+        self.shell.apply(effects)
+        return error
+
+    # -- sessions, acknowledgement and acquisition ----------------------------------------------------
+
+    def check_session(self, group_id: str, member_id: str, epoch: int, *,
+                      fetch: bool) -> tuple[int, str | None]:
+        return self.sessions.check(group_id, member_id, epoch, fetch=fetch)
+
+    def update_session(self, group_id: str, member_id: str, epoch: int,
+                       added: Iterable[TopicPartition], forgotten: Iterable[TopicPartition]
+                       ) -> list[TopicPartition]:
+        """Open / move on / close the session (after :meth:`check_session`); the
+        partitions it fetches (none once closed)."""
+        session = self.sessions.update(group_id, member_id, epoch, added, forgotten)
+        return [] if session is None or epoch == -1 else list(session.partitions)
+
+    async def close_session(self, group_id: str, member_id: str) -> None:
+        """A final (epoch -1) request: the member's acquired records are released."""
+        await self._run(lambda effects, token: self._released(group_id, member_id, effects, token))
+
+    async def acknowledge(self, group_id: str, member_id: str,
+                          acks: Mapping[TopicPartition, Sequence[AcknowledgementBatch]]
+                          ) -> dict[TopicPartition, tuple[int, str | None]]:
+        """Apply the acknowledgements, per partition; answered once durable."""
+        def run(effects: _Effects, token: int | None) -> dict[TopicPartition, tuple[int, str | None]]:
+            now = now_ms()
+            out: dict[TopicPartition, tuple[int, str | None]] = {}
+            for (tid, p), batches in acks.items():
+                sp = (group_id, tid, p)
+                part = self._existing(sp)
+                if part is None:
+                    out[(tid, p)] = (_E.invalid_record_state.value,
+                                     "no records were acquired from this share-partition")
+                    continue
+                res = part.acknowledge(member_id, batches, now_ms=now)
+                out[(tid, p)] = (res.error_code, res.error_message)
+                self._persist_write(effects, sp, res.write, token)
+            return out
+
+        result, error = await self._run(run)
+        if error != _E.none.value:
+            return {tp: (error, "the share state could not be written") for tp in acks}
+        return result
+
+    def _existing(self, sp: SPKey) -> SharePartition | None:
+        part = self.partitions.get(sp)
+        if part is None and (state := self.persister.latest.get(sp)) is not None:
+            part = self.partitions[sp] = SharePartition.from_persisted(self.config.partition, state)
+        return part
+
+    def _share_partition(self, sp: SPKey, plog: PartitionLog, effects: _Effects,
+                         token: int | None) -> SharePartition:
+        part = self._existing(sp)
+        if part is None:
+            # A new share-partition: its start offset from share.auto.offset.reset.
+            start = plog.log_start_offset if self.config.auto_offset_reset == "earliest" \
+                else plog.high_watermark
+            part, state = SharePartition.initialize(self.config.partition, start)
+            self.partitions[sp] = part
+            self._add(effects, self.persister.snapshot(self._next_write_id(), sp, state), token)
+        self._persist_write(effects, sp, part.update_log_start_offset(plog.log_start_offset), token)
+        return part
+
+    async def acquire(self, group_id: str, member_id: str, tps: Sequence[TopicPartition], *,
+                      max_records: int, max_bytes: int) -> dict[TopicPartition, PartitionFetch]:
+        """One pass of a ShareFetch: read each partition from its next acquirable offset
+        and acquire for the member; answered once the acquisitions are durable."""
+        names = self._topics_by_id()
+
+        def run(effects: _Effects, token: int | None) -> dict[TopicPartition, PartitionFetch]:
+            out: dict[TopicPartition, PartitionFetch] = {}
+            remaining_bytes = max_bytes
+            remaining_records = max_records
+            for tid, p in tps:
+                name = names.get(tid)
+                plog = self.logs.get_log(name, p) if name is not None else None
+                if plog is None:
+                    out[(tid, p)] = PartitionFetch(
+                        (_E.unknown_topic_id if name is None else _E.unknown_topic_or_partition).value)
+                    continue
+                if remaining_records <= 0 or remaining_bytes <= 0:
+                    out[(tid, p)] = PartitionFetch()
+                    continue
+                try:
+                    got = self._acquire_one((group_id, tid, p), plog, member_id, effects, token,
+                                            remaining_records, remaining_bytes)
+                except (KafkaError, OSError) as e:
+                    code = e.code.value if isinstance(e, KafkaError) else _E.kafka_storage_error.value
+                    out[(tid, p)] = PartitionFetch(code, str(e))
+                    continue
+                out[(tid, p)] = got
+                remaining_records -= sum(a.last_offset - a.first_offset + 1 for a in got.acquired)
+                remaining_bytes -= len(got.records)
+            return out
+
+        result, error = await self._run(run)
+        if error != _E.none.value:
+            # Not durable: the acquisitions were undone (rebuilt); nothing is delivered.
+            return {tp: PartitionFetch(error, "the share state could not be written") for tp in tps}
+        return result
+
+    def _acquire_one(self, sp: SPKey, plog: PartitionLog, member_id: str, effects: _Effects,
+                     token: int | None, max_records: int, max_bytes: int) -> PartitionFetch:
+        part = self._share_partition(sp, plog, effects, token)
+        cfg = self.config.partition
+        limit = plog.last_stable_offset if cfg.read_committed else plog.high_watermark
+        offset = part.next_fetch_offset()
+        if offset >= limit or not part.can_acquire_records():
+            return PartitionFetch()
+        read = plog.read(offset, max_bytes, max_offset=limit, min_one=True)
+        if not read.data:
+            return PartitionFetch()
+        data = bytes(read.data)
+        headers = []
+        pos = 0
+        while pos < len(data):
+            h = read_header(data, pos)
+            headers.append(h)
+            pos += h.size
+        # Control batches (transaction markers) are never delivered: left out of what the
+        # share-partition sees, they are archived as offsets with no record.
+        fetched = [FetchedBatch(h.base_offset, h.last_offset) for h in headers if not h.is_control]
+        if not fetched:
+            return PartitionFetch()
+        aborted: list[tuple[int, int]] = []
+        if cfg.read_committed:
+            for txn in plog.aborted_transactions(offset, read.next_offset):
+                aborted += [(h.base_offset, h.last_offset) for h in headers
+                            if h.is_transactional and not h.is_control
+                            and h.producer_id == txn.producer_id
+                            and txn.first_offset <= h.base_offset <= txn.last_offset]
+        res = part.acquire(member_id, fetched, fetch_offset=offset, now_ms=now_ms(),
+                           max_records=max_records, last_stable_offset=limit,
+                           aborted_ranges=aborted)
+        self._persist_write(effects, sp, res.write, token)
+        if not res.acquired:
+            return PartitionFetch()
+        return PartitionFetch(records=data, acquired=res.acquired)
