@@ -84,6 +84,10 @@ async def handle(ctx: RequestContext, request):
         return _top(ctx, ErrorCode(error), message)
     lock_ms = shares.config.partition.record_lock_duration_ms
     requested = [(t.topic_id, p.partition_index) for t in request.topics for p in t.partitions]
+    # Only partitions that exist join the session (a client cannot grow it with made-up
+    # ids); the others are answered with their error in this response only.
+    missing = _missing(ctx, requested)
+    requested = [tp for tp in requested if tp not in missing]
     denied = unreadable(ctx, requested)
     acks = {tp: b for tp, b in acknowledgements(request.topics).items() if tp not in denied}
     ack_results = await shares.acknowledge(group_id, member_id, acks) if acks else {}
@@ -110,11 +114,12 @@ async def handle(ctx: RequestContext, request):
         [tp for tp in session if tp in ack_results or tp in denied
          or (tp in fetched and (fetched[tp].acquired or fetched[tp].error))]
     shown += [tp for tp in ack_results if tp not in shown]
+    shown += [tp for tp in missing if tp not in shown]
     by_topic: dict = {}
     for tid, p in shown:
         f = fetched.get((tid, p))
         err, msg = (ErrorCode.topic_authorization_failed.value, None) if (tid, p) in denied \
-            else ((f.error, f.message) if f is not None else (0, None))
+            else ((f.error, f.message) if f is not None else (missing.get((tid, p), 0), None))
         ack_err, ack_msg = ack_results.get((tid, p), (0, None))
         by_topic.setdefault(tid, []).append(build(
             schema.PartitionData, partition_index=p, error_code=ErrorCode(err), error_message=msg,
@@ -128,6 +133,14 @@ async def handle(ctx: RequestContext, request):
     responses = tuple(build(schema.ShareFetchableTopicResponse, topic_id=tid, partitions=tuple(ps))
                       for tid, ps in by_topic.items())
     return _top(ctx, ErrorCode.none, None, lock_ms, responses)
+
+
+def _missing(ctx, tps) -> dict:
+    """(topic id, partition) -> UNKNOWN_TOPIC_ID / UNKNOWN_TOPIC_OR_PARTITION."""
+    sizes = {info.topic_id: info.partitions for info in ctx.broker.logs.topics.values()}
+    return {(t, p): (ErrorCode.unknown_topic_id.value if t not in sizes
+                     else ErrorCode.unknown_topic_or_partition.value)
+            for t, p in tps if not 0 <= p < sizes.get(t, 0)}
 
 
 async def _wait(ctx, tps, timeout: float) -> None:
