@@ -392,3 +392,26 @@ def test_share_session_epochs_on_the_wire(txbroker):
         assert share_fetch(client, member, 5, topic_id).error_code == E.share_session_not_found
     finally:
         client.close()
+
+
+def test_a_share_group_id_is_not_a_consumer_group(txbroker):
+    txbroker.create_topic("t")
+    s = share_consumer(txbroker.bootstrap, "g", "t")
+    try:
+        deadline = time.monotonic() + 10
+        while not txbroker.call(lambda b: b.shares.listing()) and time.monotonic() < deadline:
+            poll_once(s, 0.2)
+        m = request_module(68, 1)
+        client = connect(txbroker)
+        try:
+            r = client.request(68, 1, build(
+                m.ConsumerGroupHeartbeatRequest, group_id="g", member_id=str(uuid.uuid4()),
+                member_epoch=0, instance_id=None, rack_id=None,
+                rebalance_timeout=datetime.timedelta(seconds=30), subscribed_topic_names=("t",),
+                subscribed_topic_regex=None, server_assignor=None, topic_partitions=()))
+        finally:
+            client.close()
+        assert (r.error_code, r.error_message) == (E.group_id_not_found,
+                                                   "Group g is not a consumer group.")
+    finally:
+        s.close()
