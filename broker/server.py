@@ -508,6 +508,8 @@ class Broker:
             conn.abort()
         finally:
             self._connections.discard(conn)
+            if not self.stopping.is_set():  # (a stop or a crash leaves share state as it is)
+                self.shares.connection_closed(session)
 
     async def accept_tls(self, listener: Listener, conn: socket.socket) -> None:
         """The TLS handshake of an accepted socket (bounded in time, one log line when it

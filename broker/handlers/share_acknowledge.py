@@ -42,7 +42,7 @@ async def handle(ctx: RequestContext, request):
     denied = unreadable(ctx, requested)
     acks = {tp: b for tp, b in acknowledgements(request.topics).items() if tp not in denied}
     results = await shares.acknowledge(group_id, member_id, acks) if acks else {}
-    shares.update_session(group_id, member_id, epoch, (), ())
+    shares.update_session(group_id, member_id, epoch, (), (), ctx.session)
     if epoch == -1:
         await shares.close_session(group_id, member_id)
     schema = ctx.schema

@@ -92,7 +92,8 @@ async def handle(ctx: RequestContext, request):
     acks = {tp: b for tp, b in acknowledgements(request.topics).items() if tp not in denied}
     ack_results = await shares.acknowledge(group_id, member_id, acks) if acks else {}
     forgotten = [(t.topic_id, p) for t in request.forgotten_topics_data for p in t.partitions]
-    session = shares.update_session(group_id, member_id, epoch, requested, forgotten)
+    session = shares.update_session(group_id, member_id, epoch, requested, forgotten,
+                                    ctx.session)
     if epoch == -1:
         await shares.close_session(group_id, member_id)
     fetchable = [tp for tp in session if tp not in denied]

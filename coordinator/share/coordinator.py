@@ -261,16 +261,30 @@ class ShareCoordinator:
         return self.sessions.check(group_id, member_id, epoch, fetch=fetch)
 
     def update_session(self, group_id: str, member_id: str, epoch: int,
-                       added: Iterable[TopicPartition], forgotten: Iterable[TopicPartition]
-                       ) -> list[TopicPartition]:
+                       added: Iterable[TopicPartition], forgotten: Iterable[TopicPartition],
+                       connection: Any = None) -> list[TopicPartition]:
         """Open / move on / close the session (after :meth:`check_session`); the
-        partitions it fetches (none once closed)."""
-        session = self.sessions.update(group_id, member_id, epoch, added, forgotten)
+        partitions it fetches (none once closed). ``connection``: the request's."""
+        session = self.sessions.update(group_id, member_id, epoch, added, forgotten, connection)
         return [] if session is None or epoch == -1 else list(session.partitions)
 
     async def close_session(self, group_id: str, member_id: str) -> None:
         """A final (epoch -1) request: the member's acquired records are released."""
         await self._run(lambda effects, token: self._released(group_id, member_id, effects, token))
+
+    def connection_closed(self, connection: Any) -> None:
+        """A client connection closed: the share sessions it last used close, and
+        their members' acquired records are available again at once (not after the
+        lock duration), as Kafka does. The writes are not waited for: nobody is."""
+        closed = self.sessions.close_connection(connection)
+        if not closed:
+            return
+        effects = _Effects()
+        for s in closed:
+            effects.events.append(f"share session of member {s.member_id} of group "
+                                  f"{s.group_id!r} closed with its connection")
+            self._released(s.group_id, s.member_id, effects)
+        self.shell.apply(effects)
 
     async def acknowledge(self, group_id: str, member_id: str,
                           acks: Mapping[TopicPartition, Sequence[AcknowledgementBatch]]

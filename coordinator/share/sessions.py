@@ -8,7 +8,9 @@ session of the member is replaced), -1 closes it, any other epoch must be the se
 current one (INVALID_SHARE_SESSION_EPOCH) of a session that exists
 (SHARE_SESSION_NOT_FOUND), and then moves it on by one (wrapping to 1). The number of
 sessions is bounded (``group.share.max.share.sessions``): a new session past it gets
-SHARE_SESSION_LIMIT_REACHED.
+SHARE_SESSION_LIMIT_REACHED. A session remembers the connection of its last request:
+when that connection closes, the session goes (Kafka's ShareSessionCache does the same
+through its connection-disconnect listener).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 from kio.schema.errors import ErrorCode
 
@@ -33,6 +36,7 @@ class ShareSession:
     member_id: str
     epoch: int  # what the next request must carry
     partitions: list[TopicIdPartition] = field(default_factory=list)  # in request order
+    connection: Any = None  # the connection of the last request (an opaque identity)
 
 
 def _next_epoch(epoch: int) -> int:
@@ -70,7 +74,8 @@ class ShareSessions:
 
     def update(self, group_id: str, member_id: str, epoch: int,
                added: Iterable[TopicIdPartition] = (),
-               forgotten: Iterable[TopicIdPartition] = ()) -> ShareSession | None:
+               forgotten: Iterable[TopicIdPartition] = (),
+               connection: Any = None) -> ShareSession | None:
         """Apply a request that passed :meth:`check`: open, move on, or close (then the
         closed session is returned, for its partitions)."""
         key = (group_id, member_id)
@@ -88,11 +93,18 @@ class ShareSessions:
                 session.partitions.append(tp)
                 have.add(tp)
         session.epoch = _next_epoch(session.epoch)
+        if connection is not None:
+            session.connection = connection
         return session
 
     def close(self, group_id: str, member_id: str) -> ShareSession | None:
         """The member left the group: its session goes."""
         return self.sessions.pop((group_id, member_id), None)
+
+    def close_connection(self, connection: Any) -> list[ShareSession]:
+        """The sessions whose last request came on ``connection``, removed."""
+        keys = [k for k, s in self.sessions.items() if s.connection is connection]
+        return [self.sessions.pop(k) for k in keys]
 
     def close_group(self, group_id: str) -> None:
         for key in [k for k in self.sessions if k[0] == group_id]:

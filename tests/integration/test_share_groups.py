@@ -415,3 +415,28 @@ def test_a_share_group_id_is_not_a_consumer_group(txbroker):
                                                    "Group g is not a consumer group.")
     finally:
         s.close()
+
+
+def test_a_dropped_connection_releases_its_records_at_once(txbroker):
+    """As Kafka's share-session cache: the session of a connection that closes goes, and
+    what its member held is offered again without waiting for the lock (30 s here)."""
+    topic_id = txbroker.create_topic("t").topic_id
+    produce(txbroker.bootstrap, "t", 3)
+    gone = connect(txbroker)
+    r = share_fetch(gone, str(uuid.uuid4()), 0, topic_id)
+    assert [(a.first_offset, a.last_offset) for a in r.responses[0].partitions[0].acquired_records] \
+        == [(0, 2)]
+    gone.close()
+    client = connect(txbroker)
+    try:
+        deadline = time.monotonic() + 5
+        while True:
+            r = share_fetch(client, str(uuid.uuid4()), 0, topic_id, max_wait_ms=200)
+            acquired = [(a.first_offset, a.last_offset, a.delivery_count)
+                        for p in (r.responses[0].partitions if r.responses else ())
+                        for a in p.acquired_records]
+            if acquired or time.monotonic() > deadline:
+                break
+        assert acquired == [(0, 2, 2)]
+    finally:
+        client.close()

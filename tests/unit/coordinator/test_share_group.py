@@ -102,3 +102,13 @@ def test_share_session_epochs():
     # Epoch 0 again replaces the member's session; -1 closes it.
     assert s.update("g", "m", 0, [tp]).partitions == [tp]
     assert s.update("g", "m", -1) is not None and s.get("g", "m") is None
+
+
+def test_sessions_of_a_closed_connection():
+    s = ShareSessions()
+    conn_a, conn_b = object(), object()
+    s.update("g", "m1", 0, [(T1, 0)], connection=conn_a)
+    s.update("g", "m2", 0, [(T1, 0)], connection=conn_a)
+    s.update("g", "m2", 1, connection=conn_b)  # its last request came on another one
+    assert [x.member_id for x in s.close_connection(conn_a)] == ["m1"]
+    assert s.get("g", "m1") is None and s.get("g", "m2") is not None
