@@ -440,3 +440,37 @@ def test_a_dropped_connection_releases_its_records_at_once(txbroker):
         assert acquired == [(0, 2, 2)]
     finally:
         client.close()
+
+
+def test_sigkill_keeps_accepted_records_and_redelivers_acquired_ones(tmp_path):
+    """The same as the crash above with a broker process killed by SIGKILL: what was
+    answered was fsynced."""
+    from txbroker.testing.broker_process import BrokerProcess
+
+    broker = BrokerProcess(str(tmp_path / "d"), {**ENABLED, "group.initial.rebalance.delay.ms": "0"})
+    broker.start()
+    try:
+        from confluent_kafka.admin import AdminClient, NewTopic
+
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+        admin.create_topics([NewTopic("t", 1, 1)])["t"].result(10)
+        produce(broker.bootstrap, "t", 10)
+        c = share_consumer(broker.bootstrap, "g", "t", explicit=True)
+        got = poll_until(c, 10)
+        assert offsets(got) == list(range(10))
+        for m in got[:5]:
+            c.acknowledge(m, ck.AcknowledgeType.ACCEPT)
+        assert all(v is None for v in c.commit_sync(10).values())
+        broker.kill()
+        broker.start()
+        c2 = share_consumer(broker.bootstrap, "g", "t", explicit=True)
+        try:
+            back = poll_until(c2, 5, timeout=30, ack=accept)
+            assert offsets(back) == offsets(got[5:])
+            assert {m.delivery_count() for m in back} == {2}
+            assert nothing_more(c2)
+        finally:
+            c2.close()
+            del c
+    finally:
+        broker.kill()
