@@ -474,3 +474,33 @@ def test_sigkill_keeps_accepted_records_and_redelivers_acquired_ones(tmp_path):
             del c
     finally:
         broker.kill()
+
+
+def test_a_failed_state_write_delivers_nothing_and_is_undone(txbroker):
+    """The acquisition's record cannot be appended (a full disk): the partition gets the
+    write's error and no records, and the next fetch acquires them as if that one had
+    not happened (delivery count 1): memory never runs ahead of the log."""
+    from txbroker.coordinator.internal_topic import partition_for
+    from txbroker.coordinator.share.persister import SHARE_STATE_TOPIC, coordinator_key
+
+    from tests.integration.txn_util import fail_appends
+
+    topic_id = txbroker.create_topic("t").topic_id
+    client = connect(txbroker)
+    member = str(uuid.uuid4())
+    try:
+        assert share_fetch(client, member, 0, topic_id).error_code == 0  # state initialized
+        produce(txbroker.bootstrap, "t", 3)
+        n = txbroker.call(lambda b: b.logs.topics[SHARE_STATE_TOPIC].partitions)
+        failures = fail_appends(txbroker, SHARE_STATE_TOPIC,
+                                partition_for(coordinator_key(("g", topic_id, 0)), n), 1,
+                                control=False)
+        r = share_fetch(client, member, 1, topic_id)
+        assert failures["left"] == 0
+        (part,) = r.responses[0].partitions
+        assert part.error_code == E.not_coordinator and part.acquired_records == ()
+        r = share_fetch(client, member, 2, topic_id)
+        assert [(a.first_offset, a.last_offset, a.delivery_count)
+                for a in r.responses[0].partitions[0].acquired_records] == [(0, 2, 1)]
+    finally:
+        client.close()
