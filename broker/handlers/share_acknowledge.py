@@ -32,6 +32,10 @@ async def handle(ctx: RequestContext, request):
         return _top(ctx, *DISABLED)
     shares = ctx.broker.shares
     group_id, member_id = request.group_id or "", request.member_id or ""
+    if not group_id:  # Kafka's KafkaApis checks, before the session
+        return _top(ctx, ErrorCode.invalid_group_id, "Invalid group id in the request.")
+    if not member_id:
+        return _top(ctx, ErrorCode.invalid_request, "Invalid member id in the request.")
     if not may_read_group(ctx, group_id):
         return _top(ctx, ErrorCode.group_authorization_failed)
     epoch = int(request.share_session_epoch)
