@@ -83,6 +83,10 @@ async def handle(ctx: RequestContext, request):
     if not may_read_group(ctx, group_id):
         return _top(ctx, ErrorCode.group_authorization_failed)
     epoch = int(request.share_session_epoch)
+    if epoch == 0 and any(p.acknowledgement_batches for t in request.topics for p in t.partitions):
+        # Kafka's SharePartitionManager: a new session has nothing acquired to acknowledge.
+        return _top(ctx, ErrorCode.invalid_request,
+                    "Acknowledge data present in the initial ShareFetch request.")
     error, message = shares.check_session(group_id, member_id, epoch, fetch=True)
     if error != ErrorCode.none.value:
         return _top(ctx, ErrorCode(error), message)

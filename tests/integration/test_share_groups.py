@@ -364,6 +364,8 @@ def test_share_session_epochs_on_the_wire(txbroker):
         r = share_fetch(client, member, 1, topic_id)
         assert r.error_code == E.share_session_not_found
         assert share_fetch(client, "", 0, topic_id).error_code == E.invalid_request
+        assert share_fetch(client, member, 0, topic_id, acks=[(0, 0, 1)]).error_code == \
+            E.invalid_request
         assert share_ack(client, "", 1, topic_id, ()).error_code == E.invalid_request
         assert share_ack(client, member, 0, topic_id, ()).error_code == E.invalid_share_session_epoch
         r = share_fetch(client, member, 0, topic_id)
