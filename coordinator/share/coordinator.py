@@ -101,12 +101,22 @@ class ShareCoordinator:
         self._write_ids = 0
         self._records: dict[int, tuple[StateRecord, int | None]] = {}  # write id -> (record, token)
         self._pending: dict[int, _Pending] = {}
+        self._loaded = False
 
     # -- lifecycle ---------------------------------------------------------------------------
 
     def load(self) -> None:
-        """Replay ``__share_group_state`` (if it exists): the share-partitions come back
-        from it on first use (SharePartition.from_persisted)."""
+        """Called on start: the replay of ``__share_group_state`` waits for the first
+        use of a share-partition (:meth:`_ensure_loaded`), so a broker whose share groups
+        are off (or unused) does not pay for it in its start-up time."""
+        self._loaded = False
+
+    def _ensure_loaded(self) -> None:
+        """Replay ``__share_group_state`` once (if it exists); the share-partitions come
+        back from it on first use (SharePartition.from_persisted)."""
+        if self._loaded:
+            return
+        self._loaded = True
         info = self.logs.topics.get(SHARE_STATE_TOPIC)
         if info is None:
             return
@@ -245,6 +255,7 @@ class ShareCoordinator:
         error = self.groups.delete_group(group_id)
         if error != _E.none.value:
             return error
+        self._ensure_loaded()
         self.sessions.close_group(group_id)
         effects = _Effects()
         doomed = {sp for sp in (*self.partitions, *self.persister.latest) if sp[0] == group_id}
@@ -311,6 +322,7 @@ class ShareCoordinator:
         return result
 
     def _existing(self, sp: SPKey) -> SharePartition | None:
+        self._ensure_loaded()
         part = self.partitions.get(sp)
         if part is None and (state := self.persister.latest.get(sp)) is not None:
             part = self.partitions[sp] = SharePartition.from_persisted(self.config.partition, state)
