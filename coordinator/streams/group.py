@@ -1,0 +1,287 @@
+"""One streams group (KIP-1071) as a sans-IO state machine: its persisted state, the
+replay of its records, leaving, fencing and timeouts. The heartbeat itself is in
+``heartbeat.py``. Owns the group's state; the streams-group shell is its only caller.
+
+Every change is made by records: an operation builds the records Kafka 4.4 writes and
+applies each through :meth:`StreamsGroup.replay`, the same function that rebuilds the
+group from ``__consumer_offsets`` after a restart, so a rebuilt group equals the one
+that wrote the records (:meth:`persisted_view`). What is not in records is soft state,
+as in Kafka: session and rebalance deadlines (re-armed by :meth:`on_loaded`), the
+configured topology (recomputed at the next heartbeat) and a member's request to shut
+the application down.
+
+Group states (StreamsGroup.StreamsGroupState): EMPTY without members; NOT_READY while
+the topology is not validated against the topics (missing source or internal topics,
+bad partitioning); ASSIGNING while the group epoch is ahead of the target assignment's;
+RECONCILING while a member is not STABLE at the assignment epoch; STABLE; DEAD once
+deleted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from txbroker.coordinator.streams import records as R
+from txbroker.coordinator.streams.assignor import TaskId
+from txbroker.coordinator.streams.reconcile import (
+    EMPTY_TASKS,
+    MemberAssignment,
+    Owners,
+    TasksTuple,
+)
+from txbroker.coordinator.streams.records import (
+    GroupMetadata,
+    MemberMetadata,
+    StreamsRecord,
+    StreamsRecordKey,
+    TargetAssignmentMetadata,
+)
+from txbroker.coordinator.streams.results import (
+    LEAVE_STATIC_EPOCH,
+    Expired,
+    StreamsGroupConfig,
+    StreamsHeartbeat,
+    StreamsHeartbeatResult,
+)
+from txbroker.coordinator.streams.topology import ConfiguredTopology, StreamsTopology, TopicImage
+
+__all__ = ["StreamsGroup", "EMPTY", "NOT_READY", "ASSIGNING", "RECONCILING", "STABLE_GROUP",
+           "DEAD"]
+
+EMPTY, NOT_READY, ASSIGNING, RECONCILING, STABLE_GROUP, DEAD = (
+    "Empty", "NotReady", "Assigning", "Reconciling", "Stable", "Dead")
+
+
+@dataclass
+class _Persisted:
+    """Everything the records hold."""
+
+    group_epoch: int = 0
+    metadata_hash: int = 0
+    validated_topology_epoch: int = -1
+    last_assignment_configs: tuple[tuple[str, str], ...] | None = None
+    topology: StreamsTopology | None = None
+    assignment_epoch: int = 0
+    assignment_timestamp: int = 0
+    members: dict[str, MemberMetadata] = field(default_factory=dict)
+    target: dict[str, TasksTuple] = field(default_factory=dict)
+    current: dict[str, MemberAssignment] = field(default_factory=dict)
+    metadata_seen: bool = False  # a StreamsGroupMetadata record exists (the group exists)
+
+    def copy(self) -> _Persisted:
+        return replace(self, members=dict(self.members), target=dict(self.target),
+                       current=dict(self.current))
+
+
+class StreamsGroup:
+    def __init__(self, group_id: str, config: StreamsGroupConfig | None = None) -> None:
+        self.group_id = group_id
+        self.config = config or StreamsGroupConfig()
+        self.p = _Persisted()
+        self.deleted = False
+        # Soft state.
+        self.configured: ConfiguredTopology | None = None
+        self.session_deadlines: dict[str, int] = {}
+        self.rebalance_deadlines: dict[str, int] = {}
+        self.shutdown_requester: str | None = None
+        self._out: list[StreamsRecord] = []
+
+    # -- records ----------------------------------------------------------------------
+
+    def replay(self, key: StreamsRecordKey, value: Any) -> None:
+        """Apply one record (``value`` None: a tombstone), at load or as it is written."""
+        p, kind, mid = self.p, key.record_type, key.member_id
+        if kind == R.GROUP_METADATA:
+            if value is None:
+                self.deleted = True
+                p.metadata_seen = False
+                return
+            self.deleted = False
+            p.metadata_seen = True
+            p.group_epoch, p.metadata_hash = value.epoch, value.metadata_hash
+            p.validated_topology_epoch = value.validated_topology_epoch
+            p.last_assignment_configs = value.last_assignment_configs
+        elif kind == R.TOPOLOGY:
+            p.topology = value
+        elif kind == R.TARGET_ASSIGNMENT_METADATA:
+            if value is None:
+                p.assignment_epoch = p.assignment_timestamp = 0
+            else:
+                p.assignment_epoch = value.assignment_epoch
+                p.assignment_timestamp = value.assignment_timestamp
+        else:
+            table: dict = {R.MEMBER_METADATA: p.members, R.TARGET_ASSIGNMENT_MEMBER: p.target,
+                           R.CURRENT_MEMBER_ASSIGNMENT: p.current}[kind]
+            if value is None:
+                table.pop(mid, None)
+            else:
+                table[mid] = value
+            if kind == R.MEMBER_METADATA and value is None:
+                self.session_deadlines.pop(mid, None)
+                self.rebalance_deadlines.pop(mid, None)
+
+    def _write(self, kind: int, value: Any, member_id: str = "") -> None:
+        record = (StreamsRecordKey(kind, self.group_id, member_id), value)
+        self._out.append(record)
+        self.replay(*record)
+
+    def _take(self) -> tuple[StreamsRecord, ...]:
+        out, self._out = tuple(self._out), []
+        return out
+
+    def persisted_view(self) -> _Persisted:
+        """The state the records determine (a copy), to compare a rebuilt group with."""
+        return self.p.copy()
+
+    def on_loaded(self, now_ms: int) -> None:
+        """After a load: every member gets a full session to heartbeat again, a member
+        revoking tasks a full rebalance timeout (Kafka's onLoaded re-arms the timers)."""
+        for mid in self.p.members:
+            self.session_deadlines[mid] = now_ms + self.config.session_timeout_ms
+            if self.p.current.get(mid, MemberAssignment()).state == 2:
+                self.rebalance_deadlines[mid] = now_ms + max(0, self.p.members[mid].rebalance_timeout_ms)
+
+    # -- views ------------------------------------------------------------------------
+
+    @property
+    def state(self) -> str:
+        p = self.p
+        if self.deleted:
+            return DEAD
+        if not p.members:
+            return EMPTY
+        if p.topology is None or p.topology.epoch != p.validated_topology_epoch:
+            return NOT_READY
+        if p.group_epoch > p.assignment_epoch:
+            return ASSIGNING
+        if any(not p.current.get(m, MemberAssignment()).is_reconciled_to(p.assignment_epoch)
+               for m in p.members):
+            return RECONCILING
+        return STABLE_GROUP
+
+    def member_assignment(self, member_id: str) -> MemberAssignment:
+        return self.p.current.get(member_id, MemberAssignment())
+
+    def static_member(self, instance_id: str) -> str | None:
+        for mid, m in self.p.members.items():
+            if m.instance_id == instance_id:
+                return mid
+        return None
+
+    def owners(self) -> Owners:
+        """Current holders of each task (assigned or pending revocation), by process."""
+        active: dict[TaskId, str] = {}
+        standby: dict[TaskId, set[str]] = {}
+        warmup: dict[TaskId, set[str]] = {}
+        for mid, c in self.p.current.items():
+            meta = self.p.members.get(mid)
+            if meta is None:
+                continue
+            pid = meta.process_id
+            for tasks in (c.assigned, c.pending_revocation):
+                for t in tasks.active:
+                    active[t] = pid
+                for t in tasks.standby:
+                    standby.setdefault(t, set()).add(pid)
+                for t in tasks.warmup:
+                    warmup.setdefault(t, set()).add(pid)
+        none: frozenset[str] = frozenset()
+        return Owners(active.get, lambda t: frozenset(standby.get(t, none)),
+                      lambda t: frozenset(warmup.get(t, none)))
+
+    def describe(self) -> dict[str, Any]:
+        """StreamsGroupDescribe's view of the group, as plain data."""
+        p = self.p
+        members = []
+        for mid, m in sorted(p.members.items()):
+            c = p.current.get(mid, MemberAssignment())
+            members.append({"member_id": mid, "member_epoch": c.member_epoch, "state": c.state,
+                            "instance_id": m.instance_id, "rack_id": m.rack_id,
+                            "client_id": m.client_id, "client_host": m.client_host,
+                            "topology_epoch": m.topology_epoch, "process_id": m.process_id,
+                            "user_endpoint": m.user_endpoint, "client_tags": m.client_tags,
+                            "assignment": c.assigned,
+                            "target_assignment": p.target.get(mid, EMPTY_TASKS)})
+        return {"group_id": self.group_id, "state": self.state, "group_epoch": p.group_epoch,
+                "assignment_epoch": p.assignment_epoch, "topology": p.topology,
+                "members": members}
+
+    # -- operations -------------------------------------------------------------------
+
+    def heartbeat(self, hb: StreamsHeartbeat, topics: TopicImage, now_ms: int) -> StreamsHeartbeatResult:
+        """StreamsGroupHeartbeat (join 0, heartbeat, leave -1 / -2)."""
+        # heartbeat.py imports this module for its types only.
+        from txbroker.coordinator.streams.heartbeat import heartbeat
+
+        return heartbeat(self, hb, topics, now_ms)
+
+    def group_metadata(self, epoch: int, metadata_hash: int | None = None,
+                       validated: int | None = None,
+                       configs: tuple[tuple[str, str], ...] | None = None) -> GroupMetadata:
+        p = self.p
+        return GroupMetadata(epoch, p.metadata_hash if metadata_hash is None else metadata_hash,
+                             p.validated_topology_epoch if validated is None else validated,
+                             p.last_assignment_configs if configs is None else configs)
+
+    def fence(self, member_id: str) -> None:
+        """Remove a member (leave -1, session or rebalance timeout): tombstones, a group
+        epoch bump, and for the last member the assignment epoch follows (Kafka writes a
+        target assignment metadata record with timestamp 0)."""
+        last = len(self.p.members) == 1 and member_id in self.p.members
+        self.fence_records_only(member_id)
+        epoch = self.p.group_epoch + 1
+        self._write(R.GROUP_METADATA, self.group_metadata(epoch))
+        if last:
+            self._write(R.TARGET_ASSIGNMENT_METADATA, TargetAssignmentMetadata(epoch, 0))
+        if self.shutdown_requester == member_id and not self.p.members:
+            self.shutdown_requester = None
+
+    def fence_records_only(self, member_id: str) -> None:
+        """The member's three tombstones (Kafka's removeStreamsMember)."""
+        self._write(R.CURRENT_MEMBER_ASSIGNMENT, None, member_id)
+        self._write(R.TARGET_ASSIGNMENT_MEMBER, None, member_id)
+        self._write(R.MEMBER_METADATA, None, member_id)
+
+    def static_leave(self, member_id: str) -> None:
+        """Epoch -2: the member keeps its tasks (and its place) until its session times
+        out; nothing is pending revocation and its tasks' assignment epochs become 0."""
+        c = self.p.current.get(member_id, MemberAssignment())
+        c = replace(c, member_epoch=LEAVE_STATIC_EPOCH, pending_revocation=EMPTY_TASKS,
+                    active_epochs=tuple((t, 0) for t, _ in sorted(c.active_epochs)
+                                        if t in c.assigned.active))
+        self._write(R.CURRENT_MEMBER_ASSIGNMENT, c, member_id)
+        self.rebalance_deadlines.pop(member_id, None)
+
+    def expire(self, now_ms: int) -> Expired:
+        """Fence the members whose session or rebalance (revocation) timeout passed."""
+        gone = sorted(m for m in self.p.members
+                      if self.session_deadlines.get(m, now_ms + 1) <= now_ms
+                      or self.rebalance_deadlines.get(m, now_ms + 1) <= now_ms)
+        for mid in gone:
+            self.fence(mid)
+        return Expired(tuple(gone), self._take())
+
+    def next_deadline_ms(self) -> int | None:
+        deadlines = list(self.session_deadlines.values()) + list(self.rebalance_deadlines.values())
+        return min(deadlines, default=None)
+
+    def delete(self) -> tuple[StreamsRecord, ...]:
+        """DeleteGroups of an EMPTY group: tombstones for its group-level records."""
+        if self.p.members:
+            raise ValueError("only an empty streams group can be deleted")
+        self._write(R.TARGET_ASSIGNMENT_METADATA, None)
+        self._write(R.TOPOLOGY, None)
+        self._write(R.GROUP_METADATA, None)
+        return self._take()
+
+    @classmethod
+    def rebuild(cls, group_id: str, records: Mapping[StreamsRecordKey, Any] | list[StreamsRecord],
+                config: StreamsGroupConfig | None = None) -> StreamsGroup:
+        """A group from its records in log order (or a compacted key -> value map)."""
+        g = cls(group_id, config)
+        items = records.items() if isinstance(records, Mapping) else records
+        for key, value in items:
+            g.replay(key, value)
+        return g

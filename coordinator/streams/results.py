@@ -1,0 +1,92 @@
+"""The plain data the streams-group state machine takes and answers: its configuration,
+a StreamsGroupHeartbeat as it matters to the coordinator, and the results."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from txbroker.coordinator.streams.assignor import TaskId
+from txbroker.coordinator.streams.reconcile import TasksTuple
+from txbroker.coordinator.streams.records import StreamsRecord
+from txbroker.coordinator.streams.topology import InternalTopic, Status, StreamsTopology
+
+__all__ = ["StreamsGroupConfig", "StreamsHeartbeat", "StreamsHeartbeatResult", "Expired",
+           "JOIN_EPOCH", "LEAVE_EPOCH", "LEAVE_STATIC_EPOCH"]
+
+JOIN_EPOCH = 0
+LEAVE_EPOCH = -1
+LEAVE_STATIC_EPOCH = -2  # a static member leaves and will rejoin with its instance id
+
+
+@dataclass(frozen=True)
+class StreamsGroupConfig:
+    """Kafka 4.4's broker defaults (GroupCoordinatorConfig); per group they are the group
+    configs ``streams.session.timeout.ms``, ``streams.heartbeat.interval.ms``,
+    ``streams.num.standby.replicas`` (GroupConfig)."""
+
+    session_timeout_ms: int = 45_000  # group.streams.session.timeout.ms
+    heartbeat_interval_ms: int = 5_000  # group.streams.heartbeat.interval.ms
+    num_standby_replicas: int = 0  # group.streams.num.standby.replicas (max 2)
+    max_size: int = 2**31 - 1  # group.streams.max.size
+    task_offset_interval_ms: int = 60_000  # group.streams.task.offset.interval.ms
+
+    def assignment_configs(self) -> tuple[tuple[str, str], ...]:
+        """LastAssignmentConfigs: a change of them triggers a new assignment."""
+        return (("num.standby.replicas", str(self.num_standby_replicas)),)
+
+
+@dataclass(frozen=True)
+class StreamsHeartbeat:
+    """StreamsGroupHeartbeatRequest's fields the coordinator uses. None means "not sent"
+    / "unchanged since the last heartbeat", as on the wire. The owned task sets are
+    all None or all given."""
+
+    group_id: str
+    member_id: str
+    member_epoch: int
+    instance_id: str | None = None
+    rack_id: str | None = None
+    rebalance_timeout_ms: int = -1
+    topology: StreamsTopology | None = None
+    active_tasks: frozenset[TaskId] | None = None
+    standby_tasks: frozenset[TaskId] | None = None
+    warmup_tasks: frozenset[TaskId] | None = None
+    process_id: str | None = None
+    user_endpoint: tuple[str, int] | None = None
+    client_tags: tuple[tuple[str, str], ...] | None = None
+    shutdown_application: bool = False
+    client_id: str = ""  # from the request header / connection, as Kafka takes them
+    client_host: str = ""
+
+    def owned(self) -> TasksTuple | None:
+        if self.active_tasks is None:
+            return None
+        return TasksTuple(self.active_tasks, self.standby_tasks or frozenset(),
+                          self.warmup_tasks or frozenset())
+
+
+@dataclass(frozen=True)
+class StreamsHeartbeatResult:
+    """The response's fields (error 0: success) and the records to persist before it is
+    sent. ``assignment`` None: unchanged since the last response (the wire's null task
+    lists). ``internal_topics_to_create``: the caller creates them (CreateTopics with
+    these partition counts, replication factor -1 = broker default, and configs)."""
+
+    error: int = 0
+    message: str | None = None
+    member_id: str = ""
+    member_epoch: int = 0
+    heartbeat_interval_ms: int = 0
+    task_offset_interval_ms: int = 0
+    statuses: tuple[Status, ...] = ()
+    assignment: TasksTuple | None = None
+    internal_topics_to_create: tuple[InternalTopic, ...] = ()
+    records: tuple[StreamsRecord, ...] = ()
+
+
+@dataclass(frozen=True)
+class Expired:
+    """Members fenced by :meth:`StreamsGroup.expire` and the records to persist."""
+
+    member_ids: tuple[str, ...] = ()
+    records: tuple[StreamsRecord, ...] = ()
