@@ -285,18 +285,21 @@ class Broker:
     def _version_of(request) -> int:
         return int(type(request).__version__)
 
-    def crash(self, point: str, power_loss: bool = False) -> None:
+    def crash(self, point: str, power_loss: bool = False, torn_seed: int | None = None) -> None:
         """A fault point's crash: a broker process dies at once (exit 137, like SIGKILL);
         an in-process test broker drops its connections and files without flushing.
         ``power_loss``: what was not fsynced is lost too (every partition log is cut
-        back to its flushed offset as of now) — a power failure rather than a kill."""
+        back to its flushed offset as of now) — a power failure rather than a kill.
+        ``torn_seed`` (with ``power_loss``): the disk tears the unsynced writes instead
+        (random pages persist, checkpoints and snapshots may be half-written; see
+        ``LogManager.abandon``)."""
         if self.crashed:
             return
         log.error("fault injection: crashing at %s%s", point,
                   " (power loss)" if power_loss else "")
         if not self.in_process:
             if power_loss:
-                self.logs.abandon(power_loss=True)
+                self.logs.abandon(power_loss=True, torn_seed=torn_seed)
             os._exit(137)
         self.crashed = True
         self.stopping.set()
@@ -309,15 +312,15 @@ class Broker:
         # The power goes now: whatever is fsynced by the time of the teardown below
         # was not when it went.
         durable = self.logs.flushed_offsets() if power_loss else None
-        self._teardown = asyncio.ensure_future(self._crash_teardown(durable))
+        self._teardown = asyncio.ensure_future(self._crash_teardown(durable, torn_seed))
 
-    async def _crash_teardown(self, durable: dict | None) -> None:
+    async def _crash_teardown(self, durable: dict | None, torn_seed: int | None = None) -> None:
         await self.transactions.stop()
         await self.groups.stop()
         await self.shares.stop()
         if self.admin_http is not None:
             await self.admin_http.stop()
-        self.logs.abandon(power_loss=durable is not None, durable=durable)
+        self.logs.abandon(power_loss=durable is not None, durable=durable, torn_seed=torn_seed)
 
     @property
     def connection_count(self) -> int:

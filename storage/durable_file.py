@@ -12,7 +12,9 @@ absolute directory path), and a simulated power loss removes them
 from __future__ import annotations
 
 import os
+import struct
 import threading
+import zlib
 
 _unsynced: dict[str, set[str]] = {}  # directory -> names created/renamed since its fsync
 _lock = threading.Lock()
@@ -85,3 +87,26 @@ def write_durably(path: str, data: bytes, *, sync_directory: bool = True) -> Non
     note_new_entry(path)
     if sync_directory:
         fsync_directory(os.path.dirname(path))
+
+
+# 0xC1 is never the first byte of a msgpack document: files that start with it carry a
+# CRC32 of the rest; older files without it stay readable as they were.
+CHECKED = b"\xc1"
+_CRC = struct.Struct(">I")
+
+
+def with_checksum(body: bytes) -> bytes:
+    """``body`` framed so that a torn or garbled copy is detected (:func:`checked_body`):
+    a msgpack document whose tail was cut or zero-filled may still decode."""
+    return CHECKED + _CRC.pack(zlib.crc32(body)) + body
+
+
+def checked_body(data: bytes) -> bytes:
+    """The body of :func:`with_checksum`'s framing (ValueError if it does not check
+    out); data without the framing (written before it) is returned as it is."""
+    if data[:1] != CHECKED:
+        return data
+    head = 1 + _CRC.size
+    if len(data) < head or _CRC.unpack_from(data, 1)[0] != zlib.crc32(data[head:]):
+        raise ValueError(f"checksum mismatch: torn or corrupt ({len(data)} bytes)")
+    return data[head:]

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import random
 import time
 from collections import deque
 from collections.abc import Callable
@@ -51,6 +52,7 @@ from .producer_state import (
     write_snapshot,
 )
 from .segment import LogSegment, ReadResult
+from .torn import tear_file, tear_small_file
 from .txn_index import AbortedTxn, AbortedTxnIndex, read_txnindex, txnindex_path, write_txnindex
 
 log = logging.getLogger(__name__)
@@ -167,7 +169,12 @@ class PartitionLog:
                 # Kafka recovers from the recovery point: the segment holding it only
                 # from there (its part below was fsynced), later ones whole.
                 truncated = seg.recover_from(rp) if seg.base_offset < rp else seg.recover()
-                if truncated and not is_last:
+                # A torn power loss can keep a later segment's pages and lose this one's
+                # unsynced tail whole (the file ends at a page): a hole the CRC does not
+                # see. Without compaction offsets are contiguous across segments.
+                hole = next_base is not None and seg.next_offset < next_base and \
+                    "compact" not in self.config.cleanup_policy
+                if (truncated or hole) and not is_last:
                     # Corruption in the middle: drop everything after it (Kafka does too).
                     for later in segments[i + 1 :]:
                         log.warning("%s: deleting segment %s after corrupt data", self.name,
@@ -756,7 +763,8 @@ class PartitionLog:
         log.info("%s: records deleted below offset %d", self.name, offset)
         return offset
 
-    def simulate_power_loss(self, durable: int | None = None) -> int:
+    def simulate_power_loss(self, durable: int | None = None,
+                            torn: random.Random | None = None) -> int:
         """Fault injection: cut the segment files back to what was fsynced, as a power
         failure may leave them, and close the log. ``durable`` is the offset below
         which everything was fsynced when the power went (default and at most
@@ -771,9 +779,16 @@ class PartitionLog:
         fsynced, yet rebuildable), directory entries (created, renamed or deleted
         files), and the small metadata files next to the logs (producer snapshots,
         .txnindex, checkpoints: each written to a temporary file, fsynced, renamed).
-        Returns the number of log bytes dropped."""
+        ``torn``: the disk tore the unsynced writes instead (storage/torn.py): from the
+        cut on, a random subset of 4 KiB pages of each segment and of its unsynced index
+        bytes persists, later segments stay (torn whole) unless their directory entry
+        is lost, and each producer snapshot or coordinator.state here may be left
+        half-written. Returns the number of log bytes dropped."""
         cut = self.flushed_offset if durable is None else min(durable, self.flushed_offset)
-        dropped, _ = self._cut_files(cut, sync=False)
+        if torn is None:
+            dropped, _ = self._cut_files(cut, sync=False)
+        else:
+            dropped = self._tear_files(cut, torn)
         self.pending_sync = []
         self.closed = True
         for seg in self.segments:
@@ -785,6 +800,28 @@ class PartitionLog:
         if lost:
             log.warning("%s: simulated power loss: directory entries never fsynced lost: %s",
                         self.name, ", ".join(lost))
+        return dropped
+
+    def _tear_files(self, cut: int, rng: random.Random) -> int:
+        dropped = 0
+        for seg in self.segments:
+            if seg.closed or (seg.next_offset <= cut and seg not in self.pending_sync
+                              and seg is not self.active_segment):
+                continue  # fsynced with its indexes
+            log_durable = 0
+            if seg.base_offset < cut:
+                found = seg.position_of(cut)
+                log_durable = seg.size if found is None else found[0]
+            # Index entries below the checkpointed recovery point were fsynced before it
+            # was written (recovery_index_paths); the rest may not be.
+            index_durable, times_durable = seg.index_bytes_below(self.recovery_point)
+            dropped += tear_file(seg.log_path, log_durable, rng)
+            tear_file(seg.index_path, index_durable, rng)
+            tear_file(seg.timeindex_path, times_durable, rng)
+        for name in sorted(os.listdir(self.directory)):
+            if name.endswith(".snapshot") or name == "coordinator.state":
+                if rng.random() < 0.5 and tear_small_file(os.path.join(self.directory, name), rng):
+                    log.warning("%s: simulated power loss tore %s", self.name, name)
         return dropped
 
     def _cut_files(self, cut: int, *, sync: bool) -> tuple[int, list[LogSegment]]:

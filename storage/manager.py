@@ -20,6 +20,7 @@ import fcntl
 import json
 import logging
 import os
+import random
 import re
 import resource
 import shutil
@@ -39,10 +40,12 @@ from .flusher import Flusher
 from .log import PartitionLog
 from .log_config import TOPIC_CONFIGS, ConfigError, LogConfig, validate_topic_config
 from .producer_state import write_snapshot_data
+from .torn import tear_small_file
 
 log = logging.getLogger(__name__)
 
 CLEAN_SHUTDOWN_FILE = ".txbroker_cleanshutdown"
+CHECKPOINT_FILES = ("recovery-point-offset-checkpoint", "log-start-offset-checkpoint")
 TOPICS_FILE = "topics.json"
 MAX_TOPIC_NAME = 249
 _LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]+$")
@@ -96,18 +99,30 @@ class TopicInfo:
 
 
 def _read_checkpoint(path: str) -> dict[tuple[str, int], int]:
+    """Kafka's format: version 0, the row count, one row per line. Parsed strictly
+    (count, last newline, every row) because a torn file cut or zero-filled at a row
+    boundary still parses: such a file is ignored whole and the partitions recover
+    from their logs (start offsets from their first segment)."""
     result: dict[tuple[str, int], int] = {}
     try:
-        with open(path) as f:
-            lines = f.read().splitlines()
+        with open(path, "rb") as f:
+            text = f.read().decode()
     except FileNotFoundError:
         return result
+    except UnicodeDecodeError:
+        text = ""
+    lines = text.split("\n")
     try:
+        if lines[0] != "0" or lines.pop() != "" or int(lines[1]) != len(lines) - 2:
+            raise ValueError("bad header, count or last line")
         for line in lines[2:]:
             topic, partition, offset = line.rsplit(" ", 2)
+            if not _LEGAL_TOPIC.match(topic) or int(partition) < 0 or int(offset) < 0:
+                raise ValueError(f"bad row {line!r}")
             result[(topic, int(partition))] = int(offset)
-    except ValueError:
-        log.warning("ignoring malformed checkpoint file %s", path)
+    except (ValueError, IndexError) as e:
+        log.warning("ignoring torn or malformed checkpoint file %s (%s): recovering from "
+                    "the logs", path, e)
         return {}
     return result
 
@@ -267,14 +282,19 @@ class LogManager:
         return {key: plog.flushed_offset for key, plog in self.logs.items()}
 
     def abandon(self, *, power_loss: bool = False,
-                durable: Mapping[tuple[str, int], int] | None = None) -> None:
+                durable: Mapping[tuple[str, int], int] | None = None,
+                torn_seed: int | None = None) -> None:
         """Fault injection's in-process crash: stop background work and close every file
         without flushing, checkpointing or leaving a clean-shutdown marker (what SIGKILL
         leaves behind: unflushed writes remain in the page cache).
 
         ``power_loss``: a power failure instead; every partition log is first cut back
         to what was fsynced (``PartitionLog.simulate_power_loss``), at the offsets of
-        ``durable`` (from ``flushed_offsets()`` when the power went; default: now)."""
+        ``durable`` (from ``flushed_offsets()`` when the power went; default: now).
+        ``torn_seed`` (with ``power_loss``): the disk tears the unsynced writes instead of
+        dropping them (random pages persist, storage/torn.py), and each checkpoint file
+        may be left half-written; the same seed tears the same way."""
+        rng = None if torn_seed is None or not power_loss else random.Random(torn_seed)
         for task in self._tasks:
             task.cancel()
         self._tasks.clear()
@@ -283,9 +303,13 @@ class LogManager:
         self.flusher.abandon()  # no fsync round finishes after this
         if power_loss:
             drop_unsynced_entries(self.data_dir)
-        for key, plog in self.logs.items():
+        if rng is not None:
+            for name in CHECKPOINT_FILES:
+                if rng.random() < 0.5 and tear_small_file(os.path.join(self.data_dir, name), rng):
+                    log.warning("simulated power loss tore %s", name)
+        for key, plog in sorted(self.logs.items()):
             if power_loss and not plog.closed:
-                plog.simulate_power_loss(None if durable is None else durable.get(key))
+                plog.simulate_power_loss(None if durable is None else durable.get(key), rng)
             plog.closed = True
             for seg in plog.segments:
                 seg.close()

@@ -5,7 +5,8 @@ producer id the partition remembers its epoch, the sequence/offset ranges of
 its last five batches (a retried batch is answered with its original offsets
 and not appended again), and the first offset of its ongoing transaction.
 
-Snapshots (``<offset>.snapshot``, msgpack) are written at segment roll and at
+Snapshots (``<offset>.snapshot``, msgpack framed with a CRC32: a torn one is detected,
+see durable_file.with_checksum) are written at segment roll and at
 clean shutdown; on open the newest snapshot at or below the log end is loaded
 and the batches after it are replayed.
 """
@@ -21,7 +22,7 @@ import msgpack
 from txbroker.protocol.errors import ErrorCode, KafkaError
 from txbroker.protocol.records import NO_SEQUENCE, BatchHeader
 
-from .durable_file import write_durably
+from .durable_file import checked_body, with_checksum, write_durably
 
 log = logging.getLogger(__name__)
 
@@ -192,7 +193,7 @@ class ProducerStateManager:
     # --- snapshots ------------------------------------------------------------------
 
     def encode(self, offset: int) -> bytes:
-        return msgpack.packb({
+        return with_checksum(msgpack.packb({
             "version": SNAPSHOT_VERSION,
             "offset": offset,
             "producers": [
@@ -202,11 +203,13 @@ class ProducerStateManager:
                   for b in e.batches]]
                 for e in self.producers.values()
             ],
-        })
+        }))
 
     @classmethod
     def decode(cls, data: bytes, name: str = "") -> tuple[ProducerStateManager, int]:
-        raw = msgpack.unpackb(data)
+        raw = msgpack.unpackb(checked_body(data))
+        if not isinstance(raw, dict):  # e.g. a torn file of zeros decodes to 0
+            raise ValueError(f"not a producer snapshot: {type(raw).__name__}")
         if raw.get("version") != SNAPSHOT_VERSION:
             raise ValueError(f"unknown producer snapshot version {raw.get('version')}")
         mgr = cls(name)

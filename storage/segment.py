@@ -201,7 +201,7 @@ class LogSegment:
 
     def load(self) -> None:
         """Open a closed segment that was written cleanly: trust its indexes if they fit."""
-        if not self._load_indexes():
+        if not self._load_indexes() or not self._indexes_ordered():
             self.recover()
             return
         # The last batch gives next_offset; a short scan from the last index entry finds it.
@@ -242,6 +242,18 @@ class LogSegment:
             self._time_rel.append(rel)
         self._index_written = len(self._index_rel)
         self._time_written = len(self._time_ts)
+        return True
+
+    def _indexes_ordered(self) -> bool:
+        """Entries strictly increasing, as written: a torn index file (zeros where a
+        page never reached the disk, e.g. a rolled segment's index written after its
+        data was fsynced) must not be trusted."""
+        rel, pos, ts, trel = self._index_rel, self._index_pos, self._time_ts, self._time_rel
+        if not (all(rel[i] < rel[i + 1] and pos[i] < pos[i + 1] for i in range(len(rel) - 1))
+                and all(ts[i] < ts[i + 1] and trel[i] <= trel[i + 1]
+                        for i in range(len(ts) - 1))):
+            log.warning("%s: index entries out of order (torn?): rebuilding them", self.log_path)
+            return False
         return True
 
     def recover_from(self, recovery_point: int) -> int:
@@ -409,6 +421,13 @@ class LogSegment:
         self._note_appended(position, header)
         self.next_offset = header.last_offset + 1
         return position
+
+    def index_bytes_below(self, offset: int) -> tuple[int, int]:
+        """Bytes of the ``.index`` and ``.timeindex`` entries naming offsets below
+        ``offset`` (fault injection: what a checkpoint made durable)."""
+        limit = offset - self.base_offset
+        return (_INDEX_ENTRY.size * sum(1 for rel in self._index_rel if rel < limit),
+                _TIME_ENTRY.size * sum(1 for rel in self._time_rel if rel < limit))
 
     def index_full(self, max_index_bytes: int) -> bool:
         return (len(self._index_rel) + 1) * 8 > max_index_bytes

@@ -190,12 +190,14 @@ class BrokerThread(SecuredBrokerAccess):
             time.sleep(0.02)
         self.call(lambda broker: broker.stop())  # after a crash: waits for its teardown
 
-    def crash(self, *, power_loss: bool = False) -> None:
+    def crash(self, *, power_loss: bool = False, torn_seed: int | None = None) -> None:
         """Crash the broker now, as a ``crash`` fault point would (or ``power_loss``: what
-        was not fsynced is lost too); then ``restart()``."""
+        was not fsynced is lost too; with ``torn_seed`` the disk tears it instead: random
+        4 KiB pages of it persist and checkpoints or snapshots may be half-written, the
+        same seed tearing the same way); then ``restart()``."""
 
         async def crash(broker):
-            broker.crash("crash()", power_loss)
+            broker.crash("crash()", power_loss, None if not power_loss else torn_seed)
             await broker.stop()  # waits for the crash's teardown
 
         self.call(crash)

@@ -2,8 +2,9 @@
 transactional id in it, up to an offset, so that loading replays only the records
 after that offset instead of the partition's whole history.
 
-File: ``<partition dir>/coordinator.state`` (msgpack), written durably (temporary
-file, fsync, rename, directory fsync) and only once every record below its offset
+File: ``<partition dir>/coordinator.state`` (msgpack, after a 0xC1 byte and its CRC32
+so that a torn file is detected; older files without them load too), written durably
+(temporary file, fsync, rename, directory fsync) and only once every record below its offset
 is fsynced, so a snapshot never holds a record a crash could take back from the
 log. A missing, unreadable or unusable snapshot (offset outside the log) means a
 full replay of the partition: data directories from before snapshots load as
@@ -22,7 +23,7 @@ import os
 from collections.abc import Iterable
 
 import msgpack
-from txbroker.storage.durable_file import write_durably
+from txbroker.storage.durable_file import checked_body, with_checksum, write_durably
 
 from .records import PERSISTED_STATES, TxnLogValue
 
@@ -44,15 +45,15 @@ def row_of(transactional_id: str, v: TxnLogValue) -> Row:
 
 
 def encode_snapshot(offset: int, rows: Iterable[Row]) -> bytes:
-    return msgpack.packb({"version": SNAPSHOT_VERSION, "offset": offset, "rows": list(rows)},
-                         use_bin_type=True)
+    return with_checksum(msgpack.packb(
+        {"version": SNAPSHOT_VERSION, "offset": offset, "rows": list(rows)}, use_bin_type=True))
 
 
 def decode_snapshot(data: bytes) -> tuple[int, list[Row]]:
     """(offset, rows); ValueError if it is not a snapshot this version reads. Rows are
     checked for shape here and for content by ``TransactionCoordinatorState.load_row``."""
     try:
-        raw = msgpack.unpackb(data, raw=False)
+        raw = msgpack.unpackb(checked_body(data), raw=False)
         if raw["version"] != SNAPSHOT_VERSION:
             raise ValueError(f"unknown snapshot version {raw['version']!r}")
         rows = raw["rows"]
