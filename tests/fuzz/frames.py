@@ -125,8 +125,8 @@ class Result:
 class BrokerUnderTest:
     """A broker process whose log is scanned incrementally (and trimmed, for long runs)."""
 
-    def __init__(self, data_dir: str) -> None:
-        self.proc = BrokerProcess(data_dir)
+    def __init__(self, data_dir: str, overrides: dict[str, str] | None = None) -> None:
+        self.proc = BrokerProcess(data_dir, overrides)
         self._pos = 0
 
     def start(self) -> None:
@@ -306,13 +306,14 @@ async def send_frames(port: int, frames: Sequence[bytes], connections: int,
 
 
 def replay_each(frames: Sequence[bytes], want: str | None = None, timeout: float = 0.5,
-                limit_s: float = 120) -> tuple[int | None, list[str]]:
+                limit_s: float = 120, overrides: dict[str, str] | None = None,
+                ) -> tuple[int | None, list[str]]:
     """Send the frames one by one (one connection, in order) to a fresh broker; the
     index of the first after which the broker died or logged a bad line (of signature
     ``want``, if given: another bug met on the way is not this one's culprit), None if
     none does within ``limit_s``; and the log excerpt."""
     with tempfile.TemporaryDirectory(prefix="fuzz-replay-") as d:
-        broker = BrokerUnderTest(d)
+        broker = BrokerUnderTest(d, overrides)
         broker.start()
         try:
             stop_at = time.monotonic() + limit_s
@@ -353,7 +354,8 @@ def case_frames(case: dict) -> list[bytes]:
             for i in range(chunk["first"], chunk["first"] + chunk["count"])]
 
 
-def save(finding: Finding, seed: int, first_index: int, directory: Path) -> Path:
+def save(finding: Finding, seed: int, first_index: int, directory: Path,
+         overrides: dict[str, str] | None = None) -> Path:
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / f"{finding.kind}-seed{seed}-frame{first_index}.json"
     path.write_text(json.dumps({
@@ -361,6 +363,7 @@ def save(finding: Finding, seed: int, first_index: int, directory: Path) -> Path
         "signature": finding.signature,
         "detail": finding.detail,
         "found_by": f"python -m tests.fuzz.frames --seed {seed} (frame {first_index})",
+        **({"broker_config": overrides} if overrides else {}),
         "minimized": finding.minimized,
         "labels": finding.labels,
         "frames_hex": [f.hex() for f in finding.frames],
@@ -374,17 +377,19 @@ def save(finding: Finding, seed: int, first_index: int, directory: Path) -> Path
 def fuzz(frames: int, seed: int = 1, connections: int = 8, chunk: int = 2000,
          timeout: float = 1.0, save_dir: Path | None = REGRESSIONS, minimize: bool = True,
          progress: bool = False, data_dir: str | None = None,
-         max_seconds: float = float("inf"), stop_when_broken: bool = False) -> Result:
+         max_seconds: float = float("inf"), stop_when_broken: bool = False,
+         overrides: dict[str, str] | None = None) -> Result:
     """Run the fuzzer; see the module docstring. Findings are saved when ``save_dir``.
     ``stop_when_broken``: end the run at the first crash or stalled normal client (what
-    follows, on a broken broker, says little and takes long)."""
+    follows, on a broken broker, says little and takes long). ``overrides``: broker
+    config keys (a feature that is off by default, say)."""
     corpus = load()
     result = Result(seed=seed)
     tmp = None
     if data_dir is None:
         tmp = tempfile.TemporaryDirectory(prefix="fuzz-broker-")
         data_dir = tmp.name
-    broker = BrokerUnderTest(data_dir)
+    broker = BrokerUnderTest(data_dir, overrides)
     broker.start()
     canary = Canary(broker.proc.bootstrap)
     started = time.monotonic()
@@ -403,11 +408,11 @@ def fuzz(frames: int, seed: int = 1, connections: int = 8, chunk: int = 2000,
         seen[sig] = finding
         if minimize and kind in ("crash", "log"):
             want = sig if kind == "log" else None
-            culprit, _ = replay_each(batch, want)
+            culprit, _ = replay_each(batch, want, overrides=overrides)
             # A slow effect (a partition storm) shows up frames after its cause: only a
             # frame that does it again on its own, on a fresh broker, is the culprit.
             if culprit is not None:
-                again, replay_log = replay_each([batch[culprit]], want)
+                again, replay_log = replay_each([batch[culprit]], want, overrides=overrides)
                 if again is not None:
                     finding.frames, finding.labels = [batch[culprit]], [labels[culprit]]
                     finding.log, finding.minimized = replay_log or log, True
@@ -416,7 +421,7 @@ def fuzz(frames: int, seed: int = 1, connections: int = 8, chunk: int = 2000,
             # Any frame of the chunk can be rebuilt from (seed, index); keep the file small.
             finding.frames, finding.labels = finding.frames[:0], finding.labels[:0]
         if save_dir is not None:
-            finding.saved_to = str(save(finding, seed, first, save_dir))
+            finding.saved_to = str(save(finding, seed, first, save_dir, overrides))
         result.findings.append(finding)
         if progress:
             print(f"FOUND {kind}: {detail} -> {finding.saved_to or '(not saved)'}", flush=True)
@@ -530,6 +535,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--no-minimize", action="store_true")
     p.add_argument("--data-dir", default=None, help="broker data dir (default: a temp dir)")
     p.add_argument("--max-seconds", type=float, default=float("inf"))
+    p.add_argument("--broker-config", action="append", default=[], metavar="KEY=VALUE",
+                   help="a broker config key for the fuzzed broker (repeatable), e.g. "
+                        "txbroker.share.version=1")
     p.add_argument("--require-coverage", action="store_true",
                    help="refuse to start if an advertised API version has no corpus frame; "
                         "fail if an advertised API got no frame")
@@ -542,7 +550,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     result = fuzz(args.frames, args.seed, args.connections, args.chunk, args.timeout,
                   args.save_dir, not args.no_minimize, progress=True, data_dir=args.data_dir,
-                  max_seconds=args.max_seconds)
+                  max_seconds=args.max_seconds,
+                  overrides=dict(kv.split("=", 1) for kv in args.broker_config))
     print(f"\n{result.frames:,} frames in {result.seconds:,.1f}s: {result.rate:,.0f} frames/s; "
           f"outcomes {dict(result.outcomes)}; {result.canary_acked} canary values acked and "
           f"intact unless said below")

@@ -98,7 +98,7 @@ def test_regression_case(path: Path) -> None:
     case = json.loads(path.read_text())
     frames = case_frames(case)
     with tempfile.TemporaryDirectory(prefix="fuzz-case-") as d:
-        broker = BrokerUnderTest(d)
+        broker = BrokerUnderTest(d, case.get("broker_config"))  # as the run that found it
         broker.start()
         try:
             canary = Canary(broker.proc.bootstrap)
