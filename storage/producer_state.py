@@ -259,5 +259,7 @@ def load_latest_snapshot(directory: str, max_offset: int, name: str = ""
             with open(path, "rb") as f:
                 return ProducerStateManager.decode(f.read(), name)
         except (ValueError, KeyError, TypeError, msgpack.UnpackException) as e:
-            log.warning("ignoring unreadable producer snapshot %s: %s", path, e)
+            # Deleted, as Kafka deletes a corrupt snapshot: else it warns at every start.
+            log.warning("deleting unreadable producer snapshot %s: %s", path, e)
+            os.unlink(path)
     return ProducerStateManager(name), 0

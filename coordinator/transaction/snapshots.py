@@ -11,7 +11,9 @@ adapter (:mod:`.coordinator`) holds; nothing else touches its dictionaries.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import os
 from collections.abc import Callable, Coroutine
 from typing import Any
 
@@ -20,7 +22,7 @@ from txbroker.storage.manager import LogManager
 
 from ..internal_topic import TXN_TOPIC
 from .records import TxnLogValue
-from .snapshot import read_snapshot, row_of, write_snapshot
+from .snapshot import read_snapshot, row_of, snapshot_path, write_snapshot
 from .state import TransactionCoordinatorState
 
 log = logging.getLogger("txbroker.coordinator.transaction.coordinator")
@@ -120,6 +122,9 @@ class SnapshotKeeper:
             snap = read_snapshot(plog.directory)
         except (ValueError, OSError) as e:
             log.warning("%s: %s; replaying the whole partition", plog.name, e)
+            if isinstance(e, ValueError):  # torn or garbage: else it warns at every start
+                with contextlib.suppress(OSError):
+                    os.unlink(snapshot_path(plog.directory))
             return plog.log_start_offset
         if snap is None:
             return plog.log_start_offset
