@@ -45,6 +45,7 @@ class StreamsGroups:
                     message=f"Streams group {hb.group_id} not found.")
             g = StreamsGroup(hb.group_id, self.config_for(hb.group_id))
             self.groups[hb.group_id] = g
+        g.config = self.config_for(hb.group_id)  # group configs are dynamic
         result = g.heartbeat(hb, topics, now_ms)
         if created and result.error:
             del self.groups[hb.group_id]  # nothing was written

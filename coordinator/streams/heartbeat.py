@@ -104,14 +104,15 @@ def heartbeat(g: StreamsGroup, hb: StreamsHeartbeat, topics: TopicImage, now_ms:
     problem = validate_request(hb)
     if problem is not None:
         return StreamsHeartbeatResult(error=problem[0].value, message=problem[1])
-    saved = g.p.copy()
+    saved = g.p.copy(), dict(g.session_deadlines), dict(g.rebalance_deadlines), g.configured
     try:
         if hb.member_epoch in (LEAVE_EPOCH, LEAVE_STATIC_EPOCH):
             result = _leave(g, hb)
         else:
             result = _heartbeat(g, hb, topics, now_ms)
     except _Error as exc:
-        g.p, g._out = saved, []
+        g.p, g.session_deadlines, g.rebalance_deadlines, g.configured = saved
+        g._out = []
         return StreamsHeartbeatResult(error=exc.code.value, message=exc.message)
     return StreamsHeartbeatResult(**{**result.__dict__, "records": g._take()})
 

@@ -99,7 +99,7 @@ class StreamsGroupMachine(RuleBasedStateMachine):
         if c.member_id is None:
             c.incarnation += 1
             c.member_id = f"m{i}-{c.incarnation}"
-        r = self._send(c, 0, None)
+        r = self._send(c, 0, EMPTY_TASKS)  # a joining client sends empty task lists
         if r.error:
             assert r.error == 111, r  # UNRELEASED_INSTANCE_ID: the static id is still held
             c.member_id = None
@@ -160,6 +160,26 @@ class StreamsGroupMachine(RuleBasedStateMachine):
         for e in self.groups.expire(self.now).values():
             self._record(e.records)
 
+    @rule(n=st.integers(0, 2))
+    def set_num_standby_replicas(self, n: int) -> None:
+        """The group config changes (IncrementalAlterConfigs): a new assignment follows."""
+        self.config = StreamsGroupConfig(session_timeout_ms=SESSION, heartbeat_interval_ms=100,
+                                         num_standby_replicas=n)
+
+    @rule(i=st.integers(0, CLIENTS - 1))
+    def request_shutdown(self, i: int) -> None:
+        c = self.clients[i]
+        if c.member_id is None or c.epoch == 0 or c.left_static:
+            return
+        r = self._send(c, c.epoch, None, shutdown_application=True)
+        if r.error == 0:
+            assert any(s.code == 4 for s in r.statuses), r  # SHUTDOWN_APPLICATION
+            c.epoch = r.member_epoch
+            if r.assignment is not None:
+                c.pending = r.assignment
+        else:
+            c.drop_all()
+
     @precondition(lambda self: self.to_create)
     @rule()
     def create_internal_topics(self) -> None:
@@ -179,7 +199,7 @@ class StreamsGroupMachine(RuleBasedStateMachine):
             return
         assert after is not None
         assert after.persisted_view() == before.persisted_view()
-        assert after.state == before.state or before.configured is not None
+        assert after.state == before.state
         rebuilt.on_loaded(self.now)
         self.groups = rebuilt
 
@@ -247,6 +267,6 @@ class StreamsGroupMachine(RuleBasedStateMachine):
 
 
 StreamsGroupMachine.TestCase.settings = settings(
-    max_examples=60, stateful_step_count=50, deadline=None,
+    max_examples=100, stateful_step_count=50, deadline=None,
     suppress_health_check=[HealthCheck.too_slow])
 TestStreamsGroupMachine = StreamsGroupMachine.TestCase

@@ -191,12 +191,13 @@ def test_static_member_leaves_and_rejoins_with_its_tasks() -> None:
 
 
 def test_group_max_size_and_assigning_state() -> None:
-    gs = StreamsGroups(lambda _g: StreamsGroupConfig(max_size=1))
+    config = [StreamsGroupConfig(max_size=1)]
+    gs = StreamsGroups(lambda _g: config[0])
     join(gs, "m1")
     assert join(gs, "m2").error == 81  # GROUP_MAX_SIZE_REACHED
     g = gs.get(G)
     g.fence("m1")
-    g.config = StreamsGroupConfig()
+    config[0] = StreamsGroupConfig()  # group configs are read at every heartbeat
     join(gs, "m2")
     join(gs, "m3", "p3")
     g.fence("m2")
