@@ -238,8 +238,15 @@ class ShareCoordinator:
         member leaving keeps its acquired records until its share session closes (its
         last ShareAcknowledge / ShareFetch, epoch -1, may still be on its way: a client
         sends both at once when it closes) or their locks expire, as in Kafka."""
+        before = self.groups.groups.get(req.group_id)
+        epoch_before = before.group_epoch if before is not None else 0
         result = self.groups.heartbeat(now_ms(), req, self.topic_image())
         self.shell.reschedule(self.next_wake(None))  # its session deadline
+        g = self.groups.groups.get(req.group_id)
+        if g is not None and g.group_epoch != epoch_before:
+            log.info("share group %r: group epoch %d, %d member(s), state %s (member %s, "
+                     "epoch %d)", req.group_id, g.group_epoch, len(g.members), g.state,
+                     req.member_id, req.member_epoch)
         return result
 
     def is_share_group(self, group_id: str) -> bool:
