@@ -45,8 +45,9 @@ async def handle(ctx: RequestContext, request):
     requested = [(t.topic_id, p.partition_index) for t in request.topics for p in t.partitions]
     denied = unreadable(ctx, requested)
     acks = {tp: b for tp, b in acknowledgements(request.topics).items() if tp not in denied}
-    results = await shares.acknowledge(group_id, member_id, acks) if acks else {}
+    # The session moves on in the same turn of the loop as its check.
     shares.update_session(group_id, member_id, epoch, (), (), ctx.session)
+    results = await shares.acknowledge(group_id, member_id, acks) if acks else {}
     if epoch == -1:
         await shares.close_session(group_id, member_id)
     schema = ctx.schema

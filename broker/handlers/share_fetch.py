@@ -2,12 +2,12 @@
 acquisition of records for a share-group member (KIP-932), with a long poll like
 Fetch's. Served only at share.version >= 1.
 
-Order, as Kafka's KafkaApis.handleShareFetchRequest: the session epoch is checked
-(SHARE_SESSION_NOT_FOUND / INVALID_SHARE_SESSION_EPOCH / SHARE_SESSION_LIMIT_REACHED
-are top-level errors), the acknowledgements are applied (their errors per partition,
-AcknowledgeErrorCode), the session is updated (epoch 0 opens it with the request's
-partitions, later epochs add the request's and drop the forgotten ones, -1 closes it
-and releases the member's records without fetching), then the session's partitions
+Order: the session epoch is checked (SHARE_SESSION_NOT_FOUND /
+INVALID_SHARE_SESSION_EPOCH / SHARE_SESSION_LIMIT_REACHED are top-level errors) and the
+session updated at once (epoch 0 opens it with the request's partitions, later epochs
+add the request's and drop the forgotten ones, -1 closes it), the acknowledgements are
+applied (their errors per partition, AcknowledgeErrorCode), a closing request releases
+the member's records and fetches nothing, else the session's partitions
 are read and their records acquired; with nothing acquired the request waits up to
 MaxWaitMs for new records (or records released by other members, noticed within
 RELEASE_POLL_S). The answer is sent once the acquisitions and acknowledgements are
@@ -98,10 +98,12 @@ async def handle(ctx: RequestContext, request):
     requested = [tp for tp in requested if tp not in missing]
     denied = unreadable(ctx, requested)
     acks = {tp: b for tp, b in acknowledgements(request.topics).items() if tp not in denied}
-    ack_results = await shares.acknowledge(group_id, member_id, acks) if acks else {}
     forgotten = [(t.topic_id, p) for t in request.forgotten_topics_data for p in t.partitions]
+    # The session moves on in the same turn of the loop as its check: a request racing
+    # this one sees the new epoch.
     session = shares.update_session(group_id, member_id, epoch, requested, forgotten,
                                     ctx.session)
+    ack_results = await shares.acknowledge(group_id, member_id, acks) if acks else {}
     if epoch == -1:
         await shares.close_session(group_id, member_id)
     fetchable = [tp for tp in session if tp not in denied]
