@@ -78,6 +78,7 @@ class ShareMember:
     client_host: str
     deadline_ms: int
     assigned: MemberAssignment = field(default_factory=dict)
+    previous_member_epoch: int = -1
 
 
 @dataclass
@@ -132,11 +133,21 @@ class ShareGroups:
             if member is None:
                 return _refused(_E.unknown_member_id,
                                 f"Member {req.member_id} is not a member of group {req.group_id}.")
-            if req.member_epoch != member.member_epoch:
+            if req.member_epoch > member.member_epoch:
+                return _refused(_E.fenced_member_epoch,
+                                f"The share group member has a greater member epoch "
+                                f"({req.member_epoch}) than the one known by the group "
+                                f"coordinator ({member.member_epoch}). The member must "
+                                f"abandon all its partitions and rejoin.")
+            # The previous epoch is accepted: the answer that moved it on may have been lost.
+            if req.member_epoch < member.member_epoch and \
+                    req.member_epoch != member.previous_member_epoch:
                 return _refused(_E.fenced_member_epoch,
                                 f"The share group member has a smaller member epoch "
                                 f"({req.member_epoch}) than the one known by the group "
-                                f"coordinator ({member.member_epoch}).")
+                                f"coordinator ({member.member_epoch}), and it does not match "
+                                f"the previous member epoch ({member.previous_member_epoch}). "
+                                f"The member must abandon all its partitions and rejoin.")
         if group is None:
             group = self.groups[req.group_id] = ShareGroup(req.group_id)
         bump = False
@@ -145,13 +156,12 @@ class ShareGroups:
                 return _refused(_E.group_max_size_reached,
                                 f"The share group has reached its maximum capacity of "
                                 f"{self.config.max_size} members.")
-            # Epoch 0 with a known member id: Kafka treats it as a rejoin of that member.
             member = ShareMember(req.member_id, 0, (), req.rack_id, req.client_id,
                                  req.client_host, 0)
             group.members[req.member_id] = member
             bump = True
         elif req.member_epoch == 0:
-            bump = True  # a member that lost its epoch rejoins: it gets its assignment again
+            bump = True  # a known member id joins again (Kafka: a rejoin of that member)
         if req.subscribed_topic_names is not None and \
                 tuple(sorted(set(req.subscribed_topic_names))) != member.subscribed_topic_names:
             member.subscribed_topic_names = tuple(sorted(set(req.subscribed_topic_names)))
@@ -166,9 +176,13 @@ class ShareGroups:
         if bump:
             group.group_epoch += 1
             self._compute_target(group, topics, metadata)
-        changed = member.member_epoch != group.assignment_epoch or req.member_epoch == 0
-        if changed:
+        # A member heartbeating with its previous epoch gets its assignment again.
+        changed = member.member_epoch != group.assignment_epoch \
+            or req.member_epoch != member.member_epoch
+        if member.member_epoch != group.assignment_epoch:
+            member.previous_member_epoch = member.member_epoch
             member.member_epoch = group.assignment_epoch
+        if changed:
             member.assigned = group.target.get(member.member_id, {})
         return ShareHeartbeatResult(_E.none.value, None, member.member_id, member.member_epoch,
                                     self.config.heartbeat_interval_ms,

@@ -52,7 +52,8 @@ def test_errors_are_kafkas():
     assert gs.heartbeat(0, hb("m", 1), TOPICS).error == E.unknown_member_id
     assert gs.heartbeat(0, hb("m", -1), TOPICS).error == E.unknown_member_id
     assert gs.heartbeat(0, hb("m", 0), TOPICS).error == 0
-    assert gs.heartbeat(0, hb("m", 7), TOPICS).error == E.fenced_member_epoch
+    r = gs.heartbeat(0, hb("m", 7), TOPICS)
+    assert r.error == E.fenced_member_epoch and "greater member epoch (7)" in r.message
     assert gs.heartbeat(0, hb("n", 0), TOPICS).error == E.group_max_size_reached
     assert gs.delete_group("g") == E.non_empty_group
     assert gs.delete_group("nosuch") == E.group_id_not_found
@@ -112,3 +113,18 @@ def test_sessions_of_a_closed_connection():
     s.update("g", "m2", 1, connection=conn_b)  # its last request came on another one
     assert [x.member_id for x in s.close_connection(conn_a)] == ["m1"]
     assert s.get("g", "m1") is None and s.get("g", "m2") is not None
+
+
+def test_the_previous_epoch_is_accepted_an_older_one_fenced():
+    gs = ShareGroups(ShareGroupConfig())
+    gs.heartbeat(0, hb("m1", 0), TOPICS)  # epoch 1
+    gs.heartbeat(0, hb("m2", 0), TOPICS)  # group epoch 2
+    r = gs.heartbeat(0, hb("m1", 1, None), TOPICS)
+    assert r.member_epoch == 2 and r.assignment == {T1: frozenset({0})}
+    # That answer was lost: m1 heartbeats with epoch 1 again and gets epoch 2 again.
+    r = gs.heartbeat(0, hb("m1", 1, None), TOPICS)
+    assert (r.error, r.member_epoch, r.assignment) == (0, 2, {T1: frozenset({0})})
+    gs.heartbeat(0, hb("m3", 0), TOPICS)  # group epoch 3
+    assert gs.heartbeat(0, hb("m1", 2, None), TOPICS).member_epoch == 3
+    r = gs.heartbeat(0, hb("m1", 1, None), TOPICS)
+    assert r.error == E.fenced_member_epoch and "previous member epoch (2)" in r.message
