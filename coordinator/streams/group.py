@@ -42,10 +42,8 @@ from txbroker.coordinator.streams.results import (
     LEAVE_STATIC_EPOCH,
     Expired,
     StreamsGroupConfig,
-    StreamsHeartbeat,
-    StreamsHeartbeatResult,
 )
-from txbroker.coordinator.streams.topology import ConfiguredTopology, StreamsTopology, TopicImage
+from txbroker.coordinator.streams.topology import ConfiguredTopology, StreamsTopology
 
 __all__ = ["StreamsGroup", "EMPTY", "NOT_READY", "ASSIGNING", "RECONCILING", "STABLE_GROUP",
            "DEAD"]
@@ -209,13 +207,6 @@ class StreamsGroup:
                 "members": members}
 
     # -- operations -------------------------------------------------------------------
-
-    def heartbeat(self, hb: StreamsHeartbeat, topics: TopicImage, now_ms: int) -> StreamsHeartbeatResult:
-        """StreamsGroupHeartbeat (join 0, heartbeat, leave -1 / -2)."""
-        # heartbeat.py imports this module for its types only.
-        from txbroker.coordinator.streams.heartbeat import heartbeat
-
-        return heartbeat(self, hb, topics, now_ms)
 
     def group_metadata(self, epoch: int, metadata_hash: int | None = None,
                        validated: int | None = None,

@@ -9,6 +9,7 @@ from collections.abc import Callable, Iterable
 
 from kio.schema.errors import ErrorCode
 from txbroker.coordinator.streams.group import DEAD, StreamsGroup
+from txbroker.coordinator.streams.heartbeat import heartbeat
 from txbroker.coordinator.streams.records import StreamsRecord, StreamsRecordKey
 from txbroker.coordinator.streams.results import (
     JOIN_EPOCH,
@@ -46,7 +47,7 @@ class StreamsGroups:
             g = StreamsGroup(hb.group_id, self.config_for(hb.group_id))
             self.groups[hb.group_id] = g
         g.config = self.config_for(hb.group_id)  # group configs are dynamic
-        result = g.heartbeat(hb, topics, now_ms)
+        result = heartbeat(g, hb, topics, now_ms)
         if created and result.error:
             del self.groups[hb.group_id]  # nothing was written
         return result
