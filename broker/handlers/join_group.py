@@ -30,6 +30,13 @@ async def handle(ctx: RequestContext, request):
                      error_code=ErrorCode.group_authorization_failed, generation_id=-1,
                      protocol_type=None, protocol_name="" if ctx.version < 7 else None,
                      leader="", skip_assignment=False, member_id="", members=())
+    if ctx.broker.shares.is_share_group(request.group_id):
+        # One id names one group type (Kafka: GroupIdNotFoundException, "not a classic
+        # group").
+        return build(ctx.response_type, throttle_time=ZERO,
+                     error_code=ErrorCode.group_id_not_found, generation_id=-1,
+                     protocol_type=None, protocol_name="" if ctx.version < 7 else None,
+                     leader="", skip_assignment=False, member_id=request.member_id, members=())
     reason = getattr(request, "reason", None)
     if reason:
         log.info("member %r of group %r (client %r) joins: %r", request.member_id or "(new)",

@@ -30,6 +30,10 @@ async def handle(ctx: RequestContext, request):
     if not may_read_group(ctx, request.group_id):
         denied = ErrorCode.group_authorization_failed.value
         return _answer(ctx, request, {(e.topic, e.partition): denied for e in entries}, names)
+    if ctx.broker.shares.is_share_group(request.group_id):
+        # A share group has no committed offsets (Kafka: "not a consumer group").
+        return _answer(ctx, request, {(e.topic, e.partition): ErrorCode.group_id_not_found.value
+                                      for e in entries}, names)
     unknown = {(e.topic, e.partition): ErrorCode.unknown_topic_id.value
                for e in entries if not e.topic}
     entries, denied = split_commit_entries(ctx, [e for e in entries if e.topic])

@@ -64,6 +64,9 @@ def _fetch(ctx, group_id: str, topics, require_stable: bool, member_id: str | No
     named topic that is not gets TOPIC_AUTHORIZATION_FAILED."""
     if not ctx.authorize(DESCRIBE, GROUP, group_id):
         return ErrorCode.group_authorization_failed.value, {}
+    if ctx.broker.shares.is_share_group(group_id):
+        # Kafka's ShareGroup.validateOffsetFetch: "not a consumer group".
+        return ErrorCode.group_id_not_found.value, {}
     if ctx.version >= 9 and ctx.broker.groups.is_ready(group_id):
         # v9 carries the member of a consumer-protocol group (KIP-848).
         error = ctx.broker.groups.consumer_fetch_error(group_id, member_id, member_epoch)

@@ -417,6 +417,26 @@ def test_a_share_group_id_is_not_a_consumer_group(txbroker):
             client.close()
         assert (r.error_code, r.error_message) == (E.group_id_not_found,
                                                    "Group g is not a consumer group.")
+        # Nor a classic group, and it has no committed offsets (Kafka refuses all three).
+        c = ck.Consumer({"bootstrap.servers": txbroker.bootstrap, "group.id": "g"})
+        try:
+            tp = ck.TopicPartition("t", 0, 1)
+            with pytest.raises(ck.KafkaException, match="GROUP_ID_NOT_FOUND"):
+                c.commit(offsets=[tp], asynchronous=False)
+            with pytest.raises(ck.KafkaException, match="GROUP_ID_NOT_FOUND"):
+                c.committed([ck.TopicPartition("t", 0)], timeout=10)
+        finally:
+            c.close()
+        m = request_module(11, 9)
+        client = connect(txbroker)
+        try:
+            r = client.request(11, 9, build(
+                m.JoinGroupRequest, group_id="g", session_timeout=datetime.timedelta(seconds=10),
+                rebalance_timeout=datetime.timedelta(seconds=10), member_id="",
+                group_instance_id=None, protocol_type="consumer", protocols=(), reason=None))
+        finally:
+            client.close()
+        assert r.error_code == E.group_id_not_found
     finally:
         s.close()
 
