@@ -8,9 +8,14 @@ from __future__ import annotations
 import asyncio
 import errno
 import logging
+import os
 
+import pytest
 from txbroker.storage import disk_conditions
 from txbroker.storage.disk_conditions import DiskConditions
+from txbroker.storage.manager import CHECKPOINT_FILES, LogManager
+
+from tests.unit.storage.test_storage import append, make_batch
 
 
 class Clock:
@@ -93,3 +98,45 @@ def test_a_lasting_cause_backs_off_without_a_condition(tmp_path):
     assert delays == [0.2, 0.4, 0.8, 1.6, 2.0, 2.0]
     assert disk.retry_delay("marker", 0.1) == 0.1
     assert disk.retry_delay("marker", 0.1, lasting=True) == 0.2
+
+
+def test_a_checkpoint_whose_fsync_failed_is_never_named(tmp_path, monkeypatch):
+    """A failed fsync under a checkpoint (its file, or a segment index it relies on)
+    leaves the old checkpoint in place and the recovery point where it was: an unclean
+    start never trusts what that fsync covered. The next try, once fsyncs work, moves it."""
+    data_dir = str(tmp_path / "data")
+    checkpoint = os.path.join(data_dir, CHECKPOINT_FILES[0])
+    real_fsync = os.fsync
+    failing = {"on": False}
+
+    def fsync(fd):
+        if failing["on"]:
+            raise OSError(errno.EIO, "Input/output error")
+        return real_fsync(fd)
+
+    async def run():
+        logs = LogManager(data_dir, {"segment.bytes": "1000"})
+        logs.open()
+        await logs.start()
+        logs.create_topic("t", 1)
+        plog = logs.get_log("t", 0)
+        for _ in range(3):  # rolls a segment: an index to fsync for the checkpoint
+            append(plog, make_batch(5))
+            await logs.flusher.wait_durable(plog, plog.log_end_offset)
+        await logs.checkpoint_recovery_points()
+        before_point, before_file = plog.recovery_point, open(checkpoint).read()
+        append(plog, make_batch(5))
+        await logs.flusher.wait_durable(plog, plog.log_end_offset)
+        monkeypatch.setattr(os, "fsync", fsync)
+        failing["on"] = True
+        with pytest.raises(OSError):
+            await logs.checkpoint_recovery_points()
+        assert plog.recovery_point == before_point
+        assert open(checkpoint).read() == before_file
+        failing["on"] = False
+        await logs.checkpoint_recovery_points()
+        assert plog.recovery_point == plog.log_end_offset > before_point
+        assert open(checkpoint).read() != before_file
+        await logs.close()
+
+    asyncio.run(run())
