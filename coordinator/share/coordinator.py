@@ -176,6 +176,7 @@ class ShareCoordinator:
             # their locks expire: membership and delivery state are separate.
             effects.events.append(f"share group {group_id!r}: member {member_id} removed "
                                   f"(session timeout)")
+            self._forget_if_empty(group_id)
         for sp, part in self.partitions.items():
             released = part.tick(now)
             self._persist_write(effects, sp, released.write, None)
@@ -247,7 +248,18 @@ class ShareCoordinator:
             log.info("share group %r: group epoch %d, %d member(s), state %s (member %s, "
                      "epoch %d)", req.group_id, g.group_epoch, len(g.members), g.state,
                      req.member_id, req.member_epoch)
+        self._forget_if_empty(req.group_id)
         return result
+
+    def _forget_if_empty(self, group_id: str) -> None:
+        """An empty share group that never fetched (no share-partition state) is
+        forgotten: group ids a client makes up do not pile up in memory."""
+        g = self.groups.groups.get(group_id)
+        if g is None or g.members:
+            return
+        self._ensure_loaded()
+        if not any(sp[0] == group_id for sp in (*self.partitions, *self.persister.latest)):
+            del self.groups.groups[group_id]
 
     def is_share_group(self, group_id: str) -> bool:
         return group_id in self.groups.groups

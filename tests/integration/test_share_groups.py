@@ -528,3 +528,27 @@ def test_a_failed_state_write_delivers_nothing_and_is_undone(txbroker):
                 for a in r.responses[0].partitions[0].acquired_records] == [(0, 2, 1)]
     finally:
         client.close()
+
+
+def heartbeat(client, group: str, member: str, epoch: int, topics=("t",)):
+    m = request_module(76, 1)
+    return client.request(76, 1, build(m.ShareGroupHeartbeatRequest, group_id=group,
+                                       member_id=member, member_epoch=epoch, rack_id=None,
+                                       subscribed_topic_names=topics))
+
+
+def test_an_empty_group_is_forgotten_unless_it_has_delivery_state(txbroker):
+    topic_id = txbroker.create_topic("t").topic_id
+    client = connect(txbroker)
+    try:
+        for group in ("never-fetched", "g"):
+            member = str(uuid.uuid4())
+            r = heartbeat(client, group, member, 0)
+            assert (r.error_code, r.member_epoch) == (0, 1)
+            assert r.assignment.topic_partitions[0].topic_id == topic_id
+            if group == "g":  # (share_fetch's group)
+                assert share_fetch(client, member, 0, topic_id).error_code == 0
+            assert heartbeat(client, group, member, -1, None).member_epoch == -1
+        assert txbroker.call(lambda b: b.shares.listing()) == [("g", "Empty")]
+    finally:
+        client.close()
