@@ -32,6 +32,7 @@ async def handle(ctx: RequestContext, request):
         return build(ctx.response_type, throttle_time=ZERO, groups=tuple(
             _failed(schema, g, *DISABLED) for g in request.group_ids))
     shares = ctx.broker.shares
+    shares.ensure_loaded()  # the groups known from __share_group_state after a restart
     names = {info.topic_id: name for name, info in ctx.broker.logs.topics.items()}
     ops = bool(request.include_authorized_operations)
     out = []

@@ -32,7 +32,13 @@ from txbroker.storage.log import PartitionLog
 from txbroker.storage.manager import LogManager
 
 from ..shell import CoordinatorShell, now_ms
-from .group import ShareGroupConfig, ShareGroups, ShareHeartbeat, ShareHeartbeatResult
+from .group import (
+    ShareGroup,
+    ShareGroupConfig,
+    ShareGroups,
+    ShareHeartbeat,
+    ShareHeartbeatResult,
+)
 from .partition import SharePartition
 from .persister import SHARE_STATE_TOPIC, SharePersister, SPKey, StateRecord
 from .results import AcknowledgementBatch, AcquiredRecords, FetchedBatch, SharePartitionConfig
@@ -107,13 +113,15 @@ class ShareCoordinator:
 
     def load(self) -> None:
         """Called on start: the replay of ``__share_group_state`` waits for the first
-        use of a share-partition (:meth:`_ensure_loaded`), so a broker whose share groups
+        use of a share-partition (:meth:`ensure_loaded`), so a broker whose share groups
         are off (or unused) does not pay for it in its start-up time."""
         self._loaded = False
 
-    def _ensure_loaded(self) -> None:
+    def ensure_loaded(self) -> None:
         """Replay ``__share_group_state`` once (if it exists); the share-partitions come
-        back from it on first use (SharePartition.from_persisted)."""
+        back from it on first use (SharePartition.from_persisted), their groups at once,
+        Empty (membership is not durable), so that ListGroups, DeleteGroups and
+        ShareGroupDescribe know them after a restart."""
         if self._loaded:
             return
         self._loaded = True
@@ -123,6 +131,8 @@ class ShareCoordinator:
         plogs = [p for i in range(info.partitions)
                  if (p := self.logs.get_log(SHARE_STATE_TOPIC, i)) is not None]
         n = self.persister.load(plogs)
+        for group_id, _tid, _p in self.persister.latest:
+            self.groups.groups.setdefault(group_id, ShareGroup(group_id))
         if n:
             log.info("loaded the state of %d share-partition(s) from %s", n, SHARE_STATE_TOPIC)
 
@@ -257,24 +267,26 @@ class ShareCoordinator:
         g = self.groups.groups.get(group_id)
         if g is None or g.members:
             return
-        self._ensure_loaded()
+        self.ensure_loaded()
         if not any(sp[0] == group_id for sp in (*self.partitions, *self.persister.latest)):
             del self.groups.groups[group_id]
 
     def is_share_group(self, group_id: str) -> bool:
+        self.ensure_loaded()
         return group_id in self.groups.groups
 
     def listing(self) -> list[tuple[str, str]]:
         """(group id, state) of every share group."""
+        self.ensure_loaded()
         return [(g.group_id, g.state) for g in self.groups.groups.values()]
 
     def delete_group(self, group_id: str) -> int:
         """DeleteGroups of an empty share group: its share-partitions' state is deleted
         too (tombstones, as Kafka's DeleteShareGroupState)."""
+        self.ensure_loaded()
         error = self.groups.delete_group(group_id)
         if error != _E.none.value:
             return error
-        self._ensure_loaded()
         self.sessions.close_group(group_id)
         effects = _Effects()
         doomed = {sp for sp in (*self.partitions, *self.persister.latest) if sp[0] == group_id}
@@ -341,7 +353,7 @@ class ShareCoordinator:
         return result
 
     def _existing(self, sp: SPKey) -> SharePartition | None:
-        self._ensure_loaded()
+        self.ensure_loaded()
         part = self.partitions.get(sp)
         if part is None and (state := self.persister.latest.get(sp)) is not None:
             part = self.partitions[sp] = SharePartition.from_persisted(self.config.partition, state)
@@ -356,6 +368,8 @@ class ShareCoordinator:
                 else plog.high_watermark
             part, state = SharePartition.initialize(self.config.partition, start)
             self.partitions[sp] = part
+            # The group exists from its first delivery state on (as after a restart).
+            self.groups.groups.setdefault(sp[0], ShareGroup(sp[0]))
             self._add(effects, self.persister.snapshot(self._next_write_id(), sp, state), token)
         self._persist_write(effects, sp, part.update_log_start_offset(plog.log_start_offset), token)
         return part

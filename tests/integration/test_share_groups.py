@@ -552,3 +552,27 @@ def test_an_empty_group_is_forgotten_unless_it_has_delivery_state(txbroker):
         assert txbroker.call(lambda b: b.shares.listing()) == [("g", "Empty")]
     finally:
         client.close()
+
+
+def test_after_a_restart_the_group_is_listed_and_deleting_it_deletes_its_state(txbroker):
+    txbroker.create_topic("t")
+    produce(txbroker.bootstrap, "t", 3)
+    c = share_consumer(txbroker.bootstrap, "g", "t")
+    try:
+        assert offsets(poll_until(c, 3)) == [0, 1, 2]
+        assert nothing_more(c, 1.0)  # (accepts them)
+    finally:
+        c.close()
+    txbroker.restart()
+    assert txbroker.call(lambda b: b.shares.listing()) == [("g", "Empty")]
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": txbroker.bootstrap})
+    admin.delete_consumer_groups(["g"])["g"].result(10)
+    assert txbroker.call(lambda b: b.shares.listing()) == []
+    # Its delivery state is gone: the group starts again (earliest here).
+    c = share_consumer(txbroker.bootstrap, "g", "t")
+    try:
+        assert offsets(poll_until(c, 3)) == [0, 1, 2]
+    finally:
+        c.close()
