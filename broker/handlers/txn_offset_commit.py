@@ -38,6 +38,10 @@ async def handle(ctx: RequestContext, request):
         error = ErrorCode.transactional_id_authorization_failed.value
     elif not may_read_group(ctx, request.group_id):
         error = ErrorCode.group_authorization_failed.value
+    elif ctx.broker.shares.is_share_group(request.group_id):
+        # A share group has no committed offsets (Kafka: "not a consumer group"); checked
+        # before the offsets partition joins the transaction.
+        error = ErrorCode.group_id_not_found.value
     else:
         entries, denied = split_commit_entries(ctx, entries)
         error = (await ctx.broker.transactions.add_offsets_partition(

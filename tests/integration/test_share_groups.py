@@ -425,6 +425,11 @@ def test_a_share_group_id_is_not_a_consumer_group(txbroker):
                 c.commit(offsets=[tp], asynchronous=False)
             with pytest.raises(ck.KafkaException, match="GROUP_ID_NOT_FOUND"):
                 c.committed([ck.TopicPartition("t", 0)], timeout=10)
+            p = ck.Producer({"bootstrap.servers": txbroker.bootstrap, "transactional.id": "x"})
+            p.init_transactions(10)
+            p.begin_transaction()
+            with pytest.raises(ck.KafkaException, match="GROUP_ID_NOT_FOUND|not a consumer"):
+                p.send_offsets_to_transaction([tp], c.consumer_group_metadata(), 10)
         finally:
             c.close()
         m = request_module(11, 9)
