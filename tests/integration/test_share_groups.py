@@ -581,3 +581,22 @@ def test_after_a_restart_the_group_is_listed_and_deleting_it_deletes_its_state(t
         assert offsets(poll_until(c, 3)) == [0, 1, 2]
     finally:
         c.close()
+
+
+@pytest.mark.parametrize("txbroker_config", [
+    {**ENABLED, "group.share.delivery.count.limit": "2"}])
+def test_a_record_released_up_to_the_delivery_count_limit_is_archived(txbroker):
+    txbroker.create_topic("t")
+    produce(txbroker.bootstrap, "t", 1)
+    c = share_consumer(txbroker.bootstrap, "g", "t", explicit=True)
+    try:
+        for count in (1, 2):
+            (m,) = poll_until(c, 1)
+            assert (m.offset(), m.delivery_count()) == (0, count)
+            c.acknowledge(m, ck.AcknowledgeType.RELEASE)
+            c.commit_sync(10)
+        assert nothing_more(c)  # archived after its second delivery
+        produce(txbroker.bootstrap, "t", 1, start=1)
+        assert offsets(poll_until(c, 1, ack=accept)) == [1]
+    finally:
+        c.close()
