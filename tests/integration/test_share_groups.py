@@ -600,3 +600,19 @@ def test_a_record_released_up_to_the_delivery_count_limit_is_archived(txbroker):
         assert offsets(poll_until(c, 1, ack=accept)) == [1]
     finally:
         c.close()
+
+
+def test_a_rejected_record_is_never_delivered_again(txbroker):
+    txbroker.create_topic("t")
+    produce(txbroker.bootstrap, "t", 2)
+    c = share_consumer(txbroker.bootstrap, "g", "t", explicit=True)
+    try:
+        got = poll_until(c, 2)
+        c.acknowledge(got[0], ck.AcknowledgeType.REJECT)
+        c.acknowledge(got[1], ck.AcknowledgeType.RELEASE)
+        c.commit_sync(10)
+        again = poll_until(c, 1, ack=accept)
+        assert [(m.offset(), m.delivery_count()) for m in again] == [(got[1].offset(), 2)]
+        assert nothing_more(c)
+    finally:
+        c.close()
