@@ -41,7 +41,13 @@ from txbroker.protocol.primitives import DecodeError
 from txbroker.storage.manager import LogManager
 
 from .config import BrokerConfig, ConfigError, StartupError
-from .connection import Connection, RequestMemory, return_large_buffers_to_the_os
+from .connection import (
+    HEAP_TRIM_INTERVAL_S,
+    Connection,
+    RequestMemory,
+    return_large_buffers_to_the_os,
+    trim_free_heap,
+)
 from .context import (
     ANONYMOUS,
     CLOSE,
@@ -574,9 +580,13 @@ class Broker:
 
     async def _reap_idle(self) -> None:
         max_idle = self.config.get("connections.max.idle.ms") / 1000
+        trimmed = time.monotonic()
         while True:
             await asyncio.sleep(min(max(max_idle / 10, 0.05), 30))
             now = time.monotonic()
+            if now - trimmed >= HEAP_TRIM_INTERVAL_S:
+                trimmed = now
+                await asyncio.get_running_loop().run_in_executor(None, trim_free_heap)
             for conn in list(self._connections):
                 if now - conn.last_active > max_idle and conn.in_flight == 0:
                     log.info("closing idle connection %s (connections.max.idle.ms)", conn.peer)
