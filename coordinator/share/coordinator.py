@@ -449,3 +449,74 @@ class ShareCoordinator:
         if not res.acquired:
             return PartitionFetch()
         return PartitionFetch(records=data, acquired=res.acquired)
+
+    # -- offsets admin (DescribeShareGroupOffsets, AlterShareGroupOffsets, DeleteShareGroupOffsets) --
+
+    def share_group_state(self, group_id: str) -> str | None:
+        """"Empty" / "Stable" of a share group, None when there is none."""
+        self.ensure_loaded()
+        g = self.groups.groups.get(group_id)
+        return None if g is None else g.state
+
+    def partition_offsets(self, group_id: str) -> dict[TopicPartition, tuple[int, int, int]]:
+        """(start offset, leader epoch, delivery complete count) of every share-partition
+        of the group with a state (Kafka's ReadShareGroupStateSummary)."""
+        self.ensure_loaded()
+        out: dict[TopicPartition, tuple[int, int, int]] = {}
+        for sp, state in self.persister.latest.items():
+            if sp[0] == group_id:
+                out[(sp[1], sp[2])] = (state.start_offset, state.leader_epoch,
+                                       state.delivery_complete_count)
+        for sp, part in self.partitions.items():
+            if sp[0] == group_id:
+                out[(sp[1], sp[2])] = (part.start_offset, part.leader_epoch,
+                                       part.delivery_complete_count)
+        return out
+
+    async def alter_offsets(self, group_id: str, offsets: Mapping[TopicPartition, int]) -> int:
+        """AlterShareGroupOffsets: only while the group is empty (NON_EMPTY_GROUP); the
+        group is created if it does not exist, as Kafka does. Each share-partition gets
+        a fresh state at its offset (the next state epoch), written as a ShareSnapshot;
+        answered once durable."""
+        self.ensure_loaded()
+        g = self.groups.groups.get(group_id)
+        if g is not None and g.members:
+            return _E.non_empty_group.value
+
+        def run(effects: _Effects, token: int | None) -> None:
+            if offsets:  # (nothing to set: no group is made up)
+                self.groups.groups.setdefault(group_id, ShareGroup(group_id))
+            for (tid, p), offset in sorted(offsets.items()):
+                sp = (group_id, tid, p)
+                part = self._existing(sp)
+                if part is None:
+                    part, state = SharePartition.initialize(self.config.partition, offset)
+                    self.partitions[sp] = part
+                else:
+                    state = part.reset_start_offset(offset)
+                self._add(effects, self.persister.snapshot(self._next_write_id(), sp, state), token)
+
+        _, error = await self._run(run)
+        return error
+
+    async def delete_offsets(self, group_id: str, topic_ids: Iterable[uuid.UUID]) -> int:
+        """DeleteShareGroupOffsets: only while the group is empty; the share state of
+        every partition of the topics is deleted (tombstones, as Kafka's
+        DeleteShareGroupState); answered once durable."""
+        self.ensure_loaded()
+        g = self.groups.groups.get(group_id)
+        if g is None:
+            return _E.group_id_not_found.value
+        if g.members:
+            return _E.non_empty_group.value
+        tids = set(topic_ids)
+
+        def run(effects: _Effects, token: int | None) -> None:
+            doomed = {sp for sp in (*self.partitions, *self.persister.latest)
+                      if sp[0] == group_id and sp[1] in tids}
+            for sp in sorted(doomed):
+                self.partitions.pop(sp, None)
+                self._add(effects, self.persister.tombstone(self._next_write_id(), sp), token)
+
+        _, error = await self._run(run)
+        return error

@@ -5,7 +5,7 @@ from __future__ import annotations
 from txbroker.broker.features import SHARE_VERSION, SUPPORTED, FinalizedFeatures
 from txbroker.broker.handlers import GATED, advertised_versions, supported_versions
 
-SHARE_APIS = {76, 77, 78, 79}
+SHARE_APIS = {76, 77, 78, 79, 90, 91, 92}
 
 
 def test_share_apis_advertised_only_at_share_version_1(tmp_path):
@@ -18,6 +18,7 @@ def test_share_apis_advertised_only_at_share_version_1(tmp_path):
     assert {k for k, _, _ in advertised_versions(on.levels)} == \
         {k for k, _, _ in supported_versions()}
     assert (78, 1, 2) in advertised_versions(on.levels)
+    assert (90, 0, 1) in advertised_versions(on.levels)
     # UpdateFeatures turns it on and off again; the stored level wins after a restart.
     off.finalize({SHARE_VERSION: 1})
     assert FinalizedFeatures(str(tmp_path), 2).level(SHARE_VERSION) == 1

@@ -1,0 +1,77 @@
+"""DeleteShareGroupOffsets (key 92, v0): deletes the share state of the named topics'
+partitions in a share group (``kafka-share-groups.sh --delete-offsets``), only while
+the group is empty (NON_EMPTY_GROUP otherwise; GROUP_ID_NOT_FOUND for no such share
+group). The state is deleted with tombstones in ``__share_group_state`` (as Kafka's
+DeleteShareGroupState), durable before the answer; the next fetch starts the
+share-partition afresh from share.auto.offset.reset. Served only at share.version >= 1.
+
+Authorization as Kafka's KafkaApis: DELETE on the group (GROUP_AUTHORIZATION_FAILED as
+the top-level error), READ on each topic (TOPIC_AUTHORIZATION_FAILED for the topic). An
+unknown topic gets UNKNOWN_TOPIC_OR_PARTITION."""
+
+from __future__ import annotations
+
+import uuid
+
+from txbroker.protocol.acls import AclOperation
+from txbroker.protocol.errors import ErrorCode
+from txbroker.protocol.messages import build
+
+from ..context import RequestContext
+from ._groups import GROUP, READ, TOPIC, ZERO
+from ._share import DISABLED, other_group_type, share_enabled
+
+API_KEY = 92
+MIN_VERSION = 0
+MAX_VERSION = 0
+
+_NO_UUID = uuid.UUID(int=0)
+
+_MESSAGES = {
+    ErrorCode.non_empty_group: "The group has active members: its share offsets can only "
+                               "be deleted while it is empty.",
+}
+
+
+def _response(ctx, error, message=None, topics=()):
+    return build(ctx.response_type, throttle_time=ZERO, error_code=error,
+                 error_message=message, responses=tuple(topics))
+
+
+def _topic(schema, name, topic_id, error, message=None):
+    return build(schema.DeleteShareGroupOffsetsResponseTopic, topic_name=name,
+                 topic_id=topic_id, error_code=error, error_message=message)
+
+
+async def handle(ctx: RequestContext, request):
+    schema = ctx.schema
+    if not share_enabled(ctx):
+        return _response(ctx, *DISABLED)
+    group_id = request.group_id
+    if not ctx.authorize(AclOperation.DELETE, GROUP, group_id):
+        return _response(ctx, ErrorCode.group_authorization_failed)
+    shares = ctx.broker.shares
+    if shares.share_group_state(group_id) is None:
+        message = (f"Group {group_id} is not a share group."
+                   if other_group_type(ctx, group_id) else f"Group {group_id} not found.")
+        return _response(ctx, ErrorCode.group_id_not_found, message)
+    topics_info = ctx.broker.logs.topics
+    allowed = ctx.authorized(READ, TOPIC, {t.topic_name for t in request.topics})
+    answers = []
+    doomed: list[uuid.UUID] = []
+    for t in request.topics:
+        info = topics_info.get(t.topic_name)
+        if t.topic_name not in allowed:
+            answers.append((t.topic_name, _NO_UUID, ErrorCode.topic_authorization_failed, None))
+        elif info is None:
+            answers.append((t.topic_name, _NO_UUID, ErrorCode.unknown_topic_or_partition,
+                            "The topic does not exist."))
+        else:
+            doomed.append(info.topic_id)
+            answers.append((t.topic_name, info.topic_id, ErrorCode.none, None))
+    error = await shares.delete_offsets(group_id, doomed)
+    if error != ErrorCode.none.value:
+        code = ErrorCode(error)
+        return _response(ctx, code, _MESSAGES.get(code))
+    return _response(ctx, ErrorCode.none, None,
+                     [_topic(schema, *a) for a in answers])

@@ -1,0 +1,195 @@
+"""Share-group offsets admin (KIP-932): DescribeShareGroupOffsets,
+AlterShareGroupOffsets and DeleteShareGroupOffsets, what ``kafka-share-groups.sh
+--describe --offsets / --reset-offsets / --delete-offsets`` send, against the
+in-process broker with share.version 1, the records consumed by confluent-kafka's
+ShareConsumer. confluent-kafka 2.16's AdminClient has no share-group offsets calls:
+the admin requests go on the wire (RawClient)."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from kio.schema.errors import ErrorCode as E
+from txbroker.protocol.messages import build, request_module
+from txbroker.testing.broker_thread import BrokerThread
+
+from tests.integration.test_share_groups import (
+    ENABLED,
+    accept,
+    advertised,
+    poll_until,
+    produce,
+    share_consumer,
+)
+from tests.integration.wire_util import connect
+
+ck = pytest.importorskip("confluent_kafka")
+if not hasattr(ck, "ShareConsumer"):
+    pytest.skip("confluent-kafka without ShareConsumer", allow_module_level=True)
+
+OFFSET_APIS = {90, 91, 92}
+
+
+@pytest.fixture
+def txbroker_config():
+    return dict(ENABLED)
+
+
+def describe(broker, group: str, topics=None, version: int = 1):
+    m = request_module(90, version)
+    ts = None if topics is None else tuple(
+        build(m.DescribeShareGroupOffsetsRequestTopic, topic_name=t, partitions=tuple(ps))
+        for t, ps in topics.items())
+    client = connect(broker)
+    try:
+        r = client.request(90, version, build(m.DescribeShareGroupOffsetsRequest, groups=(
+            build(m.DescribeShareGroupOffsetsRequestGroup, group_id=group, topics=ts),)))
+    finally:
+        client.close()
+    (g,) = r.groups
+    return g
+
+
+def spso(group_result) -> dict[tuple[str, int], int]:
+    return {(t.topic_name, p.partition_index): p.start_offset
+            for t in group_result.topics for p in t.partitions}
+
+
+def alter(broker, group: str, offsets: dict[tuple[str, int], int]):
+    m = request_module(91, 0)
+    by_topic: dict[str, list] = {}
+    for (t, p), o in offsets.items():
+        by_topic.setdefault(t, []).append(
+            build(m.AlterShareGroupOffsetsRequestPartition, partition_index=p, start_offset=o))
+    client = connect(broker)
+    try:
+        return client.request(91, 0, build(m.AlterShareGroupOffsetsRequest, group_id=group,
+                                           topics=tuple(
+            build(m.AlterShareGroupOffsetsRequestTopic, topic_name=t, partitions=tuple(ps))
+            for t, ps in by_topic.items())))
+    finally:
+        client.close()
+
+
+def delete(broker, group: str, topics: list[str]):
+    m = request_module(92, 0)
+    client = connect(broker)
+    try:
+        return client.request(92, 0, build(m.DeleteShareGroupOffsetsRequest, group_id=group,
+                                           topics=tuple(
+            build(m.DeleteShareGroupOffsetsRequestTopic, topic_name=t) for t in topics)))
+    finally:
+        client.close()
+
+
+def wait_empty(broker, group: str, timeout: float = 10) -> None:
+    deadline = time.monotonic() + timeout
+    while broker.call(lambda b: b.shares.share_group_state(group)) != "Empty":
+        assert time.monotonic() < deadline, "the share group did not become empty"
+        time.sleep(0.05)
+
+
+def consume_accepting(broker, group: str, topic: str, n: int) -> list[int]:
+    c = share_consumer(broker.bootstrap, group, topic, explicit=True)
+    try:
+        got = poll_until(c, n, ack=accept)
+    finally:
+        c.close()
+    wait_empty(broker, group)
+    return sorted(m.offset() for m in got)
+
+
+def test_describe_shows_the_start_offset_after_consuming(txbroker):
+    txbroker.create_topic("t")
+    produce(txbroker.bootstrap, "t", 10)
+    assert consume_accepting(txbroker, "g", "t", 10) == list(range(10))
+    g = describe(txbroker, "g")  # null topics: every partition with a state
+    assert g.error_code == 0
+    (t,) = g.topics
+    (p,) = t.partitions
+    assert (t.topic_name, p.partition_index, p.start_offset, p.leader_epoch, p.lag,
+            p.error_code) == ("t", 0, 10, 0, 0, 0)
+    assert t.topic_id == txbroker.call(lambda b: b.logs.topics["t"].topic_id)
+    # v0 (no lag), a named topic, an unknown topic and an unknown group.
+    g0 = describe(txbroker, "g", {"t": [0], "nope": [0]}, version=0)
+    assert spso(g0) == {("t", 0): 10, ("nope", 0): -1}
+    assert [p.error_code for t in g0.topics for p in t.partitions] == \
+        [0, E.unknown_topic_or_partition]
+    assert describe(txbroker, "missing").error_code == E.group_id_not_found
+
+
+def test_alter_is_refused_while_the_group_has_members(txbroker):
+    txbroker.create_topic("t")
+    produce(txbroker.bootstrap, "t", 5)
+    c = share_consumer(txbroker.bootstrap, "g", "t", explicit=True)
+    try:
+        assert len(poll_until(c, 5, ack=accept)) == 5
+        r = alter(txbroker, "g", {("t", 0): 0})
+        assert r.error_code == E.non_empty_group
+        assert [p.error_code for t in r.responses for p in t.partitions] == [E.non_empty_group]
+        assert delete(txbroker, "g", ["t"]).error_code == E.non_empty_group
+    finally:
+        c.close()
+    assert spso(describe(txbroker, "g")) == {("t", 0): 5}
+
+
+def test_alter_on_an_empty_group_then_a_consumer_starts_there(txbroker):
+    txbroker.create_topic("t")
+    produce(txbroker.bootstrap, "t", 10)
+    assert consume_accepting(txbroker, "g", "t", 10) == list(range(10))
+    r = alter(txbroker, "g", {("t", 0): 4, ("t", 7): 0, ("nope", 0): 0})
+    assert r.error_code == 0
+    assert {(t.topic_name, p.partition_index): p.error_code
+            for t in r.responses for p in t.partitions} == {
+        ("t", 0): 0, ("t", 7): E.unknown_topic_or_partition,
+        ("nope", 0): E.unknown_topic_or_partition}
+    assert spso(describe(txbroker, "g")) == {("t", 0): 4}
+    # Durable: a crash keeps the altered start offset.
+    txbroker.crash()
+    txbroker.restart()
+    assert spso(describe(txbroker, "g")) == {("t", 0): 4}
+    assert consume_accepting(txbroker, "g", "t", 6) == list(range(4, 10))
+
+
+def test_alter_creates_the_group(txbroker):
+    txbroker.create_topic("t")
+    produce(txbroker.bootstrap, "t", 10)
+    assert alter(txbroker, "new", {("t", 0): 7}).error_code == 0
+    assert spso(describe(txbroker, "new")) == {("t", 0): 7}
+    assert consume_accepting(txbroker, "new", "t", 3) == [7, 8, 9]
+
+
+def test_delete_removes_the_share_state(txbroker):
+    txbroker.create_topic("t")
+    txbroker.create_topic("u")
+    produce(txbroker.bootstrap, "t", 10)
+    assert consume_accepting(txbroker, "g", "t", 10) == list(range(10))
+    r = delete(txbroker, "g", ["t", "nope"])
+    assert r.error_code == 0
+    assert [(t.topic_name, t.error_code) for t in r.responses] == [
+        ("t", 0), ("nope", E.unknown_topic_or_partition)]
+    g = describe(txbroker, "g")
+    assert g.error_code == 0 and g.topics == ()
+    assert spso(describe(txbroker, "g", {"t": [0]})) == {("t", 0): -1}
+    txbroker.crash()
+    txbroker.restart()
+    # The tombstones are durable. A share group lives here only in its share state
+    # (membership is not persisted), so with none left it is gone after a restart.
+    assert describe(txbroker, "g").error_code == E.group_id_not_found
+    # The next consumer starts afresh (share.auto.offset.reset=earliest here).
+    assert consume_accepting(txbroker, "g", "t", 10) == list(range(10))
+    assert delete(txbroker, "missing", ["t"]).error_code == E.group_id_not_found
+
+
+def test_off_by_default_not_advertised_and_refused(tmp_path):
+    with BrokerThread(str(tmp_path / "d"), {}) as b:
+        assert not OFFSET_APIS & advertised(b)
+        b.create_topic("t")
+        assert describe(b, "g").error_code == E.unsupported_version
+        assert alter(b, "g", {("t", 0): 0}).error_code == E.unsupported_version
+        assert delete(b, "g", ["t"]).error_code == E.unsupported_version
+
+
+def test_advertised_at_share_version_1(txbroker):
+    assert OFFSET_APIS <= advertised(txbroker)
