@@ -27,10 +27,7 @@ MAX_VERSION = 0
 
 _NO_UUID = uuid.UUID(int=0)
 
-_MESSAGES = {
-    ErrorCode.non_empty_group: "The group has active members: its share offsets can only "
-                               "be altered while it is empty.",
-}
+_MESSAGES = {ErrorCode.non_empty_group: "The group is not empty."}
 
 
 def _response(ctx, error, message=None, topics=()):
@@ -51,7 +48,7 @@ async def handle(ctx: RequestContext, request):
         return _response(ctx, *DISABLED)
     group_id = request.group_id
     if not ctx.authorize(READ, GROUP, group_id):
-        return _response(ctx, ErrorCode.group_authorization_failed)
+        return _response(ctx, ErrorCode.group_authorization_failed, "Group authorization failed.")
     if other_group_type(ctx, group_id):
         return _response(ctx, ErrorCode.group_id_not_found,
                          f"Group {group_id} is not a share group.")
@@ -64,22 +61,18 @@ async def handle(ctx: RequestContext, request):
         parts: list[tuple[int, ErrorCode, str | None]] = []
         for p in t.partitions:
             if t.topic_name not in allowed:
-                parts.append((p.partition_index, ErrorCode.topic_authorization_failed, None))
+                parts.append((p.partition_index, ErrorCode.topic_authorization_failed,
+                              "Topic authorization failed."))
             elif info is None or not 0 <= p.partition_index < info.partitions:
                 parts.append((p.partition_index, ErrorCode.unknown_topic_or_partition,
-                              "The topic or partition does not exist."))
+                              "This server does not host this topic-partition."))
             else:
                 offsets[(info.topic_id, p.partition_index)] = p.start_offset
                 parts.append((p.partition_index, ErrorCode.none, None))
         answers.append((t.topic_name, info.topic_id if info is not None else _NO_UUID, parts))
     error = await ctx.broker.shares.alter_offsets(group_id, offsets)
-    if error != ErrorCode.none.value:
+    if error != ErrorCode.none.value:  # the top-level error alone, as Kafka
         code = ErrorCode(error)
-        message = _MESSAGES.get(code)
-        return _response(ctx, code, message, [
-            _topic(schema, name, tid, [(p, code if e == ErrorCode.none else e,
-                                        message if e == ErrorCode.none else m)
-                                       for p, e, m in parts])
-            for name, tid, parts in answers])
+        return _response(ctx, code, _MESSAGES.get(code))
     return _response(ctx, ErrorCode.none, None,
                      [_topic(schema, name, tid, parts) for name, tid, parts in answers])

@@ -1,7 +1,8 @@
 """DeleteShareGroupOffsets (key 92, v0): deletes the share state of the named topics'
 partitions in a share group (``kafka-share-groups.sh --delete-offsets``), only while
 the group is empty (NON_EMPTY_GROUP otherwise; GROUP_ID_NOT_FOUND for no such share
-group). The state is deleted with tombstones in ``__share_group_state`` (as Kafka's
+group); a topic of the group without share state gets UNKNOWN_TOPIC_OR_PARTITION "There
+is no offset information to delete.", as Kafka answers. The state is deleted with tombstones in ``__share_group_state`` (as Kafka's
 DeleteShareGroupState), durable before the answer; the next fetch starts the
 share-partition afresh from share.auto.offset.reset. Served only at share.version >= 1.
 
@@ -27,10 +28,7 @@ MAX_VERSION = 0
 
 _NO_UUID = uuid.UUID(int=0)
 
-_MESSAGES = {
-    ErrorCode.non_empty_group: "The group has active members: its share offsets can only "
-                               "be deleted while it is empty.",
-}
+_MESSAGES = {ErrorCode.non_empty_group: "The group is not empty."}
 
 
 def _response(ctx, error, message=None, topics=()):
@@ -49,7 +47,7 @@ async def handle(ctx: RequestContext, request):
         return _response(ctx, *DISABLED)
     group_id = request.group_id
     if not ctx.authorize(AclOperation.DELETE, GROUP, group_id):
-        return _response(ctx, ErrorCode.group_authorization_failed)
+        return _response(ctx, ErrorCode.group_authorization_failed, "Group authorization failed.")
     shares = ctx.broker.shares
     if shares.share_group_state(group_id) is None:
         message = (f"Group {group_id} is not a share group."
@@ -57,21 +55,22 @@ async def handle(ctx: RequestContext, request):
         return _response(ctx, ErrorCode.group_id_not_found, message)
     topics_info = ctx.broker.logs.topics
     allowed = ctx.authorized(READ, TOPIC, {t.topic_name for t in request.topics})
-    answers = []
-    doomed: list[uuid.UUID] = []
-    for t in request.topics:
-        info = topics_info.get(t.topic_name)
-        if t.topic_name not in allowed:
-            answers.append((t.topic_name, _NO_UUID, ErrorCode.topic_authorization_failed, None))
-        elif info is None:
-            answers.append((t.topic_name, _NO_UUID, ErrorCode.unknown_topic_or_partition,
-                            "The topic does not exist."))
-        else:
-            doomed.append(info.topic_id)
-            answers.append((t.topic_name, info.topic_id, ErrorCode.none, None))
-    error = await shares.delete_offsets(group_id, doomed)
+    refused = [_topic(schema, t.topic_name, _NO_UUID, ErrorCode.topic_authorization_failed,
+                      "Topic authorization failed.")
+               for t in request.topics if t.topic_name not in allowed]
+    known = {t.topic_name: topics_info[t.topic_name].topic_id for t in request.topics
+             if t.topic_name in allowed and t.topic_name in topics_info}
+    error, deleted = await shares.delete_offsets(group_id, known.values())
     if error != ErrorCode.none.value:
         code = ErrorCode(error)
         return _response(ctx, code, _MESSAGES.get(code))
-    return _response(ctx, ErrorCode.none, None,
-                     [_topic(schema, *a) for a in answers])
+    # Kafka's order: the refused topics, then the ones without state, then the deleted.
+    missing = [_topic(schema, t.topic_name, _NO_UUID, ErrorCode.unknown_topic_or_partition,
+                      "This server does not host this topic-partition.")
+               for t in request.topics if t.topic_name in allowed and t.topic_name not in known]
+    no_state = [_topic(schema, name, _NO_UUID, ErrorCode.unknown_topic_or_partition,
+                       "There is no offset information to delete.")
+                for name, tid in known.items() if tid not in deleted]
+    done = [_topic(schema, name, tid, ErrorCode.none)
+            for name, tid in known.items() if tid in deleted]
+    return _response(ctx, ErrorCode.none, None, refused + missing + no_state + done)

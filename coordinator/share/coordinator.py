@@ -499,24 +499,27 @@ class ShareCoordinator:
         _, error = await self._run(run)
         return error
 
-    async def delete_offsets(self, group_id: str, topic_ids: Iterable[uuid.UUID]) -> int:
+    async def delete_offsets(self, group_id: str, topic_ids: Iterable[uuid.UUID]
+                             ) -> tuple[int, set[uuid.UUID]]:
         """DeleteShareGroupOffsets: only while the group is empty; the share state of
         every partition of the topics is deleted (tombstones, as Kafka's
-        DeleteShareGroupState); answered once durable."""
+        DeleteShareGroupState); answered once durable. The error, and the topics that
+        had a share state (the others have "no offset information to delete")."""
         self.ensure_loaded()
         g = self.groups.groups.get(group_id)
         if g is None:
-            return _E.group_id_not_found.value
+            return _E.group_id_not_found.value, set()
         if g.members:
-            return _E.non_empty_group.value
+            return _E.non_empty_group.value, set()
         tids = set(topic_ids)
 
-        def run(effects: _Effects, token: int | None) -> None:
+        def run(effects: _Effects, token: int | None) -> set[uuid.UUID]:
             doomed = {sp for sp in (*self.partitions, *self.persister.latest)
                       if sp[0] == group_id and sp[1] in tids}
             for sp in sorted(doomed):
                 self.partitions.pop(sp, None)
                 self._add(effects, self.persister.tombstone(self._next_write_id(), sp), token)
+            return {sp[1] for sp in doomed}
 
-        _, error = await self._run(run)
-        return error
+        deleted, error = await self._run(run)
+        return error, deleted or set()
