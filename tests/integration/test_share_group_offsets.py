@@ -196,3 +196,63 @@ def test_off_by_default_not_advertised_and_refused(tmp_path):
 
 def test_advertised_at_share_version_1(txbroker):
     assert OFFSET_APIS <= advertised(txbroker)
+
+
+def test_acls_as_kafka_checks_them(tmp_path):
+    from confluent_kafka.admin import AclOperation, ResourceType
+
+    from tests.integration.security.test_acls import (
+        LISTENER,
+        SECURE,
+        USERS,
+        allow,
+        create_acls,
+        raw_request,
+    )
+
+    with BrokerThread(str(tmp_path / "d"), {**SECURE, **ENABLED}, listeners=[LISTENER],
+                      users=USERS) as b:
+        b.create_topic("t")
+        b.create_topic("u")
+        create_acls(b, allow("g", AclOperation.DESCRIBE, ResourceType.GROUP),
+                    allow("t", AclOperation.DESCRIBE))
+        m = request_module(90, 1)
+
+        def describe_as_alice(group, topics):
+            ts = None if topics is None else tuple(
+                build(m.DescribeShareGroupOffsetsRequestTopic, topic_name=t, partitions=(0,))
+                for t in topics)
+            (g,) = raw_request(b, 90, 1, build(m.DescribeShareGroupOffsetsRequest, groups=(
+                build(m.DescribeShareGroupOffsetsRequestGroup, group_id=group, topics=ts),))).groups
+            return g
+
+        assert describe_as_alice("h", None).error_code == E.group_authorization_failed
+        g = describe_as_alice("g", ["t", "u"])
+        assert [(t.topic_name, t.partitions[0].error_code) for t in g.topics] == [
+            ("t", 0), ("u", E.topic_authorization_failed)]
+
+        am = request_module(91, 0)
+
+        def alter_as_alice(topics):
+            return raw_request(b, 91, 0, build(am.AlterShareGroupOffsetsRequest, group_id="g",
+                                               topics=tuple(
+                build(am.AlterShareGroupOffsetsRequestTopic, topic_name=t, partitions=(
+                    build(am.AlterShareGroupOffsetsRequestPartition, partition_index=0,
+                          start_offset=0),)) for t in topics)))
+
+        assert alter_as_alice(["t"]).error_code == E.group_authorization_failed  # READ
+        create_acls(b, allow("g", AclOperation.READ, ResourceType.GROUP),
+                    allow("t", AclOperation.READ))
+        r = alter_as_alice(["t", "u"])
+        assert r.error_code == 0
+        assert {t.topic_name: t.partitions[0].error_code for t in r.responses} == {
+            "t": 0, "u": E.topic_authorization_failed}
+
+        dm = request_module(92, 0)
+        delete_g = build(dm.DeleteShareGroupOffsetsRequest, group_id="g", topics=(
+            build(dm.DeleteShareGroupOffsetsRequestTopic, topic_name="t"),))
+        assert raw_request(b, 92, 0, delete_g).error_code == E.group_authorization_failed
+        create_acls(b, allow("g", AclOperation.DELETE, ResourceType.GROUP))
+        r = raw_request(b, 92, 0, delete_g)
+        assert (r.error_code, [(t.topic_name, t.error_code) for t in r.responses]) == \
+            (0, [("t", 0)])
