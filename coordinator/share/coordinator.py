@@ -476,8 +476,8 @@ class ShareCoordinator:
     async def alter_offsets(self, group_id: str, offsets: Mapping[TopicPartition, int]) -> int:
         """AlterShareGroupOffsets: only while the group is empty (NON_EMPTY_GROUP); the
         group is created if it does not exist, as Kafka does. Each share-partition gets
-        a fresh state at its offset (the next state epoch), written as a ShareSnapshot;
-        answered once durable."""
+        a fresh state at its offset (the next state epoch), written as a ShareSnapshot; a
+        negative offset deletes its state instead. Answered once durable."""
         self.ensure_loaded()
         g = self.groups.groups.get(group_id)
         if g is not None and g.members:
@@ -489,6 +489,14 @@ class ShareCoordinator:
             for (tid, p), offset in sorted(offsets.items()):
                 sp = (group_id, tid, p)
                 part = self._existing(sp)
+                if offset < 0:
+                    # Kafka's "uninitialized" start offset (-1): no state, the next
+                    # fetch starts afresh from share.auto.offset.reset.
+                    if part is not None:
+                        self.partitions.pop(sp, None)
+                        self._add(effects, self.persister.tombstone(self._next_write_id(), sp),
+                                  token)
+                    continue
                 if part is None:
                     part, state = SharePartition.initialize(self.config.partition, offset)
                     self.partitions[sp] = part

@@ -159,6 +159,11 @@ def test_alter_creates_the_group(txbroker):
     assert alter(txbroker, "new", {("t", 0): 7}).error_code == 0
     assert spso(describe(txbroker, "new")) == {("t", 0): 7}
     assert consume_accepting(txbroker, "new", "t", 3) == [7, 8, 9]
+    # -1, Kafka's "uninitialized" start offset: no state, the next consumer starts
+    # afresh from share.auto.offset.reset (earliest here).
+    assert alter(txbroker, "new", {("t", 0): -1}).error_code == 0
+    assert spso(describe(txbroker, "new", {"t": [0]})) == {("t", 0): -1}
+    assert consume_accepting(txbroker, "new", "t", 10) == list(range(10))
 
 
 def test_delete_removes_the_share_state(txbroker):
