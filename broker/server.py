@@ -15,12 +15,12 @@ import os
 import socket
 import ssl
 import time
+from typing import TYPE_CHECKING
 
 from txbroker.coordinator.group.consumer_state import ConsumerGroupConfig
 from txbroker.coordinator.group.coordinator import GroupCoordinator, GroupCoordinatorConfig
 from txbroker.coordinator.group.state import GroupConfig
 from txbroker.coordinator.producer_ids import ProducerIdManager
-from txbroker.coordinator.share.coordinator import ShareCoordinator
 from txbroker.coordinator.transaction.coordinator import (
     TransactionCoordinator,
     TxnCoordinatorConfig,
@@ -65,7 +65,10 @@ from .metrics import BrokerMetrics
 from .request_faults import FaultTable
 from .security.acl_store import AclStore, AclStoreError, load_acls
 from .security.authorizer import Authorizer, parse_super_users
-from .share_config import share_coordinator_config
+from .share_config import check_share_config, share_coordinator_config
+
+if TYPE_CHECKING:
+    from txbroker.coordinator.share.coordinator import ShareCoordinator
 
 log = logging.getLogger("txbroker")
 
@@ -155,6 +158,8 @@ async def _preload_when_idle(broker: Broker, first: list[tuple[int, int, int]],
                 preload_schemas([(api_key, version, version)])
 
     await preload(first)
+    await idle()
+    _ = broker.shares  # the share coordinator's modules (JoinGroup, OffsetCommit ask it)
     if after is not None:
         await asyncio.wait([after])
     await preload(later)
@@ -162,6 +167,16 @@ async def _preload_when_idle(broker: Broker, first: list[tuple[int, int, int]],
 
 class Broker:
     """One broker: the data directory, the listener and the request handlers."""
+
+    @property
+    def shares(self) -> ShareCoordinator:
+        """The share coordinator (KIP-932), built on first use: its imports are not part
+        of the start-up (the fixture's first start measured 0.116 -> 0.130 s with them)."""
+        if self._shares is None:
+            from txbroker.coordinator.share.coordinator import ShareCoordinator
+
+            self._shares = ShareCoordinator(self.logs, share_coordinator_config(self.config))
+        return self._shares
 
     @property
     def transaction_version(self) -> int:
@@ -233,7 +248,9 @@ class Broker:
         except ValueError as e:
             raise StartupError(str(e)) from None
         # Share groups (KIP-932): served only while share.version is 1 (handlers/_share.py).
-        self.shares = ShareCoordinator(self.logs, share_coordinator_config(config))
+        # The coordinator is built on first use (``shares``); its keys are checked now.
+        check_share_config(config)
+        self._shares: ShareCoordinator | None = None
         self.shutdown_timeout = config.get("shutdown.timeout.ms") / 1000
         queued_bytes = config.get("queued.max.request.bytes")
         if 0 <= queued_bytes < config.get("socket.request.max.bytes"):
@@ -323,7 +340,8 @@ class Broker:
     async def _crash_teardown(self, durable: dict | None, torn_seed: int | None = None) -> None:
         await self.transactions.stop()
         await self.groups.stop()
-        await self.shares.stop()
+        if self._shares is not None:
+            await self._shares.stop()
         if self.admin_http is not None:
             await self.admin_http.stop()
         self.logs.abandon(power_loss=durable is not None, durable=durable, torn_seed=torn_seed)
@@ -378,7 +396,6 @@ class Broker:
         await self.logs.start()
         await self.groups.start()
         await self.transactions.start()
-        self.shares.load()
         from .security.scram_credentials import ScramCredentialStore
 
         self.scram_credentials = await loop.run_in_executor(
@@ -479,7 +496,8 @@ class Broker:
         await self.transactions.write_snapshots()  # the next start loads without replay
         await self.transactions.stop()
         await self.groups.stop()
-        await self.shares.stop()
+        if self._shares is not None:
+            await self._shares.stop()
         await self.logs.close()
         log.info("shutdown complete")
 
@@ -517,8 +535,9 @@ class Broker:
             conn.abort()
         finally:
             self._connections.discard(conn)
-            if not self.stopping.is_set():  # (a stop or a crash leaves share state as it is)
-                self.shares.connection_closed(session)
+            # (a stop or a crash leaves share state as it is)
+            if not self.stopping.is_set() and self._shares is not None:
+                self._shares.connection_closed(session)
 
     async def accept_tls(self, listener: Listener, conn: socket.socket) -> None:
         """The TLS handshake of an accepted socket (bounded in time, one log line when it

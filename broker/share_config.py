@@ -4,20 +4,31 @@ share.* group configs it does not take per group yet."""
 
 from __future__ import annotations
 
-from txbroker.coordinator.share.coordinator import ShareCoordinatorConfig
-from txbroker.coordinator.share.group import ShareGroupConfig
-from txbroker.coordinator.share.results import SharePartitionConfig
+from typing import Any
 
 from .config import BrokerConfig, ConfigError
 
 
-def share_coordinator_config(config: BrokerConfig) -> ShareCoordinatorConfig:
+def check_share_config(config: BrokerConfig) -> None:
+    """The checks of the share keys, at start-up (the coordinator is built later)."""
     session = config.get("group.share.session.timeout.ms")
     heartbeat = config.get("group.share.heartbeat.interval.ms")
     if heartbeat >= session:
         # As Kafka's ShareGroupConfig requires.
         raise ConfigError(f"group.share.heartbeat.interval.ms={heartbeat} must be less than "
                           f"group.share.session.timeout.ms={session}")
+
+
+def share_coordinator_config(config: BrokerConfig) -> Any:
+    """The ShareCoordinatorConfig (imported here: the share coordinator's modules load
+    on first use, not at start-up)."""
+    from txbroker.coordinator.share.coordinator import ShareCoordinatorConfig
+    from txbroker.coordinator.share.group import ShareGroupConfig
+    from txbroker.coordinator.share.results import SharePartitionConfig
+
+    check_share_config(config)
+    session = config.get("group.share.session.timeout.ms")
+    heartbeat = config.get("group.share.heartbeat.interval.ms")
     return ShareCoordinatorConfig(
         group=ShareGroupConfig(session_timeout_ms=session, heartbeat_interval_ms=heartbeat,
                                max_size=config.get("group.share.max.size")),

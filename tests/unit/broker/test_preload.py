@@ -13,7 +13,7 @@ def test_preload_waits_while_requests_arrive_and_runs_when_idle(monkeypatch) -> 
     monkeypatch.setattr(server, "preload_schemas",
                         lambda ranges: imported.extend((k, lo) for k, lo, _ in ranges))
     monkeypatch.setattr(server, "PRELOAD_IDLE_S", 0.01)
-    broker = types.SimpleNamespace(requests_received=0)
+    broker = types.SimpleNamespace(requests_received=0, shares=None)
 
     async def scenario() -> None:
         task = asyncio.create_task(server._preload_when_idle(
