@@ -12,5 +12,6 @@ ShareAcknowledge handlers drive.
 ``group``      share-group membership (ShareGroupHeartbeat), in memory.
 ``sessions``   share sessions (ShareFetch / ShareAcknowledge epochs).
 ``persister``  the share-partitions' records in ``__share_group_state`` and their replay.
+``stats``      counters of records acquired, acknowledged, expired, dead-lettered (/metrics).
 ``coordinator`` the async part: drives the above through the coordinator shell.
 """

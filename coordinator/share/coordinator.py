@@ -44,6 +44,7 @@ from .persister import SHARE_STATE_TOPIC, SharePersister, SPKey, StateRecord
 from .results import AcknowledgementBatch, AcquiredRecords, FetchedBatch, SharePartitionConfig
 from .sessions import ShareSessions
 from .state import ShareStateWrite
+from .stats import ShareStats
 
 __all__ = ["ShareCoordinator", "ShareCoordinatorConfig", "PartitionFetch"]
 
@@ -101,6 +102,7 @@ class ShareCoordinator:
         self.sessions = ShareSessions(config.max_share_sessions)
         self.persister = SharePersister(config.updates_per_snapshot)
         self.partitions: dict[SPKey, SharePartition] = {}
+        self.stats = ShareStats()  # counters for /metrics, shared by every share-partition
         self.shell = CoordinatorShell(logs, SHARE_STATE_TOPIC, self,
                                       partitions=config.state_topic_partitions,
                                       segment_bytes=config.state_topic_segment_bytes)
@@ -167,7 +169,8 @@ class ShareCoordinator:
             if state is None:
                 self.partitions.pop(rec.sp, None)
             else:
-                self.partitions[rec.sp] = SharePartition.from_persisted(self.config.partition, state)
+                self.partitions[rec.sp] = SharePartition.from_persisted(
+                    self.config.partition, state, stats=self.stats)
             effects.events.append(f"share state write of {rec.placement_key} failed "
                                   f"({_E(error).name}): rebuilt from the durable state")
         if token is not None and (pending := self._pending.get(token)) is not None:
@@ -356,7 +359,8 @@ class ShareCoordinator:
         self.ensure_loaded()
         part = self.partitions.get(sp)
         if part is None and (state := self.persister.latest.get(sp)) is not None:
-            part = self.partitions[sp] = SharePartition.from_persisted(self.config.partition, state)
+            part = self.partitions[sp] = SharePartition.from_persisted(
+                self.config.partition, state, stats=self.stats)
         return part
 
     def _share_partition(self, sp: SPKey, plog: PartitionLog, effects: _Effects,
@@ -366,7 +370,7 @@ class ShareCoordinator:
             # A new share-partition: its start offset from share.auto.offset.reset.
             start = plog.log_start_offset if self.config.auto_offset_reset == "earliest" \
                 else plog.high_watermark
-            part, state = SharePartition.initialize(self.config.partition, start)
+            part, state = SharePartition.initialize(self.config.partition, start, stats=self.stats)
             self.partitions[sp] = part
             # The group exists from its first delivery state on (as after a restart).
             self.groups.groups.setdefault(sp[0], ShareGroup(sp[0]))
@@ -498,7 +502,8 @@ class ShareCoordinator:
                                   token)
                     continue
                 if part is None:
-                    part, state = SharePartition.initialize(self.config.partition, offset)
+                    part, state = SharePartition.initialize(self.config.partition, offset,
+                                                            stats=self.stats)
                     self.partitions[sp] = part
                 else:
                     state = part.reset_start_offset(offset)

@@ -59,6 +59,7 @@ from txbroker.coordinator.share.state import (
     ShareStateWrite,
     StateBatch,
 )
+from txbroker.coordinator.share.stats import ShareStats
 
 __all__ = ["SharePartition"]
 
@@ -70,8 +71,10 @@ class SharePartition(InFlightRuns):
     offset ``share.auto.offset.reset`` gave) or ``from_persisted`` (recovery)."""
 
     def __init__(self, config: SharePartitionConfig, *, start_offset: int, state_epoch: int = 0,
-                 leader_epoch: int = 0) -> None:
+                 leader_epoch: int = 0, stats: ShareStats | None = None) -> None:
         self.config = config
+        # The broker's counters (the coordinator passes its own); a private one otherwise.
+        self.stats = stats if stats is not None else ShareStats()
         self._start = start_offset
         self._end = start_offset
         self.state_epoch = state_epoch
@@ -82,16 +85,19 @@ class SharePartition(InFlightRuns):
 
     @classmethod
     def initialize(cls, config: SharePartitionConfig, start_offset: int, *, state_epoch: int = 0,
-                   leader_epoch: int = 0) -> tuple[SharePartition, PersistedShareState]:
+                   leader_epoch: int = 0, stats: ShareStats | None = None
+                   ) -> tuple[SharePartition, PersistedShareState]:
         """A new share-partition at ``start_offset`` (the caller resolved earliest /
         latest / by_duration to an offset) and the ShareSnapshot to write for it
         (InitializeShareGroupState)."""
-        p = cls(config, start_offset=start_offset, state_epoch=state_epoch, leader_epoch=leader_epoch)
+        p = cls(config, start_offset=start_offset, state_epoch=state_epoch, leader_epoch=leader_epoch,
+                stats=stats)
         return p, p.snapshot()
 
     @classmethod
     def from_persisted(cls, config: SharePartitionConfig, state: PersistedShareState, *,
-                       leader_epoch: int | None = None) -> SharePartition:
+                       leader_epoch: int | None = None, stats: ShareStats | None = None
+                       ) -> SharePartition:
         """Recovery. Persisted AVAILABLE batches come back AVAILABLE with their count; a
         record that was ACQUIRED when the state was written was persisted as AVAILABLE
         with the count it got on acquisition, so it comes back redeliverable with a
@@ -99,7 +105,8 @@ class SharePartition(InFlightRuns):
         counts as its lock expiring). ACKNOWLEDGED / ARCHIVED stay. Offsets of the
         window no batch covers are gaps (acquirable)."""
         p = cls(config, start_offset=state.start_offset, state_epoch=state.state_epoch,
-                leader_epoch=state.leader_epoch if leader_epoch is None else leader_epoch)
+                leader_epoch=state.leader_epoch if leader_epoch is None else leader_epoch,
+                stats=stats)
         limit = config.delivery_count_limit
         for b in sorted(state.state_batches):
             if b.last_offset < p._start or b.last_offset < b.first_offset:
@@ -274,6 +281,9 @@ class SharePartition(InFlightRuns):
                 self._set(run, _ACQUIRED, member_id, deadline)
                 acquired.append(AcquiredRecords(x, y, run.delivery_count))
                 count += y - x + 1
+                self.stats.acquired_records += y - x + 1
+                if run.delivery_count > 1:
+                    self.stats.redelivered_records += y - x + 1
 
         # Offsets between fetch_offset and the first returned batch no longer exist.
         first_fetched = fetched[0].first_offset
@@ -394,6 +404,7 @@ class SharePartition(InFlightRuns):
         changed: list[tuple[int, int]] = []
         renew_deadline = now_ms + self.config.record_lock_duration_ms
         for lo, hi, t in plan:
+            self.stats.acknowledged(t, hi - lo + 1)
             for _, _, b in list(self._segments(lo, hi)):
                 assert b is not None
                 if t == AcknowledgeType.RENEW:
@@ -418,7 +429,9 @@ class SharePartition(InFlightRuns):
 
     def tick(self, now_ms: int) -> ReleaseResult:
         """Expire the acquisition locks whose deadline is at or before ``now_ms``."""
-        return self._release(lambda b: b.lock_deadline_ms is not None and b.lock_deadline_ms <= now_ms)
+        res = self._release(lambda b: b.lock_deadline_ms is not None and b.lock_deadline_ms <= now_ms)
+        self.stats.lock_expired_records += sum(hi - lo + 1 for lo, hi, _ in res.released)
+        return res
 
     def _release(self, which: Callable[[InFlightBatch], bool]) -> ReleaseResult:
         start_before = self._start
