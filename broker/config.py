@@ -441,7 +441,8 @@ BROKER_KEYS: dict[str, BrokerKey] = {
         BrokerKey("txbroker.fault.points", "", _fault_points,
                   "fault injection for tests: point[=action],... with points "
                   "before_end_txn, after_prepare_durable, before_markers, after_first_marker, "
-                  "before_complete, drop_end_txn_response and actions crash, power_loss, "
+                  "before_complete, drop_end_txn_response, after_share_acknowledge_durable and "
+                  "actions crash, power_loss, "
                   "delay:MS, drop, expire (docs/fault-injection.md)"),
         BrokerKey("txbroker.faults", "", _faults,
                   "faults installed at start-up, for tests: inline JSON (a fault object or a "

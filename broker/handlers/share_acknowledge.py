@@ -11,7 +11,7 @@ import datetime
 from txbroker.protocol.errors import ErrorCode
 from txbroker.protocol.messages import build
 
-from ..context import RequestContext
+from ..context import CloseConnection, RequestContext
 from ._groups import ZERO, may_read_group
 from ._share import DISABLED, leader, share_enabled
 from .share_fetch import acknowledgements, unreadable
@@ -48,6 +48,8 @@ async def handle(ctx: RequestContext, request):
     # The session moves on in the same turn of the loop as its check.
     shares.update_session(group_id, member_id, epoch, (), (), ctx.session)
     results = await shares.acknowledge(group_id, member_id, acks) if acks else {}
+    if acks and await ctx.broker.faults.hit("after_share_acknowledge_durable"):
+        raise CloseConnection
     if epoch == -1:
         await shares.close_session(group_id, member_id)
     schema = ctx.schema

@@ -26,7 +26,7 @@ from txbroker.protocol.acls import AclOperation, ResourceType
 from txbroker.protocol.errors import ErrorCode
 from txbroker.protocol.messages import build
 
-from ..context import RequestContext
+from ..context import CloseConnection, RequestContext
 from ._groups import ZERO, may_read_group, ms
 from ._share import DISABLED, leader, share_enabled
 
@@ -104,6 +104,8 @@ async def handle(ctx: RequestContext, request):
     session = shares.update_session(group_id, member_id, epoch, requested, forgotten,
                                     ctx.session)
     ack_results = await shares.acknowledge(group_id, member_id, acks) if acks else {}
+    if acks and await broker.faults.hit("after_share_acknowledge_durable"):
+        raise CloseConnection  # (the drop action: the answer is lost)
     if epoch == -1:
         await shares.close_session(group_id, member_id)
     fetchable = [tp for tp in session if tp not in denied]

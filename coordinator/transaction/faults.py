@@ -10,6 +10,10 @@ Points (where in EndTxn's commit protocol):
   after_first_marker      the first partition's COMMIT/ABORT marker is fsynced
   before_complete         every marker is fsynced; CompleteCommit/Abort not written
   before_markers          PrepareCommit/PrepareAbort is fsynced and answered; no marker yet
+  after_share_acknowledge_durable
+                          a share-group member's acknowledgements (ShareAcknowledge, or
+                          piggy-backed on ShareFetch) are durable in __share_group_state;
+                          not answered yet
 
 Actions:
   crash       stop the broker at once, like SIGKILL (a broker process exits with 137;
@@ -18,7 +22,8 @@ Actions:
   power_loss  crash as after a power failure: first every partition log is cut back to
               what was fsynced (PartitionLog.simulate_power_loss), then as ``crash``
   delay:MS    wait MS milliseconds at the point, then go on
-  drop        (drop_end_txn_response only) close the connection instead of answering
+  drop        (drop_end_txn_response, after_share_acknowledge_durable) close the
+              connection instead of answering
   expire      (before_end_txn only) expire the EndTxn's transaction now, as its timeout
               would (aborted, the producer fenced by an epoch bump); EndTxn then goes on
               and the producer gets PRODUCER_FENCED (INVALID_PRODUCER_EPOCH before v2)
@@ -39,6 +44,7 @@ POINTS = {
     "after_first_marker",
     "before_complete",
     "before_markers",
+    "after_share_acknowledge_durable",
 }
 # Points where a transaction is still open, so "expire" means something.
 EXPIRE_POINTS = {"before_end_txn"}
