@@ -25,10 +25,15 @@ from txbroker.protocol.errors import ErrorCode
 from txbroker.protocol.messages import api_name
 from txbroker.storage.disk_conditions import CONDITIONS
 
+from .features import SHARE_VERSION
+
 if TYPE_CHECKING:
     from txbroker.coordinator.group.coordinator import GroupCoordinator
+    from txbroker.coordinator.share.coordinator import ShareCoordinator
     from txbroker.coordinator.transaction.coordinator import TransactionCoordinator
     from txbroker.storage.manager import LogManager
+
+    from .features import FinalizedFeatures
 
 # Seconds. Requests: from a sub-millisecond Metadata to a Fetch long poll (fetch.max.wait.ms).
 REQUEST_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
@@ -231,9 +236,13 @@ class MetricsSource(Protocol):
     logs: LogManager
     transactions: TransactionCoordinator
     groups: GroupCoordinator
+    features: FinalizedFeatures
 
     @property
     def connection_count(self) -> int: ...
+
+    @property
+    def shares_if_built(self) -> ShareCoordinator | None: ...
 
 
 def render(broker: MetricsSource) -> str:
@@ -244,6 +253,10 @@ def render(broker: MetricsSource) -> str:
     _transactions(out, broker)
     _partitions(out, broker)
     _groups(out, broker)
+    shares = broker.shares_if_built
+    # Share groups on (share.version 1) and in use: never built just to be scraped.
+    if shares is not None and broker.features.level(SHARE_VERSION) >= 1:
+        _share_groups(out, shares)
     _storage(out, broker)
     return "\n".join(out.lines) + "\n"
 
@@ -411,6 +424,50 @@ def _groups(out: _Text, broker: MetricsSource) -> None:
         for group, topic, partition, offset, plog in rows:
             out.sample(name, {"group": group, "topic": topic, "partition": partition},
                        value(offset, plog))
+
+
+_SHARE_STATES = ("Empty", "Stable")
+_SHARE_COUNTERS = (
+    ("acquired_records", "Records delivered to share consumers (acquired by ShareFetch)."),
+    ("redelivered_records", "Records delivered with a delivery count above 1 (released, "
+     "expired or recovered after a crash before)."),
+    ("lock_expired_records", "Records whose acquisition lock ran out "
+     "(group.share.record.lock.duration.ms) before they were acknowledged."),
+    ("dlq_records", "Records written to a share group's dead-letter topic."),
+)
+_ACK_TYPES = (("accept", "accepted_records"), ("release", "released_records"),
+              ("reject", "rejected_records"), ("renew", "renewed_records"))
+
+
+def _share_groups(out: _Text, shares: ShareCoordinator) -> None:
+    """Counters of the share coordinator's ShareStats, and gauges read off its state:
+    one pass over its groups and one over its share-partitions (each O(1))."""
+    stats = shares.stats
+    for field, help_text in _SHARE_COUNTERS:
+        name = f"txbroker_share_{field}_total"
+        out.family(name, "counter", help_text)
+        out.sample(name, None, getattr(stats, field))
+    out.family("txbroker_share_acknowledged_records_total", "counter",
+               "Records acknowledged by share consumers, by acknowledge type (Kafka's "
+               "record-acknowledgement meter).")
+    for ack_type, field in _ACK_TYPES:
+        out.sample("txbroker_share_acknowledged_records_total", {"type": ack_type},
+                   getattr(stats, field))
+    counts = dict.fromkeys(_SHARE_STATES, 0)
+    members = 0
+    for group in shares.groups.groups.values():
+        counts[group.state] = counts.get(group.state, 0) + 1
+        members += len(group.members)
+    out.family("txbroker_share_groups", "gauge", "Share groups by state (Kafka's "
+               "share-group-count).")
+    for state, n in counts.items():
+        out.sample("txbroker_share_groups", {"state": state}, n)
+    out.family("txbroker_share_group_members", "gauge", "Members of share groups.")
+    out.sample("txbroker_share_group_members", None, members)
+    out.family("txbroker_share_inflight_records", "gauge", "Offsets in the in-flight windows "
+               "of the share-partitions in memory (start offset to end offset).")
+    out.sample("txbroker_share_inflight_records", None,
+               sum(p.in_flight_record_count for p in shares.partitions.values()))
 
 
 def _storage(out: _Text, broker: MetricsSource) -> None:

@@ -179,6 +179,12 @@ class Broker:
         return self._shares
 
     @property
+    def shares_if_built(self) -> ShareCoordinator | None:
+        """The share coordinator if something built it, else None: what /metrics and the
+        console read, so that rendering them never builds it."""
+        return self._shares
+
+    @property
     def transaction_version(self) -> int:
         """The finalized transaction.version level (what ApiVersions advertises)."""
         return self.features.level(TRANSACTION_VERSION)

@@ -244,3 +244,60 @@ def test_event_loop_tasks_follow_the_connections(txbroker):
     closed = scrape_until(txbroker, lambda f: tasks_and_connections(f)[0] <= before)
     tasks, conns = tasks_and_connections(closed)
     assert tasks <= before and conns == conns_before
+
+
+SHARE_ON = {"admin.http.port": "0", "txbroker.share.version": "1",
+            "txbroker.share.auto.offset.reset": "earliest",
+            "group.share.record.lock.duration.ms": "1000"}
+
+
+def share_counter(f, field, **labels):
+    family = f"txbroker_share_{field}"
+    return value(f, family, f"{family}_total", **labels)
+
+
+@pytest.mark.parametrize("txbroker_config", [SHARE_ON])
+def test_share_group_acquisitions_acknowledgements_and_lock_expiries(txbroker):
+    """A real ShareConsumer: records acquired, acknowledged by type, redelivered and left
+    until their locks expire are counted; groups, members and in-flight records gauged."""
+    from .test_share_groups import ck, poll_until, share_consumer
+
+    if not hasattr(ck, "ShareConsumer"):
+        pytest.skip("confluent-kafka without ShareConsumer")
+    txbroker.create_topic("m-share")
+    p = Producer({"bootstrap.servers": txbroker.bootstrap})
+    for i in range(6):
+        p.produce("m-share", value=b"s%d" % i)
+    assert p.flush(10) == 0
+    c = share_consumer(txbroker.bootstrap, "m-share-group", "m-share", explicit=True)
+    try:
+        first = sorted(poll_until(c, 6), key=lambda m: m.offset())
+        assert [m.offset() for m in first] == list(range(6))
+        kinds = [ck.AcknowledgeType.ACCEPT] * 2 + [ck.AcknowledgeType.REJECT] \
+            + [ck.AcknowledgeType.RELEASE] * 3
+        for m, kind in zip(first, kinds, strict=True):
+            c.acknowledge(m, kind)
+        c.commit_sync(10)
+        again = poll_until(c, 3)  # the released three, delivery count 2; never acknowledged
+        assert sorted(m.offset() for m in again) == [3, 4, 5]
+        f = scrape_until(txbroker, lambda f: share_counter(f, "lock_expired_records") == 3)
+        assert share_counter(f, "lock_expired_records") == 3
+        assert share_counter(f, "acquired_records") == 9
+        assert share_counter(f, "redelivered_records") == 3
+        assert share_counter(f, "acknowledged_records", type="accept") == 2
+        assert share_counter(f, "acknowledged_records", type="reject") == 1
+        assert share_counter(f, "acknowledged_records", type="release") == 3
+        assert share_counter(f, "acknowledged_records", type="renew") == 0
+        assert share_counter(f, "dlq_records") == 0
+        assert value(f, "txbroker_share_groups", state="Stable") == 1
+        assert value(f, "txbroker_share_group_members") == 1
+        # The window runs from the first unacknowledged record (3) to the end (6).
+        assert value(f, "txbroker_share_inflight_records") == 3
+    finally:
+        c.close()
+
+
+def test_share_metrics_are_absent_while_share_groups_are_off(txbroker):
+    f = scrape(txbroker)
+    assert not [name for name in f if name.startswith("txbroker_share_")]
+    assert "txbroker_groups" in f  # (the page itself was served)
