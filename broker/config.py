@@ -393,6 +393,27 @@ BROKER_KEYS: dict[str, BrokerKey] = {
                   "deliveries of a record to share consumers before it is archived"),
         BrokerKey("group.share.partition.max.record.locks", "2000", _int_in(100, 10000),
                   "most in-flight records of a share-partition"),
+        # The bounds of a share group's own share.* group configs (group_configs.py).
+        BrokerKey("group.share.min.session.timeout.ms", "45000", _int_in(1, 2**31 - 1),
+                  "the least share.session.timeout.ms a share group may set"),
+        BrokerKey("group.share.max.session.timeout.ms", "60000", _int_in(1, 2**31 - 1),
+                  "the greatest share.session.timeout.ms a share group may set"),
+        BrokerKey("group.share.min.heartbeat.interval.ms", "5000", _int_in(1, 2**31 - 1),
+                  "the least share.heartbeat.interval.ms a share group may set"),
+        BrokerKey("group.share.max.heartbeat.interval.ms", "15000", _int_in(1, 2**31 - 1),
+                  "the greatest share.heartbeat.interval.ms a share group may set"),
+        BrokerKey("group.share.min.record.lock.duration.ms", "15000", _int_in(1000, 30000),
+                  "the least share.record.lock.duration.ms a share group may set"),
+        BrokerKey("group.share.max.record.lock.duration.ms", "60000", _int_in(30000, 3600000),
+                  "the greatest share.record.lock.duration.ms a share group may set"),
+        BrokerKey("group.share.min.delivery.count.limit", "2", _int_in(2, 5),
+                  "the least share.delivery.count.limit a share group may set"),
+        BrokerKey("group.share.max.delivery.count.limit", "10", _int_in(5, 25),
+                  "the greatest share.delivery.count.limit a share group may set"),
+        BrokerKey("group.share.min.partition.max.record.locks", "100", _int_in(100, 2000),
+                  "the least share.partition.max.record.locks a share group may set"),
+        BrokerKey("group.share.max.partition.max.record.locks", "4000", _int_in(2000, 10000),
+                  "the greatest share.partition.max.record.locks a share group may set"),
         BrokerKey("group.share.max.share.sessions", "2000", _int_in(1, 2**31 - 1),
                   "most share sessions (SHARE_SESSION_LIMIT_REACHED past it)"),
         BrokerKey("share.coordinator.state.topic.num.partitions", "50", _int_in(1, 2**31 - 1),
@@ -404,13 +425,13 @@ BROKER_KEYS: dict[str, BrokerKey] = {
                   "ShareUpdate records of a share-partition between two ShareSnapshots"),
         BrokerKey("txbroker.share.auto.offset.reset", "latest",
                   _one_of("latest", "earliest"),
-                  "where a share group starts reading a partition it has never read: the "
-                  "default of Kafka's group config share.auto.offset.reset (txbroker has no "
-                  "share.* group configs yet, so it applies to every share group)"),
+                  "where a share group starts reading a partition it has never read, for "
+                  "the groups without their own share.auto.offset.reset group config "
+                  "(Kafka has no broker key: its default is latest)"),
         BrokerKey("txbroker.share.isolation.level", "read_uncommitted",
                   _one_of("read_uncommitted", "read_committed"),
-                  "the default of Kafka's group config share.isolation.level, for every "
-                  "share group"),
+                  "the share.isolation.level of the share groups without their own group "
+                  "config (Kafka has no broker key: its default is read_uncommitted)"),
         BrokerKey("transaction.state.log.num.partitions", "50", _int,
                   "partitions of __transaction_state (created on first transactional use)"),
         BrokerKey("transaction.state.log.segment.bytes", "104857600", _int,

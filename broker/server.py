@@ -65,7 +65,12 @@ from .metrics import BrokerMetrics
 from .request_faults import FaultTable
 from .security.acl_store import AclStore, AclStoreError, load_acls
 from .security.authorizer import Authorizer, parse_super_users
-from .share_config import check_share_config, share_coordinator_config
+from .share_config import (
+    check_share_config,
+    share_coordinator_config,
+    share_group_config_defaults,
+    share_group_config_limits,
+)
 
 if TYPE_CHECKING:
     from txbroker.coordinator.share.coordinator import ShareCoordinator
@@ -222,6 +227,8 @@ class Broker:
                 max_size=config.get("group.max.size"),
             ),
             consumer=_consumer_group_config(config),
+            group_config_limits=share_group_config_limits(config),
+            group_config_defaults=share_group_config_defaults(config),
         ))
         injector = FaultInjector(self.crash)
         injector.arm_from_config(config.get("txbroker.fault.points"))

@@ -1,12 +1,21 @@
 """The share coordinator's settings (KIP-932) from the broker keys: Kafka's
-ShareGroupConfig and ShareCoordinatorConfig names, and txbroker's defaults of the
-share.* group configs it does not take per group yet."""
+ShareGroupConfig and ShareCoordinatorConfig names, the bounds and defaults of the share.*
+group configs (coordinator/group/group_configs.py), and txbroker's own defaults of the
+two Kafka has no broker key for (share.auto.offset.reset, share.isolation.level)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from .config import BrokerConfig, ConfigError
+
+# Share group configs bounded by group.share.min.<key> / group.share.max.<key>: name ->
+# the <key> of the broker's group.share.<key> keys.
+_BOUNDED = {"share.session.timeout.ms": "session.timeout.ms",
+            "share.heartbeat.interval.ms": "heartbeat.interval.ms",
+            "share.record.lock.duration.ms": "record.lock.duration.ms",
+            "share.delivery.count.limit": "delivery.count.limit",
+            "share.partition.max.record.locks": "partition.max.record.locks"}
 
 
 def check_share_config(config: BrokerConfig) -> None:
@@ -17,6 +26,26 @@ def check_share_config(config: BrokerConfig) -> None:
         # As Kafka's ShareGroupConfig requires.
         raise ConfigError(f"group.share.heartbeat.interval.ms={heartbeat} must be less than "
                           f"group.share.session.timeout.ms={session}")
+    for name, (value, lo, hi) in share_group_config_limits(config).items():
+        key = _BOUNDED[name]
+        if not lo <= value <= hi:
+            # As Kafka's GroupCoordinatorConfig / ShareGroupConfig require at start-up.
+            raise ConfigError(f"group.share.{key}={value} must be within "
+                              f"group.share.min.{key}={lo} and group.share.max.{key}={hi}")
+
+
+def share_group_config_limits(config: BrokerConfig) -> dict[str, tuple[int, int, int]]:
+    """(broker value, min, max) of each range-checked share.* group config."""
+    return {name: (config.get(f"group.share.{key}"), config.get(f"group.share.min.{key}"),
+                   config.get(f"group.share.max.{key}"))
+            for name, key in _BOUNDED.items()}
+
+
+def share_group_config_defaults(config: BrokerConfig) -> dict[str, str]:
+    """txbroker's broker-wide defaults of the share.* group configs Kafka has no broker
+    key for."""
+    return {"share.auto.offset.reset": config.get("txbroker.share.auto.offset.reset"),
+            "share.isolation.level": config.get("txbroker.share.isolation.level")}
 
 
 def share_coordinator_config(config: BrokerConfig) -> Any:

@@ -7,7 +7,12 @@ import datetime
 import logging
 from collections.abc import Callable
 
-from txbroker.coordinator.group.group_configs import HEARTBEAT_INTERVAL, KEYS, SESSION_TIMEOUT
+from txbroker.coordinator.group.group_configs import (
+    HEARTBEAT_INTERVAL,
+    KEYS,
+    SESSION_TIMEOUT,
+    config_text,
+)
 from txbroker.protocol.acls import CLUSTER_NAME, AclOperation, ResourceType
 from txbroker.protocol.errors import ErrorCode, KafkaError
 from txbroker.protocol.messages import build
@@ -78,22 +83,31 @@ def broker_config_entries(config):
 
 
 def group_config_entries(broker, group_id: str):
-    """(name, value, source, doc, synonyms) of the group configs txbroker takes, as
-    Kafka lists them: the group's override, then its broker key as set and as
-    defaulted (Kafka 4.4 also lists the share.* and streams.* ones, which txbroker does
-    not take yet)."""
-    overrides = broker.groups.group_configs.get(group_id)
+    """(name, value, source, doc, synonyms) of every group config, as Kafka lists them:
+    the group's override, then its broker key as set and as defaulted. The keys txbroker
+    refuses (streams.*) are listed with Kafka's defaults, as Kafka lists them."""
+    store = broker.groups.group_configs
+    overrides = store.get(group_id)
     for name, key in sorted(KEYS.items()):
         synonyms: list[Synonym] = []
-        value, source = broker.config.raw(key.broker_key), "default"
-        if key.broker_key in broker.config.values:
+        source = "default"
+        value = key.kafka_default if key.refused else config_text(store.value(group_id, name))
+        broker_key = key.broker_key or _TXBROKER_DEFAULTS.get(name)
+        if broker_key is not None and broker_key in broker.config.values:
             source = "broker"
-            synonyms.append((key.broker_key, value, "broker"))
-        synonyms.append((key.broker_key, key.kafka_default, "default"))
+            synonyms.append((broker_key, broker.config.values[broker_key], "broker"))
+        if key.broker_key is not None:
+            synonyms.append((key.broker_key, key.kafka_default, "default"))
         if name in overrides:
-            value, source = str(overrides[name]), "group"
+            value, source = config_text(overrides[name]), "group"
             synonyms.insert(0, (name, value, "group"))
         yield name, value, source, key.doc, synonyms
+
+
+# Group configs Kafka has no broker key for, whose default txbroker takes from one of its
+# own keys (docs/compatibility.md).
+_TXBROKER_DEFAULTS = {"share.auto.offset.reset": "txbroker.share.auto.offset.reset",
+                      "share.isolation.level": "txbroker.share.isolation.level"}
 
 
 def _broker_synonyms(name: str, value: str, source: str, default) -> list[Synonym]:
@@ -226,7 +240,7 @@ def alter_configs_response(ctx, request, new_configs: Callable[[object, object],
                                                 validate_only=request.validate_only)
             elif res.resource_type == GROUP and new_group_configs is not None:
                 store = broker.groups.group_configs
-                current = {k: str(v) for k, v in store.get(res.resource_name).items()}
+                current = {k: config_text(v) for k, v in store.get(res.resource_name).items()}
                 try:
                     store.replace(res.resource_name, new_group_configs(current, res.configs),
                                   validate_only=request.validate_only)

@@ -20,8 +20,8 @@ import asyncio
 import logging
 import time
 import uuid
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 
 from kio.schema.errors import ErrorCode
 from txbroker.protocol.errors import KafkaError
@@ -77,6 +77,10 @@ class GroupCoordinatorConfig:
     offset_metadata_max_bytes: int = 4096  # offset.metadata.max.bytes
     group: GroupConfig | None = None
     consumer: ConsumerGroupConfig | None = None
+    # The share.* group configs' (broker value, min, max) and other broker defaults
+    # (GroupConfigStore's limits and defaults; Kafka's own where not given).
+    group_config_limits: Mapping[str, tuple[int, int, int]] = field(default_factory=dict)
+    group_config_defaults: Mapping[str, int | bool | str] = field(default_factory=dict)
 
 
 @dataclass
@@ -104,7 +108,8 @@ class GroupCoordinator(ConsumerGroupShell):
             SESSION_TIMEOUT: (c.session_timeout_ms, c.min_session_timeout_ms,
                               c.max_session_timeout_ms),
             HEARTBEAT_INTERVAL: (c.heartbeat_interval_ms, c.min_heartbeat_interval_ms,
-                                 c.max_heartbeat_interval_ms)})
+                                 c.max_heartbeat_interval_ms),
+            **config.group_config_limits}, config.group_config_defaults)
         self.consumer.overrides = self.group_configs.overrides
         # Classic members' LeaveGroup of a consumer group: (log, last offset) to wait for.
         self._unflushed_leaves: dict[str, tuple[PartitionLog, int]] = {}
