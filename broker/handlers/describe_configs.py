@@ -7,12 +7,7 @@ import datetime
 import logging
 from collections.abc import Callable
 
-from txbroker.coordinator.group.group_configs import (
-    HEARTBEAT_INTERVAL,
-    KEYS,
-    SESSION_TIMEOUT,
-    config_text,
-)
+from txbroker.coordinator.group.group_configs import KEYS, config_text
 from txbroker.protocol.acls import CLUSTER_NAME, AclOperation, ResourceType
 from txbroker.protocol.errors import ErrorCode, KafkaError
 from txbroker.protocol.messages import build
@@ -33,6 +28,7 @@ GROUP = 32
 # Kafka's ConfigSource ids.
 CONFIG_SOURCE = {"topic": 1, "dynamic-broker": 2, "broker": 4, "default": 5, "group": 8}
 # Kafka's ConfigType ids: BOOLEAN 1, STRING 2, INT 3, SHORT 4, LONG 5, DOUBLE 6, LIST 7.
+_TYPE_IDS = {"BOOLEAN": 1, "STRING": 2, "INT": 3, "SHORT": 4, "LONG": 5, "DOUBLE": 6, "LIST": 7}
 _TYPES = {
     "cleanup.policy": 7, "compression.type": 2, "message.timestamp.type": 2,
     "min.cleanable.dirty.ratio": 6, "unclean.leader.election.enable": 1, "preallocate": 1,
@@ -40,7 +36,7 @@ _TYPES = {
     "segment.bytes": 3, "segment.index.bytes": 3, "min.insync.replicas": 3,
     "listeners": 7, "advertised.listeners": 7, "log.dirs": 7, "auto.create.topics.enable": 1,
     "delete.topic.enable": 1, "node.id": 3, "num.partitions": 3,
-    SESSION_TIMEOUT: 3, HEARTBEAT_INTERVAL: 3,
+    **{name: _TYPE_IDS[key.type] for name, key in KEYS.items()},
 }
 _ZERO = datetime.timedelta(0)
 # Broker keys whose default is null in Kafka (the effective default comes from
@@ -83,12 +79,16 @@ def broker_config_entries(config):
 
 
 def group_config_entries(broker, group_id: str):
-    """(name, value, source, doc, synonyms) of every group config, as Kafka lists them:
-    the group's override, then its broker key as set and as defaulted. The keys txbroker
-    refuses (streams.*) are listed with Kafka's defaults, as Kafka lists them."""
+    """(name, value, source, doc, synonyms) of the group configs, as Kafka 4.4 lists
+    them: every key but the internal ones the group has not set (Kafka's isInternal),
+    the refused streams.* ones with Kafka's defaults. Synonyms: the group's override,
+    the broker key as set, then the broker key (the key itself where Kafka has no broker
+    key) with Kafka's default."""
     store = broker.groups.group_configs
     overrides = store.get(group_id)
     for name, key in sorted(KEYS.items()):
+        if key.internal and name not in overrides:
+            continue
         synonyms: list[Synonym] = []
         source = "default"
         value = key.kafka_default if key.refused else config_text(store.value(group_id, name))
@@ -96,8 +96,7 @@ def group_config_entries(broker, group_id: str):
         if broker_key is not None and broker_key in broker.config.values:
             source = "broker"
             synonyms.append((broker_key, broker.config.values[broker_key], "broker"))
-        if key.broker_key is not None:
-            synonyms.append((key.broker_key, key.kafka_default, "default"))
+        synonyms.append((key.broker_key or name, key.kafka_default, "default"))
         if name in overrides:
             value, source = config_text(overrides[name]), "group"
             synonyms.insert(0, (name, value, "group"))

@@ -61,7 +61,7 @@ class GroupConfigKey:
 
     name: str
     type: str
-    kafka_default: str | None
+    kafka_default: str
     doc: str
     broker_key: str | None = None
     floor: int | None = None
@@ -150,7 +150,8 @@ KEYS: dict[str, GroupConfigKey] = {k.name: k for k in (
        "(number of offsets to catch up) for a client to be considered caught-up enough to "
        "receive an active task assignment.", "group.streams.acceptable.recovery.lag", 0,
        internal=True, refused=_STREAMS),
-    _k("streams.assignor.name", "STRING", None, "The task assignor to use for this streams "
+    # Kafka lists the first of group.streams.assignors, its synonym, as the default.
+    _k("streams.assignor.name", "STRING", "sticky", "The task assignor to use for this streams "
        "group, selected by short name from the assignors registered via the broker "
        "configuration group.streams.assignors. When unset, the group defaults to the first "
        "assignor configured in the broker's group.streams.assignors setting. Changing the "
@@ -277,7 +278,7 @@ class GroupConfigStore:
         self.limits = {**KAFKA_LIMITS, **limits}
         self.defaults: dict[str, Value] = {
             name: _parse(key, key.kafka_default) for name, key in KEYS.items()
-            if key.refused is None and key.kafka_default is not None}
+            if key.refused is None}
         self.defaults.update({name: lo_hi[0] for name, lo_hi in self.limits.items()})
         self.defaults.update(defaults or {})
         self.overrides: dict[str, dict[str, Value]] = {}

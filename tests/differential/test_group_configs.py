@@ -142,3 +142,141 @@ def test_group_configs_apply_to_heartbeats(broker):
         assert int(r.error_code) == UNKNOWN_MEMBER_ID, r
     finally:
         client.close()
+
+
+# Kafka 4.4's listing of a group without overrides, on a broker with COMMON_CONFIG: name ->
+# (value, ConfigType id, the synonym that gives the default). The internal keys
+# (consumer/share/streams.assignor.offload.enable, streams.task.offset.interval.ms,
+# streams.num.warmup.replicas, streams.acceptable.recovery.lag) are not listed.
+BOOLEAN, STRING, INT, LIST = 1, 2, 3, 7
+KAFKA_LISTING = {
+    "consumer.assignment.interval.ms": ("1000", INT, "group.consumer.assignment.interval.ms"),
+    "share.session.timeout.ms": ("45000", INT, "group.share.session.timeout.ms"),
+    "share.heartbeat.interval.ms": ("5000", INT, "group.share.heartbeat.interval.ms"),
+    "share.record.lock.duration.ms": ("30000", INT, "group.share.record.lock.duration.ms"),
+    "share.delivery.count.limit": ("5", INT, "group.share.delivery.count.limit"),
+    "share.partition.max.record.locks": ("2000", INT, "group.share.partition.max.record.locks"),
+    "share.auto.offset.reset": ("latest", STRING, "share.auto.offset.reset"),
+    "share.isolation.level": ("read_uncommitted", STRING, "share.isolation.level"),
+    "share.renew.acknowledge.enable": ("true", BOOLEAN, "share.renew.acknowledge.enable"),
+    "share.assignment.interval.ms": ("1000", INT, "group.share.assignment.interval.ms"),
+    "streams.session.timeout.ms": ("45000", INT, "group.streams.session.timeout.ms"),
+    "streams.heartbeat.interval.ms": ("5000", INT, "group.streams.heartbeat.interval.ms"),
+    "streams.num.standby.replicas": ("0", INT, "group.streams.num.standby.replicas"),
+    "streams.initial.rebalance.delay.ms": ("3000", INT, "group.streams.initial.rebalance.delay.ms"),
+    "streams.assignment.interval.ms": ("1000", INT, "group.streams.assignment.interval.ms"),
+    "streams.rack.aware.assignment.tags": ("", LIST, "group.streams.rack.aware.assignment.tags"),
+    "streams.assignor.name": ("sticky", STRING, "group.streams.assignors"),
+    "errors.deadletterqueue.topic.name": ("", STRING, "errors.deadletterqueue.topic.name"),
+    "errors.deadletterqueue.copy.record.enable": ("false", BOOLEAN,
+                                                  "errors.deadletterqueue.copy.record.enable"),
+}
+LOCK = "share.record.lock.duration.ms"
+DLQ_TOPIC, DLQ_COPY = "errors.deadletterqueue.topic.name", "errors.deadletterqueue.copy.record.enable"
+OFFLOAD = "share.assignor.offload.enable"
+
+
+def _describe_all(client, group: str, keys=None):
+    """name -> (value, source, read only, type, documentation, synonyms) of a group."""
+    m = request_module(DESCRIBE_CONFIGS, 4)
+    r = client.request(DESCRIBE_CONFIGS, 4, build(
+        m.DescribeConfigsRequest, include_synonyms=True, include_documentation=True,
+        resources=(build(m.DescribeConfigsResource, resource_type=GROUP, resource_name=group,
+                         configuration_keys=keys),)))
+    (res,) = r.results
+    assert int(res.error_code) == 0, res
+    return {c.name: (c.value, int(c.config_source), c.read_only, int(c.config_type),
+                     c.documentation, [(s.name, s.value, int(s.source)) for s in c.synonyms])
+            for c in res.configs}
+
+
+@pytest.mark.kafka_ci
+def test_group_config_listing_as_kafka(broker):
+    """Every group config Kafka 4.4 lists, with its value, source, type and synonyms; the
+    internal keys only once the group sets one."""
+    session, interval = (COMMON_CONFIG["group.consumer.session.timeout.ms"],
+                         COMMON_CONFIG["group.consumer.heartbeat.interval.ms"])
+    group = f"gcl-{uuid.uuid4().hex[:8]}"
+    client = broker.raw()
+    try:
+        listed = _describe_all(client, group)
+        expected = {name: (value, DEFAULT_SOURCE, False, type_, [(synonym, value, DEFAULT_SOURCE)])
+                    for name, (value, type_, synonym) in KAFKA_LISTING.items()}
+        for name, value, default in ((SESSION, session, "45000"), (INTERVAL, interval, "5000")):
+            expected[name] = (value, BROKER_SOURCE, False, INT, [
+                (f"group.{name}", value, BROKER_SOURCE), (f"group.{name}", default, DEFAULT_SOURCE)])
+        assert {n: (v, s, ro, t, syn) for n, (v, s, ro, t, _doc, syn) in listed.items()} == expected
+        assert listed[LOCK][4] == ("The record acquisition lock duration in milliseconds for "
+                                   "share groups.")
+        # An internal key, asked for by name, is not listed until the group sets it.
+        assert _describe_all(client, group, (OFFLOAD, LOCK)).keys() == {LOCK}
+
+        assert _alter(client, group, [(LOCK, SET, "20000"), (DLQ_TOPIC, SET, " dlq.orders "),
+                                      (DLQ_COPY, SET, "TRUE"), (OFFLOAD, SET, "false"),
+                                      ("share.auto.offset.reset", SET, "by_duration:PT1H")]
+                      ) == (0, None)
+        _describe_settled(client, group, LOCK, "20000")
+        got = _describe_all(client, group, (LOCK, DLQ_TOPIC, DLQ_COPY, OFFLOAD,
+                                            "share.auto.offset.reset"))
+        assert {n: (v, s, syn) for n, (v, s, _ro, _t, _d, syn) in got.items()} == {
+            LOCK: ("20000", GROUP_SOURCE, [(LOCK, "20000", GROUP_SOURCE),
+                                           (f"group.{LOCK}", "30000", DEFAULT_SOURCE)]),
+            DLQ_TOPIC: ("dlq.orders", GROUP_SOURCE, [(DLQ_TOPIC, "dlq.orders", GROUP_SOURCE),
+                                                     (DLQ_TOPIC, "", DEFAULT_SOURCE)]),
+            DLQ_COPY: ("true", GROUP_SOURCE, [(DLQ_COPY, "true", GROUP_SOURCE),
+                                              (DLQ_COPY, "false", DEFAULT_SOURCE)]),
+            OFFLOAD: ("false", GROUP_SOURCE, [(OFFLOAD, "false", GROUP_SOURCE),
+                                              (f"group.{OFFLOAD}", "true", DEFAULT_SOURCE)]),
+            "share.auto.offset.reset": ("by_duration:PT1H", GROUP_SOURCE, [
+                ("share.auto.offset.reset", "by_duration:PT1H", GROUP_SOURCE),
+                ("share.auto.offset.reset", "latest", DEFAULT_SOURCE)]),
+        }
+        assert got[OFFLOAD][3] == BOOLEAN
+    finally:
+        client.close()
+
+
+@pytest.mark.kafka_ci
+def test_share_and_dead_letter_group_configs_checked_as_kafka(broker):
+    """The share.* and errors.deadletterqueue.* values Kafka 4.4 refuses, with its codes
+    and messages (the broker's group.share.min/max.* keys at Kafka's defaults)."""
+    group = f"gcs-{uuid.uuid4().hex[:8]}"
+    aor = "share.auto.offset.reset"
+    client = broker.raw()
+    try:
+        bad = [
+            ("share.delivery.count.limit", "1", "Invalid value 1 for configuration "
+             "share.delivery.count.limit: Value must be at least 2"),
+            ("share.delivery.count.limit", "11",
+             "share.delivery.count.limit must be in the range 2 to 10 inclusive."),
+            (LOCK, "999", f"Invalid value 999 for configuration {LOCK}: Value must be at least "
+             "1000"),
+            (LOCK, "14999", f"{LOCK} must be in the range 15000 to 60000 inclusive."),
+            ("share.partition.max.record.locks", "10000",
+             "share.partition.max.record.locks must be in the range 100 to 4000 inclusive."),
+            ("share.session.timeout.ms", "44999",
+             "share.session.timeout.ms must be in the range 45000 to 60000 inclusive."),
+            ("share.heartbeat.interval.ms", "abc", "Invalid value abc for configuration "
+             "share.heartbeat.interval.ms: Not a number of type INT"),
+            (aor, "EARLIEST", f"Invalid value EARLIEST for configuration {aor}: Invalid value "
+             f"`EARLIEST` for configuration {aor}. The value must be either 'earliest', "
+             "'latest' or of the format 'by_duration:<PnDTnHnMn.nS>'."),
+            (aor, "by_duration:-PT1H", f"Invalid value by_duration:-PT1H for configuration "
+             f"{aor}: Invalid value `by_duration:-PT1H` for configuration {aor}. The value "
+             "must be either 'earliest', 'latest' or of the format "
+             "'by_duration:<PnDTnHnMn.nS>'."),
+            ("share.isolation.level", "committed", "Invalid value committed for configuration "
+             "share.isolation.level: String must be one of: read_committed, read_uncommitted"),
+            ("share.renew.acknowledge.enable", "yes", "Invalid value yes for configuration "
+             "share.renew.acknowledge.enable: Expected value to be either true or false"),
+            (DLQ_COPY, "", f"Invalid value  for configuration {DLQ_COPY}: Expected value to "
+             "be either true or false"),
+            (DLQ_TOPIC, "__dlq", f"{DLQ_TOPIC}: DLQ topic name must not start with '__'"),
+        ]
+        for name, value, message in bad:
+            assert _alter(client, group, [(name, SET, value)]) == (INVALID_CONFIG, message)
+        assert _alter(client, group, [(LOCK, APPEND, "20000")]) == (
+            INVALID_CONFIG, f"Can't APPEND to key {LOCK} because its type is not LIST.")
+        assert _describe_all(client, group, (LOCK,))[LOCK][:2] == ("30000", DEFAULT_SOURCE)
+    finally:
+        client.close()
