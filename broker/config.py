@@ -379,6 +379,17 @@ BROKER_KEYS: dict[str, BrokerKey] = {
                   "online migration between classic and consumer groups: upgrade a classic "
                   "group when a consumer-protocol member joins, downgrade it when the last "
                   "one leaves (bidirectional, upgrade, downgrade or disabled)"),
+        # Streams groups (KIP-1071, a preview: off until streams.version is 1).
+        BrokerKey("group.streams.session.timeout.ms", "45000", _int_in(1, 2**31 - 1),
+                  "a streams-group member without a heartbeat for this long is removed"),
+        BrokerKey("group.streams.heartbeat.interval.ms", "5000", _int_in(1, 2**31 - 1),
+                  "the heartbeat interval given to the members of a streams group"),
+        BrokerKey("group.streams.num.standby.replicas", "0", _int_in(0, 2),
+                  "standby replicas of each stateful task of a streams group"),
+        BrokerKey("group.streams.max.size", "2147483647", _int_in(1, 2**31 - 1),
+                  "most members a streams group may have (GROUP_MAX_SIZE_REACHED)"),
+        BrokerKey("group.streams.task.offset.interval.ms", "60000", _int_in(1, 2**31 - 1),
+                  "how often streams-group members are asked to send their task offsets"),
         # Share groups (KIP-932, a preview: off until share.version is 1).
         BrokerKey("group.share.session.timeout.ms", "45000", _int_in(1, 2**31 - 1),
                   "a share-group member without a heartbeat for this long is removed"),
@@ -459,6 +470,12 @@ BROKER_KEYS: dict[str, BrokerKey] = {
                   "ShareGroupDescribe, ShareFetch, ShareAcknowledge advertised and served); "
                   "0 (the default) leaves them off. Once UpdateFeatures changed the level, "
                   "the level it stored in the data dir wins over this key"),
+        BrokerKey("txbroker.streams.version", "0", _int_in(0, 1),
+                  "the first finalized level of Kafka's streams.version feature: 1 turns on "
+                  "streams groups (KIP-1071, a preview: StreamsGroupHeartbeat and "
+                  "StreamsGroupDescribe advertised and served); 0 (the default) leaves them "
+                  "off. Once UpdateFeatures changed the level, the level it stored in the "
+                  "data dir wins over this key"),
         BrokerKey("txbroker.fault.points", "", _fault_points,
                   "fault injection for tests: point[=action],... with points "
                   "before_end_txn, after_prepare_durable, before_markers, after_first_marker, "

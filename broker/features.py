@@ -5,13 +5,17 @@ ConsumerGroupHeartbeat and ConsumerGroupDescribe; finalized at 1 as Kafka 4.3.1 
 a new cluster), and ``share.version`` (0-1: level 1 enables share groups of KIP-932,
 ShareGroupHeartbeat, ShareGroupDescribe, ShareFetch and ShareAcknowledge, which are
 advertised only then; finalized at 0 by default: share groups are a preview here.
-Kafka 4.4 knows level 2 too, the dead-letter queue of KIP-1191, not supported here).
+Kafka 4.4 knows level 2 too, the dead-letter queue of KIP-1191, not supported here),
+and ``streams.version`` (0-1: level 1 enables the streams group protocol of KIP-1071,
+StreamsGroupHeartbeat and StreamsGroupDescribe; finalized at 0 by default, a preview
+here, where a new Kafka 4.4 cluster finalizes 1).
 
 Kafka keeps the finalized levels in its metadata log: ``kafka-storage format
 --feature transaction.version=N`` writes the first level, and UpdateFeatures
 (``kafka-features upgrade/downgrade/disable``) later ones, which survive restarts and
 are not affected by the format options any more. Here the config key
-``txbroker.transaction.version`` (and ``txbroker.share.version``) plays the part of
+``txbroker.transaction.version`` (and ``txbroker.share.version``,
+``txbroker.streams.version``) plays the part of
 the format option: it is the level
 until an UpdateFeatures changes it; from then on the level stored in the data
 directory (``finalized-features.json``, written durably) wins over the config key.
@@ -32,22 +36,26 @@ FEATURES_FILE = "finalized-features.json"
 TRANSACTION_VERSION = "transaction.version"  # Kafka's feature name
 GROUP_VERSION = "group.version"
 SHARE_VERSION = "share.version"
+STREAMS_VERSION = "streams.version"
 # Supported levels per feature (Kafka 4.3's ranges; share.version stops before Kafka
 # 4.4's level 2, the dead-letter queue).
 SUPPORTED: dict[str, tuple[int, int]] = {TRANSACTION_VERSION: (0, 2), GROUP_VERSION: (0, 1),
-                                         SHARE_VERSION: (0, 1)}
+                                         SHARE_VERSION: (0, 1), STREAMS_VERSION: (0, 1)}
 
 
 class FinalizedFeatures:
     """The finalized levels, their epoch (ApiVersions' finalized_features_epoch) and
     where they are stored."""
 
-    def __init__(self, data_dir: str, transaction_version: int, share_version: int = 0) -> None:
+    def __init__(self, data_dir: str, transaction_version: int, share_version: int = 0,
+                 streams_version: int = 0) -> None:
         self.path = os.path.join(data_dir, FEATURES_FILE)
         self.levels: dict[str, int] = {TRANSACTION_VERSION: transaction_version,
                                         GROUP_VERSION: 1}
         if share_version:  # level 0 is off: not listed (nor stored) at all
             self.levels[SHARE_VERSION] = share_version
+        if streams_version:
+            self.levels[STREAMS_VERSION] = streams_version
         # Clients keep the finalized features of the highest epoch they saw: the start
         # time (ms) orders the levels of this broker's incarnations, and every update
         # takes a larger one.

@@ -257,7 +257,8 @@ class Broker:
         try:
             self.features = FinalizedFeatures(self.logs.data_dir,
                                               config.get("txbroker.transaction.version"),
-                                              config.get("txbroker.share.version"))
+                                              config.get("txbroker.share.version"),
+                                              config.get("txbroker.streams.version"))
         except ValueError as e:
             raise StartupError(str(e)) from None
         # Share groups (KIP-932): served only while share.version is 1 (handlers/_share.py).

@@ -1,0 +1,29 @@
+"""streams.version (KIP-1071): Kafka 4.4's levels 0-1, off unless configured or upgraded."""
+
+from __future__ import annotations
+
+from txbroker.broker.config import BrokerConfig
+from txbroker.broker.features import STREAMS_VERSION, SUPPORTED, FinalizedFeatures
+
+
+def test_streams_version_levels_and_updates(tmp_path):
+    assert SUPPORTED[STREAMS_VERSION] == (0, 1)
+    off = FinalizedFeatures(str(tmp_path), 2)
+    assert off.level(STREAMS_VERSION) == 0 and STREAMS_VERSION not in off.levels
+    on = FinalizedFeatures(str(tmp_path), 2, streams_version=1)
+    assert on.level(STREAMS_VERSION) == 1
+    # UpdateFeatures turns it on and off again; the stored level wins after a restart.
+    off.finalize({STREAMS_VERSION: 1})
+    assert FinalizedFeatures(str(tmp_path), 2).level(STREAMS_VERSION) == 1
+    off.finalize({STREAMS_VERSION: 0})
+    assert FinalizedFeatures(str(tmp_path), 2, streams_version=1).level(STREAMS_VERSION) == 0
+
+
+def test_streams_broker_keys_have_kafka_defaults():
+    config = BrokerConfig({})
+    assert config.get("txbroker.streams.version") == 0
+    assert config.get("group.streams.session.timeout.ms") == 45000
+    assert config.get("group.streams.heartbeat.interval.ms") == 5000
+    assert config.get("group.streams.num.standby.replicas") == 0
+    assert config.get("group.streams.max.size") == 2**31 - 1
+    assert config.get("group.streams.task.offset.interval.ms") == 60000
