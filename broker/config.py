@@ -427,6 +427,13 @@ BROKER_KEYS: dict[str, BrokerKey] = {
                   "the greatest share.partition.max.record.locks a share group may set"),
         BrokerKey("group.share.max.share.sessions", "2000", _int_in(1, 2**31 - 1),
                   "most share sessions (SHARE_SESSION_LIMIT_REACHED past it)"),
+        # Dead-letter topics of share groups (KIP-1191, share.version 2).
+        BrokerKey("errors.deadletterqueue.topic.name.prefix", "dlq.", _str,
+                  "the prefix every share group's dead-letter topic name must have (empty: "
+                  "any name)"),
+        BrokerKey("errors.deadletterqueue.auto.create.topics.enable", "false", _bool,
+                  "create a share group's dead-letter topic (num.partitions partitions) when "
+                  "it does not exist"),
         BrokerKey("share.coordinator.state.topic.num.partitions", "50", _int_in(1, 2**31 - 1),
                   "partitions of __share_group_state, created on first use"),
         BrokerKey("share.coordinator.state.topic.segment.bytes", "104857600", _int,
@@ -464,10 +471,11 @@ BROKER_KEYS: dict[str, BrokerKey] = {
                   "partitions added by Produce); clients of transactions v1 work at every "
                   "level. Once UpdateFeatures (`kafka-features upgrade/downgrade`) changed "
                   "the level, the level it stored in the data dir wins over this key"),
-        BrokerKey("txbroker.share.version", "0", _int_in(0, 1),
+        BrokerKey("txbroker.share.version", "0", _int_in(0, 2),
                   "the first finalized level of Kafka's share.version feature: 1 turns on "
                   "share groups (KIP-932, a preview: ShareGroupHeartbeat, "
-                  "ShareGroupDescribe, ShareFetch, ShareAcknowledge advertised and served); "
+                  "ShareGroupDescribe, ShareFetch, ShareAcknowledge advertised and served), "
+                  "2 also their dead-letter topics (KIP-1191); "
                   "0 (the default) leaves them off. Once UpdateFeatures changed the level, "
                   "the level it stored in the data dir wins over this key"),
         BrokerKey("txbroker.streams.version", "0", _int_in(0, 1),

@@ -2,11 +2,11 @@
 changes. txbroker has two features, Kafka's ``transaction.version`` (0-2) and
 ``group.version`` (0-1: level 1 enables the consumer group protocol of KIP-848,
 ConsumerGroupHeartbeat and ConsumerGroupDescribe; finalized at 1 as Kafka 4.3.1 does on
-a new cluster), and ``share.version`` (0-1: level 1 enables share groups of KIP-932,
+a new cluster), and ``share.version`` (0-2: level 1 enables share groups of KIP-932,
 ShareGroupHeartbeat, ShareGroupDescribe, ShareFetch and ShareAcknowledge, which are
-advertised only then; finalized at 0 by default: share groups are a preview here.
-Kafka 4.4 knows level 2 too, the dead-letter queue of KIP-1191, not supported here),
-and ``streams.version`` (0-1: level 1 enables the streams group protocol of KIP-1071,
+advertised only then; level 2, as in Kafka 4.4, also their dead-letter topics of
+KIP-1191; finalized at 0 by default: share groups are a preview here), and
+``streams.version`` (0-1: level 1 enables the streams group protocol of KIP-1071,
 StreamsGroupHeartbeat and StreamsGroupDescribe; finalized at 0 by default, a preview
 here, where a new Kafka 4.4 cluster finalizes 1).
 
@@ -37,10 +37,9 @@ TRANSACTION_VERSION = "transaction.version"  # Kafka's feature name
 GROUP_VERSION = "group.version"
 SHARE_VERSION = "share.version"
 STREAMS_VERSION = "streams.version"
-# Supported levels per feature (Kafka 4.3's ranges; share.version stops before Kafka
-# 4.4's level 2, the dead-letter queue).
+# Supported levels per feature (Kafka 4.4's ranges).
 SUPPORTED: dict[str, tuple[int, int]] = {TRANSACTION_VERSION: (0, 2), GROUP_VERSION: (0, 1),
-                                         SHARE_VERSION: (0, 1), STREAMS_VERSION: (0, 1)}
+                                         SHARE_VERSION: (0, 2), STREAMS_VERSION: (0, 1)}
 
 
 class FinalizedFeatures:

@@ -58,7 +58,7 @@ from .context import (
     Session,
 )
 from .fault_spec import load_fault_specs
-from .features import TRANSACTION_VERSION, FinalizedFeatures
+from .features import SHARE_VERSION, TRANSACTION_VERSION, FinalizedFeatures
 from .handlers import HANDLERS, accepts, api_versions, supported_versions
 from .listeners import Listener, build_listeners
 from .metrics import BrokerMetrics
@@ -180,7 +180,12 @@ class Broker:
         if self._shares is None:
             from txbroker.coordinator.share.coordinator import ShareCoordinator
 
-            self._shares = ShareCoordinator(self.logs, share_coordinator_config(self.config))
+            # Per-group configs (the dead-letter topic) and share.version are asked at
+            # each use: both change while the broker runs.
+            self._shares = ShareCoordinator(
+                self.logs, share_coordinator_config(self.config),
+                group_config=lambda group_id, name: self.groups.group_configs.value(group_id, name),
+                share_version=lambda: self.features.level(SHARE_VERSION))
         return self._shares
 
     @property

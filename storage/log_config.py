@@ -122,6 +122,9 @@ TOPIC_CONFIGS: dict[str, TopicConfigDef] = {
                        "accepted for compatibility; no down-conversion is ever done"),
         TopicConfigDef("file.delete.delay.ms", "log.segment.delete.delay.ms", "60000",
                        _int_range(0), "accepted for compatibility; deleted segments go at once"),
+        TopicConfigDef("errors.deadletterqueue.group.enable", None, "false",
+                       _choice("true", "false"),
+                       "true: share groups may write their dead-letter records here (KIP-1191)"),
     ]
 }
 

@@ -12,6 +12,12 @@ nothing else touches its fields. Every request whose state changes must be durab
 answered only once its records are (``CoordinatorShell.call``); a failed write rebuilds
 the share-partition from what is durable and the request gets the write's error.
 
+Dead-letter topics (KIP-1191): at share.version 2, a share group whose group config
+``errors.deadletterqueue.topic.name`` is set gets ARCHIVING records (partition.py) for
+what it REJECTs or delivers too often; once their state is durable a task writes their
+dead-letter records (``dead_letter.py``) and then persists them ARCHIVED, as Kafka does.
+The acknowledgement's answer waits for the ARCHIVING write only.
+
 In Kafka the share-partition state lives on the partition leader and is written through
 the share coordinator (a separate internal service, RPCs such as
 WriteShareGroupState); on one broker both are here, with no RPC in between.
@@ -32,6 +38,7 @@ from txbroker.storage.log import PartitionLog
 from txbroker.storage.manager import LogManager
 
 from ..shell import CoordinatorShell, now_ms
+from .dead_letter import DeadLetterRange, DeadLetterSettings, DeadLetterWriter
 from .group import (
     ShareGroup,
     ShareGroupConfig,
@@ -43,7 +50,7 @@ from .partition import SharePartition
 from .persister import SHARE_STATE_TOPIC, SharePersister, SPKey, StateRecord
 from .results import AcknowledgementBatch, AcquiredRecords, FetchedBatch, SharePartitionConfig
 from .sessions import ShareSessions
-from .state import ShareStateWrite
+from .state import PersistedShareState, RecordState, ShareStateWrite
 from .stats import ShareStats
 
 __all__ = ["ShareCoordinator", "ShareCoordinatorConfig", "PartitionFetch"]
@@ -51,6 +58,10 @@ __all__ = ["ShareCoordinator", "ShareCoordinatorConfig", "PartitionFetch"]
 log = logging.getLogger(__name__)
 _E = ErrorCode
 TopicPartition = tuple[uuid.UUID, int]
+# Kafka's group configs of KIP-1191 (coordinator/group/group_configs.py takes them).
+DLQ_TOPIC_NAME = "errors.deadletterqueue.topic.name"
+DLQ_COPY_RECORD_ENABLE = "errors.deadletterqueue.copy.record.enable"
+GroupConfigLookup = Callable[[str, str], object]  # (group id, config name) -> its value
 
 
 @dataclass(frozen=True)
@@ -62,6 +73,7 @@ class ShareCoordinatorConfig:
     updates_per_snapshot: int = 500  # share.coordinator.snapshot.update.records.per.snapshot
     max_share_sessions: int = 2000  # group.share.max.share.sessions
     auto_offset_reset: str = "latest"  # Kafka's group config share.auto.offset.reset
+    dead_letter: DeadLetterSettings = DeadLetterSettings()
 
 
 @dataclass(frozen=True)
@@ -95,9 +107,17 @@ class _Pending:
 class ShareCoordinator:
     """See the module docstring. Implements the shell's Adapter."""
 
-    def __init__(self, logs: LogManager, config: ShareCoordinatorConfig) -> None:
+    def __init__(self, logs: LogManager, config: ShareCoordinatorConfig, *,
+                 group_config: GroupConfigLookup | None = None,
+                 share_version: Callable[[], int] | None = None) -> None:
         self.logs = logs
         self.config = config
+        # The broker's per-group config values and finalized share.version (callables:
+        # the coordinator does not import the broker).
+        self._group_config = group_config
+        self._share_version = share_version or (lambda: 1)
+        self.dead_letters = DeadLetterWriter(logs, config.dead_letter)
+        self._dead_lettering: set[SPKey] = set()  # share-partitions with a dead-letter task
         self.groups = ShareGroups(config.group)
         self.sessions = ShareSessions(config.max_share_sessions)
         self.persister = SharePersister(config.updates_per_snapshot)
@@ -164,6 +184,8 @@ class ShareCoordinator:
         effects = _Effects()
         if error == _E.none.value:
             self.persister.durable_now(rec)
+            if rec.state is not None and _archiving(rec.state):
+                self._maybe_dead_letter(rec.sp)
         else:
             state = self.persister.failed(rec.sp)
             if state is None:
@@ -191,7 +213,7 @@ class ShareCoordinator:
                                   f"(session timeout)")
             self._forget_if_empty(group_id)
         for sp, part in self.partitions.items():
-            released = part.tick(now)
+            released = part.tick(now, dead_letter=self.dead_letter_enabled(sp[0]))
             self._persist_write(effects, sp, released.write, None)
         return effects
 
@@ -243,7 +265,9 @@ class ShareCoordinator:
         """A member's share session closed: what it acquired is available again."""
         for sp, part in self.partitions.items():
             if sp[0] == group_id:
-                self._persist_write(effects, sp, part.release_acquired_records(member_id).write, token)
+                released = part.release_acquired_records(
+                    member_id, dead_letter=self.dead_letter_enabled(group_id))
+                self._persist_write(effects, sp, released.write, token)
 
     # -- membership ------------------------------------------------------------------------------
 
@@ -337,6 +361,7 @@ class ShareCoordinator:
         """Apply the acknowledgements, per partition; answered once durable."""
         def run(effects: _Effects, token: int | None) -> dict[TopicPartition, tuple[int, str | None]]:
             now = now_ms()
+            dead_letter = self.dead_letter_enabled(group_id)
             out: dict[TopicPartition, tuple[int, str | None]] = {}
             for (tid, p), batches in acks.items():
                 sp = (group_id, tid, p)
@@ -345,7 +370,7 @@ class ShareCoordinator:
                     out[(tid, p)] = (_E.invalid_record_state.value,
                                      "no records were acquired from this share-partition")
                     continue
-                res = part.acknowledge(member_id, batches, now_ms=now)
+                res = part.acknowledge(member_id, batches, now_ms=now, dead_letter=dead_letter)
                 out[(tid, p)] = (res.error_code, res.error_message)
                 self._persist_write(effects, sp, res.write, token)
             return out
@@ -361,6 +386,8 @@ class ShareCoordinator:
         if part is None and (state := self.persister.latest.get(sp)) is not None:
             part = self.partitions[sp] = SharePartition.from_persisted(
                 self.config.partition, state, stats=self.stats)
+            if _archiving(state):
+                self._maybe_dead_letter(sp)  # Kafka resumes them on initialization
         return part
 
     def _share_partition(self, sp: SPKey, plog: PartitionLog, effects: _Effects,
@@ -454,6 +481,64 @@ class ShareCoordinator:
             return PartitionFetch()
         return PartitionFetch(records=data, acquired=res.acquired)
 
+    # -- dead-letter topics (KIP-1191) ----------------------------------------------------------
+
+    def _group_value(self, group_id: str, name: str, default: object) -> object:
+        if self._group_config is None:
+            return default
+        try:
+            return self._group_config(group_id, name)
+        except KeyError:  # a store that does not take the key
+            return default
+
+    def dead_letter_enabled(self, group_id: str) -> bool:
+        """share.version 2 and the group has a dead-letter topic (Kafka's
+        SharePartition.isDLQEnabledForGroup, asked at each transition)."""
+        return self._share_version() >= 2 and bool(self._group_value(group_id, DLQ_TOPIC_NAME, ""))
+
+    def _maybe_dead_letter(self, sp: SPKey) -> None:
+        if sp not in self._dead_lettering and not self.shell.stopped:
+            self._dead_lettering.add(sp)
+            self.shell.spawn(self._dead_letter(sp))
+
+    async def _dead_letter(self, sp: SPKey) -> None:
+        """Write the dead-letter records of the share-partition's ARCHIVING records whose
+        state is durable, then persist them ARCHIVED; again while there are more."""
+        group_id, tid, p = sp
+        try:
+            while not self.shell.stopped:
+                part = self.partitions.get(sp)
+                durable = self.persister.durable.get(sp)
+                ranges = _dead_letter_ranges(part, durable)
+                if part is None or not ranges:
+                    return
+                name = self._topics_by_id().get(tid)
+                source = self.logs.get_log(name, p) if name is not None else None
+                written = await self.dead_letters.write(
+                    group_id, name or str(tid), p, source, ranges,
+                    dlq_topic=str(self._group_value(group_id, DLQ_TOPIC_NAME, "") or ""),
+                    copy_record=bool(self._group_value(group_id, DLQ_COPY_RECORD_ENABLE, False)))
+                self.stats.dlq_records += written
+
+                def finish(effects: _Effects, token: int | None,
+                           ranges: list[DeadLetterRange] = ranges) -> None:
+                    current = self.partitions.get(sp)  # (rebuilt if a write failed meanwhile)
+                    if current is not None:
+                        for r in ranges:
+                            self._persist_write(effects, sp, current.finish_archiving(
+                                r.first_offset, r.last_offset), token)
+
+                _, error = await self._run(finish)
+                if error != _E.none.value:
+                    # Still ARCHIVING in the durable state: the next durable write of
+                    # this share-partition (or a restart) writes them again.
+                    log.error("share group %r: the ARCHIVED state of %s-%d after its "
+                              "dead-letter records could not be written (%s)", group_id,
+                              name, p, _E(error).name)
+                    return
+        finally:
+            self._dead_lettering.discard(sp)
+
     # -- offsets admin (DescribeShareGroupOffsets, AlterShareGroupOffsets, DeleteShareGroupOffsets) --
 
     def share_group_state(self, group_id: str) -> str | None:
@@ -536,3 +621,28 @@ class ShareCoordinator:
 
         deleted, error = await self._run(run)
         return error, deleted or set()
+
+
+def _archiving(state: PersistedShareState) -> bool:
+    return any(b.delivery_state == RecordState.ARCHIVING for b in state.state_batches)
+
+
+def _dead_letter_ranges(part: SharePartition | None, durable: PersistedShareState | None
+                        ) -> list[DeadLetterRange]:
+    """The share-partition's ARCHIVING runs, cut to what is durably ARCHIVING (a dead-letter
+    record is never written for a state a crash could take back). A run read back after a
+    restart has lost why it was archived: Kafka's rule then, rejected below the delivery
+    count limit."""
+    if part is None or durable is None:
+        return []
+    spans = [(b.first_offset, b.last_offset) for b in durable.state_batches
+             if b.delivery_state == RecordState.ARCHIVING]
+    limit = part.config.delivery_count_limit
+    out: list[DeadLetterRange] = []
+    for run in part.dead_letter_runs():
+        for lo, hi in spans:
+            lo, hi = max(lo, run.first_offset), min(hi, run.last_offset)
+            if lo <= hi:
+                out.append(DeadLetterRange(lo, hi, run.delivery_count,
+                                           run.rejected or run.delivery_count < limit))
+    return sorted(out, key=lambda r: r.first_offset)

@@ -2,8 +2,9 @@
 
 Owns the in-flight records of the partition for the group: the share-partition start
 offset (SPSO), the end of the in-flight window, and for every offset in the window its
-state (AVAILABLE → ACQUIRED → ACKNOWLEDGED / ARCHIVED), delivery count, acquiring
-member and acquisition-lock deadline. The ShareFetch / ShareAcknowledge handlers and
+state (AVAILABLE → ACQUIRED → ACKNOWLEDGED / ARCHIVED, or ARCHIVING → ARCHIVED when the
+group has a dead-letter topic: KIP-1191), delivery count, acquiring member and
+acquisition-lock deadline. The ShareFetch / ShareAcknowledge handlers and
 the share-group shell call its methods; nothing else touches its fields. Time comes in
 as ``now_ms``; every mutation returns plain results, with the ``ShareStateWrite`` the
 shell must make durable before it answers (None when nothing durable changed).
@@ -22,12 +23,20 @@ Durability. Kafka writes share state on acknowledgement, release and lock expiry
 on acquisition (KIP-932: "the Acquired state is not recorded because it's transient";
 SharePartition.acquire makes no persister call), so a leader crash forgets deliveries in
 flight and their delivery count. Here ``acquire`` also returns a write: the acquired
-records as AVAILABLE with the count just incremented (the persisted states stay 0/2/4,
-Kafka's). Recovery (``from_persisted``) therefore redelivers an unacknowledged record
+records as AVAILABLE with the count just incremented (the persisted states are 0/2/4,
+and 3 for ARCHIVING, Kafka's). Recovery (``from_persisted``) therefore redelivers an unacknowledged record
 with a higher count, and archives it when the count reached the limit, so a record that
 crashes the broker cannot loop forever; an ACCEPTed record is never redelivered. The
 shell makes each write durable before it answers the request that caused it; if a write
 fails, it rebuilds the partition from what is durable.
+
+Dead-letter topics (KIP-1191, share.version 2). With ``dead_letter=True`` (the group has a
+dead-letter topic) a REJECTed record, and one released or expired at the delivery count
+limit, becomes ARCHIVING instead of ARCHIVED: persisted as such (state 3) with the
+acknowledgement, not acquirable, and holding the SPSO back. The shell then writes its
+dead-letter record and calls ``finish_archiving`` (ARCHIVED, persisted), as Kafka's
+SharePartition does; ARCHIVING runs read back after a restart are written again (Kafka
+resumes them on initialization: at least once).
 """
 
 from __future__ import annotations
@@ -65,6 +74,7 @@ __all__ = ["SharePartition"]
 
 _AVAILABLE, _ACQUIRED = RecordState.AVAILABLE, RecordState.ACQUIRED
 _ACKNOWLEDGED, _ARCHIVED = RecordState.ACKNOWLEDGED, RecordState.ARCHIVED
+_ARCHIVING = RecordState.ARCHIVING
 
 class SharePartition(InFlightRuns):
     """See the module docstring. Build with ``initialize`` (a new share-partition, at the
@@ -102,8 +112,9 @@ class SharePartition(InFlightRuns):
         record that was ACQUIRED when the state was written was persisted as AVAILABLE
         with the count it got on acquisition, so it comes back redeliverable with a
         higher count; one already at the delivery count limit is archived (the crash
-        counts as its lock expiring). ACKNOWLEDGED / ARCHIVED stay. Offsets of the
-        window no batch covers are gaps (acquirable)."""
+        counts as its lock expiring). ACKNOWLEDGED / ARCHIVED / ARCHIVING stay (an
+        ARCHIVING run's dead-letter record is written again: ``dead_letter_runs``).
+        Offsets of the window no batch covers are gaps (acquirable)."""
         p = cls(config, start_offset=state.start_offset, state_epoch=state.state_epoch,
                 leader_epoch=state.leader_epoch if leader_epoch is None else leader_epoch,
                 stats=stats)
@@ -116,8 +127,10 @@ class SharePartition(InFlightRuns):
                 raise ValueError(f"overlapping state batches at offset {first}")
             if b.delivery_state in (RecordState.ACKNOWLEDGED,):
                 st = _ACKNOWLEDGED
-            elif b.delivery_state in (RecordState.ARCHIVED, RecordState.ARCHIVING):
-                st = _ARCHIVED  # no dead-letter queue here: ARCHIVING finishes as ARCHIVED
+            elif b.delivery_state == RecordState.ARCHIVED:
+                st = _ARCHIVED
+            elif b.delivery_state == RecordState.ARCHIVING:
+                st = _ARCHIVING
             else:
                 st = _ARCHIVED if b.delivery_count >= limit else _AVAILABLE
             p._batches.append(InFlightBatch(first, b.last_offset, st, b.delivery_count))
@@ -201,6 +214,27 @@ class SharePartition(InFlightRuns):
             pos = b.last_offset + 1
         return min(pos, self._end)  # a trailing gap, or the end of the window
 
+    def dead_letter_runs(self) -> tuple[InFlightBatch, ...]:
+        """Copies of the ARCHIVING runs: records whose dead-letter record the shell is
+        to write, then ``finish_archiving``."""
+        return tuple(replace(b) for b in self._batches if b.state is _ARCHIVING)
+
+    def finish_archiving(self, first_offset: int, last_offset: int) -> ShareStateWrite | None:
+        """The dead-letter records of ``[first_offset, last_offset]`` were written (or
+        could not be: Kafka archives them regardless): its ARCHIVING records become
+        ARCHIVED and the SPSO may move."""
+        start_before = self._start
+        changed: list[tuple[int, int]] = []
+        lo = max(first_offset, self._start)
+        if lo <= last_offset:
+            for x, y, b in list(self._segments(lo, last_offset)):
+                if b is not None and b.state is _ARCHIVING:
+                    self._set(b, _ARCHIVED)
+                    b.rejected = False
+                    changed.append((x, y))
+        self._advance_start()
+        return self._write(changed, start_before)
+
     def can_acquire_records(self) -> bool:
         return self.next_fetch_offset() < self._end or \
             self.in_flight_record_count < self.config.partition_max_record_locks
@@ -214,10 +248,12 @@ class SharePartition(InFlightRuns):
              deadline: int | None = None) -> None:
         b.state, b.member_id, b.lock_deadline_ms = state, member_id, deadline
 
-    def _released_state(self, b: InFlightBatch) -> RecordState:
+    def _released_state(self, b: InFlightBatch, dead_letter: bool) -> RecordState:
         # Kafka's InFlightState.tryUpdateState: a record going back to AVAILABLE that has
-        # reached the delivery count limit is archived instead.
-        return _ARCHIVED if b.delivery_count >= self.config.delivery_count_limit else _AVAILABLE
+        # reached the delivery count limit is archived instead (via its dead-letter topic).
+        if b.delivery_count < self.config.delivery_count_limit:
+            return _AVAILABLE
+        return _ARCHIVING if dead_letter else _ARCHIVED
 
     def _advance_start(self) -> None:
         """Move the SPSO over the contiguous prefix of ACKNOWLEDGED / ARCHIVED records and
@@ -356,7 +392,7 @@ class SharePartition(InFlightRuns):
     # -- acknowledgement (ShareAcknowledge / piggybacked on ShareFetch) ---------------------------
 
     def acknowledge(self, member_id: str, batches: Sequence[AcknowledgementBatch], *,
-                    now_ms: int) -> AcknowledgeResult:
+                    now_ms: int, dead_letter: bool = False) -> AcknowledgeResult:
         """Apply a member's acknowledgements, all or nothing. INVALID_REQUEST for a
         malformed batch list (KafkaApis.validateAcknowledgementBatches) or offsets past
         the in-flight records; INVALID_RECORD_STATE for an offset this member has not
@@ -364,7 +400,8 @@ class SharePartition(InFlightRuns):
         already acknowledged) or RENEW when share.renew.acknowledge.enable is off.
         Offsets below the SPSO are skipped, like Kafka. ACCEPT → ACKNOWLEDGED, REJECT and
         GAP → ARCHIVED, RELEASE → AVAILABLE (ARCHIVED at the delivery count limit),
-        RENEW → the lock runs ``record_lock_duration_ms`` from ``now_ms`` (not persisted)."""
+        RENEW → the lock runs ``record_lock_duration_ms`` from ``now_ms`` (not persisted).
+        With ``dead_letter`` REJECT (not GAP) and RELEASE at the limit → ARCHIVING."""
         err = validate_batches(batches)
         if err is not None:
             return AcknowledgeResult(ErrorCode.invalid_request, err, None)
@@ -413,8 +450,11 @@ class SharePartition(InFlightRuns):
                 if t == AcknowledgeType.ACCEPT:
                     self._set(b, _ACKNOWLEDGED)
                 elif t == AcknowledgeType.RELEASE:
-                    self._set(b, self._released_state(b))
-                else:  # REJECT, GAP
+                    self._set(b, self._released_state(b, dead_letter))
+                elif t == AcknowledgeType.REJECT and dead_letter:
+                    self._set(b, _ARCHIVING)
+                    b.rejected = True
+                else:  # REJECT, GAP (no record: nothing to dead-letter)
                     self._set(b, _ARCHIVED)
                 changed.append((b.first_offset, b.last_offset))
         self._advance_start()
@@ -422,18 +462,21 @@ class SharePartition(InFlightRuns):
 
     # -- releases ----------------------------------------------------------------------------
 
-    def release_acquired_records(self, member_id: str) -> ReleaseResult:
+    def release_acquired_records(self, member_id: str, *, dead_letter: bool = False
+                                 ) -> ReleaseResult:
         """A member left (or its share session closed): its ACQUIRED records become
-        AVAILABLE, or ARCHIVED at the delivery count limit."""
-        return self._release(lambda b: b.member_id == member_id)
+        AVAILABLE, or ARCHIVED (ARCHIVING with ``dead_letter``) at the delivery count
+        limit."""
+        return self._release(lambda b: b.member_id == member_id, dead_letter)
 
-    def tick(self, now_ms: int) -> ReleaseResult:
+    def tick(self, now_ms: int, *, dead_letter: bool = False) -> ReleaseResult:
         """Expire the acquisition locks whose deadline is at or before ``now_ms``."""
-        res = self._release(lambda b: b.lock_deadline_ms is not None and b.lock_deadline_ms <= now_ms)
+        res = self._release(lambda b: b.lock_deadline_ms is not None and b.lock_deadline_ms <= now_ms,
+                            dead_letter)
         self.stats.lock_expired_records += sum(hi - lo + 1 for lo, hi, _ in res.released)
         return res
 
-    def _release(self, which: Callable[[InFlightBatch], bool]) -> ReleaseResult:
+    def _release(self, which: Callable[[InFlightBatch], bool], dead_letter: bool) -> ReleaseResult:
         start_before = self._start
         released: list[tuple[int, int, str]] = []
         changed: list[tuple[int, int]] = []
@@ -441,7 +484,7 @@ class SharePartition(InFlightRuns):
             if b.state is _ACQUIRED and which(b):
                 released.append((b.first_offset, b.last_offset, b.member_id))
                 changed.append((b.first_offset, b.last_offset))
-                self._set(b, self._released_state(b))
+                self._set(b, self._released_state(b, dead_letter))
         self._advance_start()
         return ReleaseResult(tuple(released), self._write(changed, start_before))
 

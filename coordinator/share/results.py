@@ -52,6 +52,9 @@ class InFlightBatch:
     delivery_count: int
     member_id: str = EMPTY_MEMBER_ID  # the acquiring member while ACQUIRED
     lock_deadline_ms: int | None = None  # when the acquisition lock expires (ACQUIRED only)
+    # ARCHIVING only: a client REJECTed it (else it went over the delivery count limit),
+    # the reason its dead-letter record gives.
+    rejected: bool = False
 
 
 @dataclass(frozen=True)
