@@ -1,8 +1,10 @@
-"""``txbroker groups list|describe|reset-offsets|delete``: kafka-consumer-groups.sh's
-commands and option names, over the Kafka protocol (ListGroups, FindCoordinator,
-DescribeGroups, ConsumerGroupDescribe, OffsetFetch, ListOffsets, OffsetCommit,
-DeleteGroups). Groups of either protocol: classic, and consumer (KIP-848), whose
-members show their member epoch and current and target assignment with --verbose.
+"""``txbroker groups list|describe|reset-offsets|delete-offsets|delete``:
+kafka-consumer-groups.sh's commands and option names, over the Kafka protocol
+(ListGroups, FindCoordinator, DescribeGroups, ConsumerGroupDescribe, OffsetFetch,
+ListOffsets, OffsetCommit, DeleteGroups). Groups of either protocol: classic, and
+consumer (KIP-848), whose members show their member epoch and current and target
+assignment with --verbose. Share groups (KIP-932) are described, reset and have their
+offsets deleted as kafka-share-groups.sh does it (share_groups.py).
 
 describe shows, beside Kafka's LOG-END-OFFSET and LAG, the partition's last stable
 offset and the lag of a read_committed consumer (LSO - committed offset): with a
@@ -21,10 +23,12 @@ import sys
 
 from kio.schema.delete_groups.v2 import request as dg
 from kio.schema.errors import ErrorCode
-from kio.schema.list_groups.v4 import request as lg
+from kio.schema.list_groups.v4 import request as lg4
+from kio.schema.list_groups.v5 import request as lg5
 from kio.schema.offset_commit.v7 import request as oc
 from kio.schema.offset_fetch.v7 import request as of
 
+from . import share_groups
 from .cluster_client import (
     EARLIEST,
     LATEST,
@@ -39,6 +43,10 @@ from .cluster_client import (
     table,
 )
 from .group_view import GroupView, describe_group, partition_list
+
+# ListGroups' group types as Kafka's tools print them (GroupType's names).
+_TYPE_NAMES = {"classic": "Classic", "consumer": "Consumer", "share": "Share",
+               "streams": "Streams"}
 
 _INACTIVE = ("Empty", "Dead")
 
@@ -57,28 +65,51 @@ def _committed(cluster: Cluster, group: str) -> dict[tuple[str, int], int]:
     return out
 
 
-def _group_ids(cluster: Cluster, states: tuple[str, ...] = ()) -> list[tuple[str, str]]:
-    """(group id, state) of every group on every broker (each coordinates some)."""
+def _listed(cluster: Cluster, states: tuple[str, ...] = (),
+            types: tuple[str, ...] | None = None) -> list[tuple[str, str, str]]:
+    """(group id, state, type) of every group on every broker (each coordinates some).
+    ``types``: ask with ListGroups v5's types filter (Kafka 3.8+); None: v4, no types."""
     cluster.metadata([])
     found = {}
     for node_id in sorted(cluster.brokers) or [None]:
         conn = cluster.bootstrap if node_id is None else cluster.node(node_id)
-        resp = conn.request(16, 4, lg.ListGroupsRequest(states_filter=states))
+        if types is None:
+            resp = conn.request(16, 4, lg4.ListGroupsRequest(states_filter=states))
+        else:
+            resp = conn.request(16, 5, lg5.ListGroupsRequest(states_filter=states,
+                                                             types_filter=types))
         if resp.error_code != ErrorCode.none:
             raise ToolError(f"cannot list groups: {error_name(resp.error_code)}")
         for g in resp.groups:
-            found[g.group_id] = g.group_state
-    return sorted(found.items())
+            found[g.group_id] = (g.group_state, getattr(g, "group_type", ""))
+    return [(g, state, kind) for g, (state, kind) in sorted(found.items())]
+
+
+def _group_ids(cluster: Cluster, states: tuple[str, ...] = ()) -> list[tuple[str, str]]:
+    """(group id, state) of every group."""
+    return [(g, state) for g, state, _ in _listed(cluster, states)]
 
 
 def cmd_list(cluster: Cluster, args) -> int:
     states = tuple(args.state or ())
-    groups = _group_ids(cluster, states)
-    if args.state is None:
-        for group, _state in groups:
-            echo(group)
+    if args.type is None:
+        groups = _listed(cluster, states)
     else:
-        table([[g, s] for g, s in groups], ["GROUP", "STATE"])
+        types = tuple(t.lower() for t in args.type)
+        unknown = sorted(set(types) - set(_TYPE_NAMES))
+        if unknown:
+            raise ToolError(f"--type {', '.join(unknown)}: the types are classic, consumer, "
+                            "share, streams")
+        groups = _listed(cluster, states, types)
+    if args.state is None and args.type is None:
+        for group, _state, _type in groups:
+            echo(group)
+        return 0
+    # Kafka's columns: GROUP, TYPE (with --type), STATE (with --state).
+    table([[g, *([_TYPE_NAMES.get(t, t)] if args.type is not None else []),
+            *([s] if args.state is not None else [])] for g, s, t in groups],
+          ["GROUP", *(["TYPE"] if args.type is not None else []),
+           *(["STATE"] if args.state is not None else [])])
     return 0
 
 
@@ -95,13 +126,24 @@ def cmd_describe(cluster: Cluster, args) -> int:
         if i:
             echo("")
         g = describe_group(cluster, group)
-        if args.state:
+        if g.share:
+            _describe_share(cluster, g, args)
+        elif args.state:
             _describe_state(cluster, g, args.verbose)
         elif args.members:
             _describe_members(g, args.verbose)
         else:
             _describe_offsets(cluster, g)
     return 0
+
+
+def _describe_share(cluster: Cluster, g: GroupView, args) -> None:
+    if args.state:
+        share_groups.describe_state(cluster, g, args.verbose)
+    elif args.members:
+        share_groups.describe_members(g, args.verbose)
+    else:
+        share_groups.describe_offsets(cluster, g, args.verbose)
 
 
 def _describe_state(cluster: Cluster, g: GroupView, verbose: bool) -> None:
@@ -199,6 +241,34 @@ def _reset_partitions(cluster: Cluster, group: str, args,
     return sorted(set(wanted))
 
 
+def _new_offsets(cluster: Cluster, args, partitions: list[tuple[str, int]],
+                 current: dict[tuple[str, int], int]) -> dict[tuple[str, int], int]:
+    """Where --to-* / --shift-by puts each partition; ``current``: the committed (or
+    share-partition start) offsets."""
+    leaders = cluster.partitions(sorted({t for t, _ in partitions}))
+    earliest = cluster.list_offsets(dict.fromkeys(partitions, EARLIEST), leaders=leaders)
+    latest = cluster.list_offsets(dict.fromkeys(partitions, LATEST), leaders=leaders)
+    if args.to_datetime is not None:
+        found = cluster.list_offsets(
+            dict.fromkeys(partitions, _parse_datetime(args.to_datetime)), leaders=leaders)
+    new = {}
+    for tp in partitions:
+        if args.to_earliest:
+            offset = earliest[tp]
+        elif args.to_latest:
+            offset = latest[tp]
+        elif args.to_offset is not None:
+            offset = args.to_offset
+        elif args.shift_by is not None:
+            # No committed offset: shift from the earliest, as a new consumer starts.
+            offset = current.get(tp, earliest[tp]) + args.shift_by
+        else:  # --to-datetime: no record that late -> the end of the log
+            offset = found[tp] if found[tp] >= 0 else latest[tp]
+        # Kafka's tools clamp into the log's range, so a consumer never starts outside it.
+        new[tp] = min(max(offset, earliest[tp]), latest[tp])
+    return new
+
+
 def cmd_reset_offsets(cluster: Cluster, args) -> int:
     if args.execute and args.dry_run:
         raise ToolError("give --dry-run or --execute, not both")
@@ -206,41 +276,26 @@ def cmd_reset_offsets(cluster: Cluster, args) -> int:
     plans = []
     for group in groups:
         g = describe_group(cluster, group)
-        if g.state not in _INACTIVE:
+        if g.share:
+            share_groups.check_resettable(g, args)
+            current = {tp: o[0] for tp, o in share_groups.share_offsets(cluster, group).items()}
+        elif g.state not in _INACTIVE:
             # As Kafka's tool: a live member would overwrite the reset with its next commit.
             raise ToolError(f"assignments can only be reset if the group '{group}' is "
                             f"inactive, but the current state is {g.state}")
-        committed = _committed(cluster, group)
-        partitions = _reset_partitions(cluster, group, args, committed)
+        else:
+            current = _committed(cluster, group)
+        partitions = _reset_partitions(cluster, group, args, current)
         if not partitions:
             raise ToolError(f"group {group!r} has no committed offsets to reset "
                             "(name the partitions with --topic)")
-        leaders = cluster.partitions(sorted({t for t, _ in partitions}))
-        earliest = cluster.list_offsets(dict.fromkeys(partitions, EARLIEST), leaders=leaders)
-        latest = cluster.list_offsets(dict.fromkeys(partitions, LATEST), leaders=leaders)
-        if args.to_datetime is not None:
-            found = cluster.list_offsets(
-                dict.fromkeys(partitions, _parse_datetime(args.to_datetime)), leaders=leaders)
-        new = {}
-        for tp in partitions:
-            if args.to_earliest:
-                offset = earliest[tp]
-            elif args.to_latest:
-                offset = latest[tp]
-            elif args.to_offset is not None:
-                offset = args.to_offset
-            elif args.shift_by is not None:
-                # No committed offset: shift from the earliest, as a new consumer starts.
-                offset = committed.get(tp, earliest[tp]) + args.shift_by
-            else:  # --to-datetime: no record that late -> the end of the log
-                offset = found[tp] if found[tp] >= 0 else latest[tp]
-            # Kafka's tool clamps into the log's range, so a consumer never starts outside it.
-            new[tp] = min(max(offset, earliest[tp]), latest[tp])
-        plans.append((group, new))
-    for group, new in plans:
-        if args.execute:
-            _commit(cluster, group, new)
-    table([[group, t, p, offset] for group, new in plans for (t, p), offset in sorted(new.items())],
+        plans.append((g, _new_offsets(cluster, args, partitions, current)))
+    for g, new in plans:
+        if args.execute and g.share:
+            share_groups.alter_offsets(cluster, g.group_id, new)
+        elif args.execute:
+            _commit(cluster, g.group_id, new)
+    table([[g.group_id, t, p, offset] for g, new in plans for (t, p), offset in sorted(new.items())],
           ["GROUP", "TOPIC", "PARTITION", "NEW-OFFSET"])
     if not args.execute and not args.dry_run:
         print("note: dry run (nothing changed); add --execute to reset the offsets",
@@ -263,6 +318,14 @@ def _commit(cluster: Cluster, group: str, offsets: dict[tuple[str, int], int]) -
               for t in resp.topics for p in t.partitions if p.error_code != ErrorCode.none]
     if errors:
         raise ToolError(f"cannot commit the offsets of group {group!r}: {'; '.join(errors)}")
+
+
+def cmd_delete_offsets(cluster: Cluster, args) -> int:
+    g = describe_group(cluster, args.group)
+    if not g.share:
+        raise ToolError(f"group {args.group!r} is not a share group: delete-offsets deletes "
+                        "share groups' offsets (DeleteShareGroupOffsets)")
+    return share_groups.delete_offsets(cluster, args.group, args.topic)
 
 
 def cmd_delete(cluster: Cluster, args) -> int:
@@ -289,6 +352,9 @@ def add_parser(sub) -> None:
     ls.add_argument("--state", nargs="*", metavar="STATE",
                     help="show states; only groups in these states if given "
                          "(Empty, Stable, PreparingRebalance, CompletingRebalance, Dead)")
+    ls.add_argument("--type", nargs="*", metavar="TYPE",
+                    help="show types; only groups of these types if given (classic, "
+                         "consumer, share)")
 
     def groups_option(parser: argparse.ArgumentParser) -> None:
         parser.add_argument("--group", action="append", help="(repeatable)")
@@ -304,7 +370,8 @@ def add_parser(sub) -> None:
     view.add_argument("--state", action="store_true", help="the group's state")
     d.add_argument("--verbose", action="store_true",
                    help="with --members: each assignment (consumer protocol: member epoch, "
-                        "current and target assignment); with --state: the group's epochs")
+                        "current and target assignment); with --state: the group's epochs; "
+                        "a share group's offsets: the leader epoch")
     r = gsub.add_parser("reset-offsets", help="move a group's committed offsets (a dry run "
                                               "unless --execute)")
     groups_option(r)
@@ -322,12 +389,17 @@ def add_parser(sub) -> None:
     to.add_argument("--shift-by", type=int, metavar="N", help="move by N (may be negative)")
     r.add_argument("--dry-run", action="store_true", help="show the new offsets (the default)")
     r.add_argument("--execute", action="store_true", help="commit the new offsets")
+    do = gsub.add_parser("delete-offsets", help="delete a share group's offsets of topics "
+                                                "(no active members)")
+    do.add_argument("--group", required=True)
+    do.add_argument("--topic", action="append", required=True, help="(repeatable)")
     rm = gsub.add_parser("delete", help="delete groups (no active members) and their offsets")
     groups_option(rm)
-    add_client_options_to_subcommands(ls, d, r, rm)
+    add_client_options_to_subcommands(ls, d, r, do, rm)
 
 
 def run(args) -> int:
     commands = {"list": cmd_list, "describe": cmd_describe,
-                "reset-offsets": cmd_reset_offsets, "delete": cmd_delete}
+                "reset-offsets": cmd_reset_offsets, "delete-offsets": cmd_delete_offsets,
+                "delete": cmd_delete}
     return run_tool(args, commands, args.groups_command)
