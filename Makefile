@@ -250,6 +250,11 @@ bench-kafka: install
 bench-group-protocols: install
 	$(PY) -m bench.group_protocols
 
+# Share groups (KIP-932): ShareConsumer throughput on one partition, 1 and 4 consumers,
+# on txbroker and Apache Kafka 4.4.0, and a classic consumer for reference.
+bench-share: install
+	$(PY) -m bench.share_groups
+
 # Hostile clients: broker peak RSS and a normal client's acks=all latency.
 bench-abuse: install
 	$(PY) -m bench.abuse
