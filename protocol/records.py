@@ -30,9 +30,8 @@ from dataclasses import dataclass, field
 from enum import IntEnum
 from typing import NamedTuple
 
-import crc32c
-
 from .compression import Compression, compress, decompress, decompress_bounded
+from .crc32c_ext import crc32c as _crc32c
 from .errors import CorruptRecordError, InvalidRecordError, InvalidTimestampError, RecordError
 from .primitives import (
     DecodeError,
@@ -142,7 +141,7 @@ def peek_size(buf, offset: int = 0) -> int | None:
 
 
 def compute_crc(buf, offset: int, size: int) -> int:
-    return crc32c.crc32c(memoryview(buf)[offset + CRC_START : offset + size])
+    return _crc32c(memoryview(buf)[offset + CRC_START : offset + size])
 
 
 def validate_batch(buf, offset: int = 0, end: int | None = None,
