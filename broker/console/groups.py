@@ -2,7 +2,8 @@
 lag against the high watermark (what kafka-consumer-groups.sh shows) and against the
 last stable offset (what a read_committed consumer can still read). Groups of both
 protocols: a consumer-protocol group (KIP-848) shows its group and assignment epochs,
-its assignor and each member's epoch, current and target assignment."""
+its assignor and each member's epoch, current and target assignment. Share groups
+(KIP-932) are listed and shown by ``share_groups.py``."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from aiohttp import web
 from txbroker.protocol.consumer_protocol import decode_consumer_assignment
 
 from .html import BROKER, Raw, esc, kv, layout, link, page_params, pager, seg, table
+from .share_groups import groups_section, share_coordinator, share_group
 from .topics import partition_href
 
 # Partitions of one member's assignment shown before "and N more".
@@ -75,13 +77,17 @@ async def groups(request: web.Request) -> web.Response:
     body = (search + table(["Group", "State", "Protocol type", "Members",
                             "Committed partitions", "Lag (HW)", "Lag (LSO)"], rows,
                            id="groups")
-            + pager(request, start, limit, len(ids)))
+            + pager(request, start, limit, len(ids))
+            + groups_section(broker, request))
     return layout(request, "Consumer groups", body)
 
 
 async def group(request: web.Request) -> web.Response:
     broker = request.app[BROKER]
     gid = request.match_info["group"]
+    shares = share_coordinator(broker)
+    if shares is not None and shares.is_share_group(gid):
+        return await share_group(request, shares, gid)
     cg = broker.groups.consumer.groups.get(gid)
     d = broker.groups.describe(gid)
     committed = lags(broker, gid)

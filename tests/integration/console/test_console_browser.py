@@ -230,3 +230,40 @@ def _traffic(txbroker, seconds: float) -> None:
         else:
             p.commit_transaction(10)
         n += 1
+
+
+@pytest.mark.parametrize("txbroker_config", [{
+    "admin.http.port": "0", "txbroker.share.version": "1",
+    "txbroker.share.auto.offset.reset": "earliest"}])
+def test_share_group_page_in_a_browser(txbroker, browser):
+    """A share group (KIP-932) with a real ShareConsumer: listed on the groups page, and
+    its page renders each share-partition's window, records by state and lag."""
+    from selenium.webdriver.common.by import By
+
+    from tests.integration.test_share_groups import ck, poll_until, produce, share_consumer
+
+    txbroker.create_topic("jobs", 2)
+    produce(txbroker.bootstrap, "jobs", 8)  # round-robin or sticky: 8 over the 2 partitions
+    c = share_consumer(txbroker.bootstrap, "workers", "jobs", explicit=True)
+    try:
+        got = poll_until(c, 8)
+        assert len(got) == 8
+        for m in got:
+            c.acknowledge(m, ck.AcknowledgeType.ACCEPT)
+        c.commit_sync(10)
+        port = txbroker.call(lambda b: b.admin_http.port)
+        d = browser
+        d.get(f"http://127.0.0.1:{port}/console/groups")
+        link = d.find_element(By.CSS_SELECTOR, "#share-groups a.share-group")
+        assert link.text == "workers"
+        _navigate(d, link)
+        assert d.find_element(By.TAG_NAME, "h1").text == "Share group"
+        rows = d.find_elements(By.CSS_SELECTOR, "#share-partitions tbody tr")
+        # Every record accepted: each partition's window is empty and its lag 0.
+        assert [r.find_element(By.TAG_NAME, "a").text for r in rows] == ["jobs-0", "jobs-1"]
+        assert [r.find_element(By.CLASS_NAME, "share-lag").text for r in rows] == ["0", "0"]
+        assert sum(int(r.find_elements(By.TAG_NAME, "td")[1].text) for r in rows) == 8
+        assert "Stable" in d.find_element(By.CLASS_NAME, "kv").text
+        _shot(d, "share-group")
+    finally:
+        c.close()
