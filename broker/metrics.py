@@ -254,7 +254,7 @@ def render(broker: MetricsSource) -> str:
     _partitions(out, broker)
     _groups(out, broker)
     shares = broker.shares_if_built
-    # Share groups on (share.version 1) and in use: never built just to be scraped.
+    # Share groups on (share.version 1 or more) and in use: never built just to be scraped.
     if shares is not None and broker.features.level(SHARE_VERSION) >= 1:
         _share_groups(out, shares)
     _storage(out, broker)
