@@ -301,3 +301,28 @@ def test_share_metrics_are_absent_while_share_groups_are_off(txbroker):
     f = scrape(txbroker)
     assert not [name for name in f if name.startswith("txbroker_share_")]
     assert "txbroker_groups" in f  # (the page itself was served)
+
+
+@pytest.mark.parametrize("txbroker_config", [{
+    "admin.http.port": "0", "txbroker.share.version": "2",
+    "txbroker.share.auto.offset.reset": "earliest"}])
+def test_share_dead_letter_records_are_counted(txbroker):
+    """A REJECTed record of a group with a dead-letter topic (KIP-1191) is counted once
+    its dead-letter record is written."""
+    from .test_share_dead_letter import dead_letter_group, produce_keyed
+    from .test_share_groups import ck, poll_until, share_consumer
+
+    dead_letter_group(txbroker, "m-dlq-group")
+    produce_keyed(txbroker.bootstrap, 2)
+    c = share_consumer(txbroker.bootstrap, "m-dlq-group", "t", explicit=True)
+    try:
+        got = sorted(poll_until(c, 2), key=lambda m: m.offset())
+        assert [m.offset() for m in got] == [0, 1]
+        c.acknowledge(got[0], ck.AcknowledgeType.REJECT)
+        c.acknowledge(got[1], ck.AcknowledgeType.ACCEPT)
+        c.commit_sync(10)
+        f = scrape_until(txbroker, lambda f: share_counter(f, "dlq_records") == 1)
+        assert share_counter(f, "dlq_records") == 1
+        assert share_counter(f, "acknowledged_records", type="reject") == 1
+    finally:
+        c.close()
