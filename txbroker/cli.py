@@ -104,18 +104,25 @@ def _add_chaos_parser(sub) -> None:
                     "--output (docs/testing-your-pipeline.md). Exits 1 on any anomaly or "
                     "stall.")
     c.add_argument("--input", required=True, help="input topic (created if missing)")
-    c.add_argument("--output", required=True, help="output topic (created if missing)")
+    c.add_argument("--output", help="output topic (created if missing; not with --share)")
+    c.add_argument("--share", action="store_true",
+                   help="COMMAND is a share-group worker (KIP-932): N workers share "
+                        "TXBROKER_GROUP, write what they received and ACCEPTed into "
+                        "TXBROKER_HISTORY, and the checker reports lost records, double "
+                        "accepts and deliveries after an accept (docs/testing-your-"
+                        "pipeline.md); no --output")
     c.add_argument("--instances", type=int, default=2, help="pipeline instances (default: 2)")
     c.add_argument("--duration", type=float, default=60, help="seconds of faults (default: 60)")
     c.add_argument("--records", type=int, default=2000, help="input records (default: 2000)")
     c.add_argument("--partitions", type=int, default=2,
                    help="partitions of topics it creates (default: 2)")
-    c.add_argument("--group", default="chaos-pipeline",
+    c.add_argument("--group",
                    help="the pipeline's consumer group, whose offsets are checked "
-                        "(default: chaos-pipeline, also in TXBROKER_GROUP)")
+                        "(default: chaos-pipeline; chaos-workers with --share; also in "
+                        "TXBROKER_GROUP)")
     c.add_argument("--interval", type=float, default=2.0,
                    help="mean seconds between faults (default: 2)")
-    c.add_argument("--faults", default="default", help="request-fault profile: default, lost_answers (Produce and EndTxn answers dropped), none")
+    c.add_argument("--faults", default="default", help="request-fault profile: default, lost_answers (Produce and EndTxn answers dropped; with --share: ShareFetch and ShareAcknowledge answers), none")
     c.add_argument("--no-broker-crashes", action="store_true",
                    help="no broker crashes (SIGKILL, then start)")
     c.add_argument("--no-power-loss", action="store_true",
@@ -155,6 +162,11 @@ def _run_chaos(args) -> int:
         raise KeyboardInterrupt
 
     signal.signal(signal.SIGTERM, terminate)
+    if args.share:
+        return _run_share_chaos(args, command)
+    if not args.output:
+        print("txbroker chaos: --output is required (or --share)", file=sys.stderr)
+        return 2
     from txbroker.testing.chaos.mapping import parse_mapping
 
     try:
@@ -164,11 +176,27 @@ def _run_chaos(args) -> int:
         return 2
     report = run(command, input=args.input, output=args.output, instances=args.instances,
                  duration=args.duration, records=args.records, partitions=args.partitions,
-                 group=args.group, interval=args.interval, faults=args.faults,
+                 group=args.group or "chaos-pipeline", interval=args.interval,
+                 faults=args.faults,
                  broker_crashes=not args.no_broker_crashes, power_loss=not args.no_power_loss,
                  check_order=not args.no_order, stall_timeout=args.stall_timeout,
                  seed=args.seed, data_dir=args.data_dir, generator=args.generator,
                  mapping=mapping, **chaos_events.options(args))
+    print(report.text())
+    return 0 if report.ok else 1
+
+
+def _run_share_chaos(args, command: list[str]) -> int:
+    from txbroker.chaos import run_share
+    from txbroker.testing.chaos import events as chaos_events
+
+    report = run_share(command, input=args.input, instances=args.instances,
+                       duration=args.duration, records=args.records,
+                       partitions=args.partitions, group=args.group or "chaos-workers",
+                       interval=args.interval, faults=args.faults,
+                       broker_crashes=not args.no_broker_crashes,
+                       power_loss=not args.no_power_loss, stall_timeout=args.stall_timeout,
+                       seed=args.seed, data_dir=args.data_dir, **chaos_events.options(args))
     print(report.text())
     return 0 if report.ok else 1
 

@@ -72,6 +72,7 @@ class Report:
     anomalies: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     counts: dict[str, int] = field(default_factory=dict)
     stats: dict[str, int] = field(default_factory=dict)
+    names: tuple[str, ...] = ANOMALIES  # the anomalies text() lists, in its order
 
     @property
     def ok(self) -> bool:
@@ -87,7 +88,7 @@ class Report:
         lines = [", ".join(f"{k} {v}" for k, v in self.stats.items())]
         if self.ok:
             lines.append("no anomalies")
-        for name in ANOMALIES:
+        for name in self.names:
             if name in self.counts:
                 lines.append(f"{name}: {self.counts[name]}")
                 lines += [f"    {example}" for example in self.anomalies[name]]

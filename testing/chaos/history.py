@@ -12,6 +12,7 @@ import struct
 import time
 from typing import Any
 
+from kio.schema.describe_share_group_offsets.v0 import request as share_offsets
 from kio.schema.fetch.v4 import request as fetch
 from kio.schema.metadata.v5 import request as metadata
 from txbroker.protocol.messages import decode_response, encode_request
@@ -71,6 +72,24 @@ def read_log(bootstrap: str, topic: str, *, id_of: IdOf = key_id,
         for partition in sorted(p.partition_index for p in info.partitions):
             out += _read_partition(wire, topic, partition, id_of, time.monotonic() + settle)
         return out
+    finally:
+        wire.close()
+
+
+def share_start_offsets(bootstrap: str, group: str, topic: str, partitions: int, *,
+                        timeout: float = 30) -> dict[int, int]:
+    """A share group's start offset per partition of ``topic`` (DescribeShareGroupOffsets
+    v0): below it every record is ACCEPTed, rejected or archived; -1 without state."""
+    wire = _Wire(bootstrap, timeout)
+    try:
+        resp = wire.request(90, 0, share_offsets.DescribeShareGroupOffsetsRequest(groups=(
+            share_offsets.DescribeShareGroupOffsetsRequestGroup(group_id=group, topics=(
+                share_offsets.DescribeShareGroupOffsetsRequestTopic(
+                    topic_name=topic, partitions=tuple(range(partitions))),)),)))
+        (answer,) = resp.groups
+        if answer.error_code.value:
+            raise RuntimeError(f"share-group offsets of {group}: {answer.error_code.name}")
+        return {p.partition_index: p.start_offset for t in answer.topics for p in t.partitions}
     finally:
         wire.close()
 

@@ -22,7 +22,7 @@ import random
 import tempfile
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -124,13 +124,7 @@ def run(command: Sequence[str], *, input: str, output: str, instances: int = 2,
     report = ChaosReport(None)
     feeder: Feeder | Generator | None = None
 
-    def event(text: str) -> None:
-        report.timeline.append((time.monotonic() - started, text))
-        kind = text.split(":")[0]
-        if kind in COUNTED:
-            report.counts[kind] = report.counts.get(kind, 0) + 1
-        log(f"[{time.monotonic() - started:7.2f}s] {text}")
-
+    event = timeline(report, started, log)
     pipeline = Instances(command, instances, {
         "TXBROKER_BOOTSTRAP": broker.bootstrap, "TXBROKER_INPUT": input,
         "TXBROKER_OUTPUT": output, "TXBROKER_GROUP": group}, work)
@@ -148,15 +142,9 @@ def run(command: Sequence[str], *, input: str, output: str, instances: int = 2,
         feeder.start()
         log(f"{instances} instance(s) of: {' '.join(command)}; mapping {mapper.name}")
         pipeline.start_all()
-        deadline = started + duration
-        while time.monotonic() < deadline:
-            pause = min(rng.expovariate(1 / interval), max(deadline - time.monotonic(), 0))
-            events.sleep(pause, pipeline, event)
-            _supervise(broker, pipeline, event)
-            if time.monotonic() >= deadline or not strikes:
-                continue
-            _strike(rng, broker, pipeline, event, strikes, FAULT_PROFILES[faults])
-        _calm(broker, event)
+        under_fire(rng, broker, pipeline, event, strikes, FAULT_PROFILES[faults],
+                   started + duration, interval)
+        calm(broker, event)
         fed = None
         if generator is None:
             feeder.join()
@@ -196,7 +184,35 @@ def run(command: Sequence[str], *, input: str, output: str, instances: int = 2,
         (work / "broker.log").write_text(broker.log_text())
 
 
-def _supervise(broker: BrokerProcess, pipeline: Instances, event) -> None:
+def timeline(report: ChaosReport, started: float, log) -> Callable[[str], None]:
+    """The run's ``event(text)``: into the report's timeline (its kind, the text before
+    ":", counted) and the log."""
+
+    def event(text: str) -> None:
+        report.timeline.append((time.monotonic() - started, text))
+        kind = text.split(":")[0]
+        if kind in COUNTED:
+            report.counts[kind] = report.counts.get(kind, 0) + 1
+        log(f"[{time.monotonic() - started:7.2f}s] {text}")
+
+    return event
+
+
+def under_fire(rng: random.Random, broker: BrokerProcess, pipeline: Instances, event,
+               strikes: list[str], profile: list[dict[str, Any]], deadline: float,
+               interval: float, power_points: Sequence[str] = POWER_LOSS_POINTS) -> None:
+    """Strike every ``interval`` seconds on average until ``deadline`` (monotonic),
+    restarting what died meanwhile."""
+    while time.monotonic() < deadline:
+        pause = min(rng.expovariate(1 / interval), max(deadline - time.monotonic(), 0))
+        events.sleep(pause, pipeline, event)
+        supervise(broker, pipeline, event)
+        if time.monotonic() >= deadline or not strikes:
+            continue
+        _strike(rng, broker, pipeline, event, strikes, profile, power_points)
+
+
+def supervise(broker: BrokerProcess, pipeline: Instances, event) -> None:
     """Restart what died: the broker (a power-loss point fired) and instances that
     exited by themselves."""
     if not broker.running:
@@ -209,7 +225,8 @@ def _supervise(broker: BrokerProcess, pipeline: Instances, event) -> None:
 
 
 def _strike(rng: random.Random, broker: BrokerProcess, pipeline: Instances, event,
-            strikes: list[str], profile: list[dict[str, Any]]) -> None:
+            strikes: list[str], profile: list[dict[str, Any]],
+            power_points: Sequence[str]) -> None:
     what = rng.choice(strikes)
     if what == "restart":
         events.clean_restart(broker, event)
@@ -226,7 +243,7 @@ def _strike(rng: random.Random, broker: BrokerProcess, pipeline: Instances, even
         broker.start()
         event("broker crash: SIGKILL, restarted")
     elif what == "power":
-        point = rng.choice(POWER_LOSS_POINTS)
+        point = rng.choice(power_points)
         broker.faults.arm(point, "power_loss")
         event(f"power loss: armed at {point} (the next commit there)")
     else:
@@ -238,7 +255,7 @@ def _strike(rng: random.Random, broker: BrokerProcess, pipeline: Instances, even
             event(f"request fault: not installed ({e})")
 
 
-def _calm(broker: BrokerProcess, event) -> None:
+def calm(broker: BrokerProcess, event) -> None:
     if not broker.running:
         broker.wait(30)
         broker.start()
@@ -266,7 +283,7 @@ def _quiesce(broker: BrokerProcess, pipeline: Instances, group: str, topic: str,
     seconds first."""
     last, last_change = None, time.monotonic()
     while True:
-        _supervise(broker, pipeline, event)
+        supervise(broker, pipeline, event)
         committed = _group_offsets(broker.bootstrap, group, topic)
         # (A zombie still to come back could yet emit something: wait for it too.)
         if all(committed.get(tp, 0) >= end for tp, end in ends.items()) and not pipeline.zombies:

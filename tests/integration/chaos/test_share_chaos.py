@@ -1,0 +1,49 @@
+"""``txbroker chaos --share``: a share-group worker pool (confluent-kafka ShareConsumer)
+under instance kills, broker crashes and power losses checks clean; a worker that
+REJECTs records is caught losing them (marked ``chaos``: `make test-chaos`)."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from txbroker.chaos import run_share
+from txbroker.cli import main
+
+ck = pytest.importorskip("confluent_kafka")
+if not hasattr(ck, "ShareConsumer"):
+    pytest.skip("confluent-kafka without ShareConsumer", allow_module_level=True)
+
+WORKER = [sys.executable, "-m", "txbroker.testing.chaos.recipes.confluent_share_worker"]
+# Only the strikes the share guarantees are about: kills, crashes and power losses.
+KILLS_CRASHES_POWER = {"faults": "none", "clean_restarts": False, "hangs": False,
+                       "zombies": False}
+
+
+@pytest.mark.chaos
+def test_a_share_worker_pool_survives_kills_crashes_and_power_losses(tmp_path):
+    report = run_share(WORKER, input="jobs", instances=3, duration=16, records=300,
+                       interval=1.0, seed=11, data_dir=str(tmp_path), **KILLS_CRASHES_POWER)
+    assert report.ok, report.text()
+    struck = {"instance kill", "broker crash", "power loss"}
+    assert struck <= set(report.counts), report.text()  # it was under fire
+    stats = report.check.stats
+    assert stats["inputs"] == report.records >= 250
+    assert stats["accepts confirmed"] + stats["accepts unknown"] >= report.records
+
+
+@pytest.mark.chaos
+def test_a_worker_that_rejects_records_is_caught_losing_them(tmp_path):
+    report = run_share([*WORKER, "--reject-every", "25"], input="jobs", instances=2,
+                       duration=6, records=100, seed=1, stall_timeout=20,
+                       data_dir=str(tmp_path), instance_kills=False, broker_crashes=False,
+                       power_loss=False, **KILLS_CRASHES_POWER)
+    assert not report.ok
+    assert report.check.counts.get("lost", 0) >= 2, report.text()
+    assert set(report.check.counts) == {"lost"}, report.text()
+
+
+def test_the_command_needs_an_output_or_share(capsys):
+    assert main(["chaos", "--input", "a", "--", "true"]) == 2
+    assert "--output is required (or --share)" in capsys.readouterr().err
