@@ -16,6 +16,9 @@ from txbroker.coordinator.share.coordinator import (
 from txbroker.coordinator.share.dead_letter import (
     EXCEEDED,
     REJECTED,
+    DeadLetterRange,
+    DeadLetterSettings,
+    DeadLetterWriter,
     dead_letter_headers,
     dead_letter_topic_problem,
 )
@@ -221,6 +224,92 @@ def test_at_share_version_1_a_reject_is_archived_without_dead_letter(tmp_path) -
             assert shares.partitions[("g", *tp)].start_offset == 1  # ARCHIVED at once
             assert shares.stats.dlq_records == 0 and "dlq.orders" not in logs.topics
             await shares.stop()
+        finally:
+            await logs.close()
+
+    asyncio.run(run())
+
+
+def test_the_writer_creates_a_missing_topic_only_when_allowed(tmp_path) -> None:
+    """errors.deadletterqueue.auto.create.topics.enable: the topic is created marked as a
+    dead-letter topic; without it, or outside the prefix, nothing is written (logged)."""
+    ranges = [DeadLetterRange(0, 1, 1, True)]
+
+    async def run() -> None:
+        logs = LogManager(str(tmp_path / "data"))
+        await logs.start()
+        try:
+            off = DeadLetterWriter(logs, DeadLetterSettings())
+            assert await off.write("g", "t", 0, None, ranges, dlq_topic="dlq.new",
+                                   copy_record=False) == 0
+            assert "dlq.new" not in logs.topics
+            auto = DeadLetterWriter(logs, DeadLetterSettings(auto_create_topics=True,
+                                                             new_topic_partitions=2))
+            assert await auto.write("g", "t", 3, None, ranges, dlq_topic="other",
+                                    copy_record=False) == 0
+            assert "other" not in logs.topics  # not within errors.deadletterqueue.topic.name.prefix
+            assert await auto.write("g", "t", 3, None, ranges, dlq_topic="dlq.new",
+                                    copy_record=True) == 2
+            info = logs.topics["dlq.new"]
+            assert info.partitions == 2
+            assert info.configs["errors.deadletterqueue.group.enable"] == "true"
+            plog = logs.get_log("dlq.new", 1)  # partition 3 % 2
+            data = bytes(plog.read(0, 1 << 20, max_offset=plog.log_end_offset).data)
+            records = [r for at, _ in iter_batches(data) for r in decode_records(data, at)]
+            assert [(r.key, r.value, dict(r.headers)["__dlq.errors.offset"]) for r in records] \
+                == [(None, None, b"0"), (None, None, b"1")]  # no source log: headers only
+        finally:
+            await logs.close()
+
+    asyncio.run(run())
+
+
+def test_archiving_read_back_after_a_restart_is_dead_lettered(tmp_path) -> None:
+    """The REJECT is durable (ARCHIVING) but the coordinator stops before its dead-letter
+    record: a new coordinator on the same logs writes it when the share-partition is
+    loaded (Kafka's resume on initialization), then archives the record."""
+    configs = {"errors.deadletterqueue.topic.name": "dlq.orders",
+               "errors.deadletterqueue.copy.record.enable": True}
+
+    async def run() -> None:
+        logs = LogManager(str(tmp_path / "data"))
+        await logs.start()
+        try:
+            info = logs.create_topic("orders", 1)
+            logs.create_topic("dlq.orders", 1, {"errors.deadletterqueue.group.enable": "true"})
+            src = logs.get_log("orders", 0)
+            batch = bytearray(build_batch([Record(b"k", b"v", [], 5)]))
+            src.append(batch, read_header(batch))
+            await logs.flusher.wait_acked(src, 1)
+            tp = (info.topic_id, 0)
+            sp = ("g", *tp)
+
+            def coordinator() -> ShareCoordinator:
+                return ShareCoordinator(logs, ShareCoordinatorConfig(auto_offset_reset="earliest"),
+                                        group_config=lambda g, n: configs[n],
+                                        share_version=lambda: 2)
+
+            first = coordinator()
+            await first.acquire("g", "m1", [tp], max_records=10, max_bytes=1 << 20)
+            first._dead_lettering.add(sp)  # as if it died before its dead-letter task ran
+            acks = {tp: [AcknowledgementBatch(0, 0, (REJECT,))]}
+            assert await first.acknowledge("g", "m1", acks) == {tp: (0, None)}
+            assert first.persister.durable[sp].state_batches[0].delivery_state == 3
+            await first.stop()
+            assert _dlq_records(logs, "dlq.orders") == []
+
+            second = coordinator()
+            got = await second.acquire("g", "m2", [tp], max_records=10, max_bytes=1 << 20)
+            assert got[tp].acquired == ()  # ARCHIVING is never delivered
+            for _ in range(500):
+                if second.persister.durable[sp].start_offset == 1:
+                    break
+                await asyncio.sleep(0.01)
+            records = _dlq_records(logs, "dlq.orders")
+            assert [(r.key, r.value) for r in records] == [(b"k", b"v")]
+            assert records[0].headers == dead_letter_headers("g", "orders", 0, 0, 1, True)
+            assert second.persister.durable[sp].start_offset == 1  # then ARCHIVED
+            await second.stop()
         finally:
             await logs.close()
 
