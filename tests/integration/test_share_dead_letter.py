@@ -171,3 +171,39 @@ def test_a_dead_letter_record_is_never_lost_to_a_crash(txbroker, action):
     finally:
         c2.close()
         del c  # its broker is gone; closing would wait for it
+
+
+def test_share_version_2_gates_dead_letters_and_update_features_sets_it(tmp_path):
+    """At share.version 1 the group config is there and a REJECT is archived without a
+    dead-letter record; UpdateFeatures to 2 (3 is refused) turns them on for the next
+    REJECT, as Kafka asks the finalized level at each archive."""
+    from txbroker.testing.broker_thread import BrokerThread
+
+    from tests.integration.test_update_features import INVALID_UPDATE_VERSION, UPGRADE, update
+    from tests.integration.wire_util import connect
+
+    with BrokerThread(str(tmp_path / "d"), {**CONFIG, "txbroker.share.version": "1"}) as b:
+        dead_letter_group(b)
+        produce_keyed(b.bootstrap, 2)
+        c = share_consumer(b.bootstrap, "g", "t", explicit=True)
+        try:
+            got = sorted(poll_until(c, 2), key=lambda m: m.offset())
+            c.acknowledge(got[0], ck.AcknowledgeType.REJECT)
+            c.acknowledge(got[1], ck.AcknowledgeType.RELEASE)
+            c.commit_sync(10)
+            client = connect(b)
+            try:
+                r = update(client, [("share.version", 3, UPGRADE)])
+                assert r.error_code == INVALID_UPDATE_VERSION
+                assert r.error_message.endswith("Local controller 1 only supports versions 0-2")
+                assert update(client, [("share.version", 2, UPGRADE)]).error_code == 0
+            finally:
+                client.close()
+            (again,) = poll_until(c, 1)
+            assert (again.offset(), again.delivery_count()) == (1, 2)
+            c.acknowledge(again, ck.AcknowledgeType.REJECT)
+            c.commit_sync(10)
+            dead = read_dead_letters(b.bootstrap, 1)
+            assert [headers(d)["__dlq.errors.offset"] for d in dead] == [b"1"]
+        finally:
+            c.close()
