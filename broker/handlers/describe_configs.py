@@ -91,8 +91,9 @@ def group_config_entries(broker, group_id: str):
             continue
         synonyms: list[Synonym] = []
         source = "default"
-        value = key.kafka_default if key.refused else config_text(store.value(group_id, name))
         broker_key = key.broker_key or _TXBROKER_DEFAULTS.get(name)
+        value = (broker.config.values.get(broker_key, key.kafka_default) if key.refused
+                 else config_text(store.value(group_id, name)))
         if broker_key is not None and broker_key in broker.config.values:
             source = "broker"
             synonyms.append((broker_key, broker.config.values[broker_key], "broker"))

@@ -90,7 +90,7 @@ async def handle(ctx: RequestContext, request):
     error, message = shares.check_session(group_id, member_id, epoch, fetch=True)
     if error != ErrorCode.none.value:
         return _top(ctx, ErrorCode(error), message)
-    lock_ms = shares.config.partition.record_lock_duration_ms
+    lock_ms = shares.partition_config(group_id).record_lock_duration_ms  # the group's own
     requested = [(t.topic_id, p.partition_index) for t in request.topics for p in t.partitions]
     # Only partitions that exist join the session (a client cannot grow it with made-up
     # ids); the others are answered with their error in this response only.

@@ -46,6 +46,7 @@ from .group import (
     ShareHeartbeat,
     ShareHeartbeatResult,
 )
+from .group_settings import AUTO_OFFSET_RESET, GroupPartitionConfig, start_offset
 from .partition import SharePartition
 from .persister import SHARE_STATE_TOPIC, SharePersister, SPKey, StateRecord
 from .results import AcknowledgementBatch, AcquiredRecords, FetchedBatch, SharePartitionConfig
@@ -119,6 +120,7 @@ class ShareCoordinator:
         self.dead_letters = DeadLetterWriter(logs, config.dead_letter)
         self._dead_lettering: set[SPKey] = set()  # share-partitions with a dead-letter task
         self.groups = ShareGroups(config.group)
+        self.groups.group_value = self._group_value
         self.sessions = ShareSessions(config.max_share_sessions)
         self.persister = SharePersister(config.updates_per_snapshot)
         self.partitions: dict[SPKey, SharePartition] = {}
@@ -192,7 +194,7 @@ class ShareCoordinator:
                 self.partitions.pop(rec.sp, None)
             else:
                 self.partitions[rec.sp] = SharePartition.from_persisted(
-                    self.config.partition, state, stats=self.stats)
+                    self.partition_config(rec.sp[0]), state, stats=self.stats)
             effects.events.append(f"share state write of {rec.placement_key} failed "
                                   f"({_E(error).name}): rebuilt from the durable state")
         if token is not None and (pending := self._pending.get(token)) is not None:
@@ -366,9 +368,9 @@ class ShareCoordinator:
             for (tid, p), batches in acks.items():
                 sp = (group_id, tid, p)
                 part = self._existing(sp)
-                if part is None:
-                    out[(tid, p)] = (_E.invalid_record_state.value,
-                                     "no records were acquired from this share-partition")
+                if part is None:  # Kafka 4.4: no share-partition here
+                    out[(tid, p)] = (_E.unknown_topic_or_partition.value,
+                                     "This server does not host this topic-partition.")
                     continue
                 res = part.acknowledge(member_id, batches, now_ms=now, dead_letter=dead_letter)
                 out[(tid, p)] = (res.error_code, res.error_message)
@@ -385,7 +387,7 @@ class ShareCoordinator:
         part = self.partitions.get(sp)
         if part is None and (state := self.persister.latest.get(sp)) is not None:
             part = self.partitions[sp] = SharePartition.from_persisted(
-                self.config.partition, state, stats=self.stats)
+                self.partition_config(sp[0]), state, stats=self.stats)
             if _archiving(state):
                 self._maybe_dead_letter(sp)  # Kafka resumes them on initialization
         return part
@@ -395,9 +397,10 @@ class ShareCoordinator:
         part = self._existing(sp)
         if part is None:
             # A new share-partition: its start offset from share.auto.offset.reset.
-            start = plog.log_start_offset if self.config.auto_offset_reset == "earliest" \
-                else plog.high_watermark
-            part, state = SharePartition.initialize(self.config.partition, start, stats=self.stats)
+            strategy = self._group_value(sp[0], AUTO_OFFSET_RESET, self.config.auto_offset_reset)
+            start = start_offset(str(strategy), plog, now_ms())
+            part, state = SharePartition.initialize(self.partition_config(sp[0]), start,
+                                                    stats=self.stats)
             self.partitions[sp] = part
             # The group exists from its first delivery state on (as after a restart).
             self.groups.groups.setdefault(sp[0], ShareGroup(sp[0]))
@@ -446,7 +449,7 @@ class ShareCoordinator:
     def _acquire_one(self, sp: SPKey, plog: PartitionLog, member_id: str, effects: _Effects,
                      token: int | None, max_records: int, max_bytes: int) -> PartitionFetch:
         part = self._share_partition(sp, plog, effects, token)
-        cfg = self.config.partition
+        cfg = part.config
         limit = plog.last_stable_offset if cfg.read_committed else plog.high_watermark
         offset = part.next_fetch_offset()
         if offset >= limit or not part.can_acquire_records():
@@ -482,6 +485,10 @@ class ShareCoordinator:
         return PartitionFetch(records=data, acquired=res.acquired)
 
     # -- dead-letter topics (KIP-1191) ----------------------------------------------------------
+
+    def partition_config(self, group_id: str) -> GroupPartitionConfig:
+        """The share.* settings of ``group_id``'s share-partitions, read at each use."""
+        return GroupPartitionConfig(group_id, self._group_value, self.config.partition)
 
     def _group_value(self, group_id: str, name: str, default: object) -> object:
         if self._group_config is None:
@@ -587,7 +594,7 @@ class ShareCoordinator:
                                   token)
                     continue
                 if part is None:
-                    part, state = SharePartition.initialize(self.config.partition, offset,
+                    part, state = SharePartition.initialize(self.partition_config(group_id), offset,
                                                             stats=self.stats)
                     self.partitions[sp] = part
                 else:

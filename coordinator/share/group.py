@@ -28,6 +28,11 @@ from dataclasses import dataclass, field
 
 from kio.schema.errors import ErrorCode
 from txbroker.coordinator.share.assignor import MemberAssignment, assign
+from txbroker.coordinator.share.group_settings import (
+    HEARTBEAT_INTERVAL,
+    SESSION_TIMEOUT,
+    GroupValue,
+)
 
 __all__ = ["ShareGroupConfig", "ShareHeartbeat", "ShareHeartbeatResult", "ShareMember",
            "ShareGroup", "ShareGroups", "TopicImage", "LEAVE_EPOCH"]
@@ -110,6 +115,9 @@ class ShareGroups:
     def __init__(self, config: ShareGroupConfig) -> None:
         self.config = config
         self.groups: dict[str, ShareGroup] = {}
+        # A group's share.session.timeout.ms / share.heartbeat.interval.ms group configs,
+        # asked at each heartbeat (group_settings.py); the broker's without a lookup.
+        self.group_value: GroupValue = lambda _group, _name, default: default
 
     def heartbeat(self, now_ms: int, req: ShareHeartbeat, topics: TopicImage) -> ShareHeartbeatResult:
         """One ShareGroupHeartbeat; Kafka's checks and errors
@@ -169,7 +177,8 @@ class ShareGroups:
         if req.rack_id is not None:
             member.rack_id = req.rack_id
         member.client_id, member.client_host = req.client_id, req.client_host
-        member.deadline_ms = now_ms + self.config.session_timeout_ms
+        member.deadline_ms = now_ms + int(self.group_value(
+            group.group_id, SESSION_TIMEOUT, self.config.session_timeout_ms))
         metadata = self._metadata(group, topics)
         if metadata != group.metadata:
             bump = True
@@ -184,8 +193,10 @@ class ShareGroups:
             member.member_epoch = group.assignment_epoch
         if changed:
             member.assigned = group.target.get(member.member_id, {})
+        interval = int(self.group_value(
+            group.group_id, HEARTBEAT_INTERVAL, self.config.heartbeat_interval_ms))
         return ShareHeartbeatResult(_E.none.value, None, member.member_id, member.member_epoch,
-                                    self.config.heartbeat_interval_ms,
+                                    interval,
                                     member.assigned if changed else None)
 
     def _leave(self, group: ShareGroup | None, req: ShareHeartbeat,
