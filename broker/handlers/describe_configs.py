@@ -36,6 +36,8 @@ _TYPES = {
     "segment.bytes": 3, "segment.index.bytes": 3, "min.insync.replicas": 3,
     "listeners": 7, "advertised.listeners": 7, "log.dirs": 7, "auto.create.topics.enable": 1,
     "delete.topic.enable": 1, "node.id": 3, "num.partitions": 3,
+    "errors.deadletterqueue.group.enable": 1, "errors.deadletterqueue.topic.name.prefix": 2,
+    "errors.deadletterqueue.auto.create.topics.enable": 1,
     **{name: _TYPE_IDS[key.type] for name, key in KEYS.items()},
 }
 _ZERO = datetime.timedelta(0)
