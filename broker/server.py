@@ -21,6 +21,7 @@ from txbroker.coordinator.group.consumer_state import ConsumerGroupConfig
 from txbroker.coordinator.group.coordinator import GroupCoordinator, GroupCoordinatorConfig
 from txbroker.coordinator.group.state import GroupConfig
 from txbroker.coordinator.producer_ids import ProducerIdManager
+from txbroker.coordinator.streams.results import StreamsGroupConfig
 from txbroker.coordinator.transaction.coordinator import (
     TransactionCoordinator,
     TxnCoordinatorConfig,
@@ -232,6 +233,12 @@ class Broker:
                 max_size=config.get("group.max.size"),
             ),
             consumer=_consumer_group_config(config),
+            streams=StreamsGroupConfig(
+                session_timeout_ms=config.get("group.streams.session.timeout.ms"),
+                heartbeat_interval_ms=config.get("group.streams.heartbeat.interval.ms"),
+                num_standby_replicas=config.get("group.streams.num.standby.replicas"),
+                max_size=config.get("group.streams.max.size"),
+                task_offset_interval_ms=config.get("group.streams.task.offset.interval.ms")),
             group_config_limits=share_group_config_limits(config),
             group_config_defaults=share_group_config_defaults(config),
         ))

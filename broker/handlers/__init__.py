@@ -70,15 +70,20 @@ HANDLER_TABLE: dict[int, tuple[str, int, int, int]] = {
     77: ("share_group_describe", 1, 1, 1),
     78: ("share_fetch", 1, 2, 1),
     79: ("share_acknowledge", 1, 2, 1),
+    88: ("streams_group_heartbeat", 0, 0, 0),
+    89: ("streams_group_describe", 0, 0, 0),
     90: ("describe_share_group_offsets", 0, 1, 0),
     91: ("alter_share_group_offsets", 0, 0, 0),
     92: ("delete_share_group_offsets", 0, 0, 0),
 }
 
 # APIs advertised only from a finalized feature level on (Kafka advertises the share
-# APIs only at share.version >= 1). Below it they are still parsed and answered with
-# UNSUPPORTED_VERSION in the response, as Kafka's handlers answer them.
-GATED: dict[int, tuple[str, int]] = {key: ("share.version", 1) for key in (76, 77, 78, 79, 90, 91, 92)}
+# APIs only at share.version >= 1, the streams APIs at streams.version >= 1). Below it
+# they are still parsed and answered with UNSUPPORTED_VERSION in the response, as
+# Kafka's handlers answer them.
+GATED: dict[int, tuple[str, int]] = {
+    **{key: ("share.version", 1) for key in (76, 77, 78, 79, 90, 91, 92)},
+    **{key: ("streams.version", 1) for key in (88, 89)}}
 
 
 class _LazyHandlers(Mapping[int, ModuleType]):

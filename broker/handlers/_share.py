@@ -17,9 +17,11 @@ def share_enabled(ctx) -> bool:
 
 
 def other_group_type(ctx, group_id: str) -> bool:
-    """A classic or consumer group already has this id (one id names one group type)."""
+    """A classic, consumer or streams group already has this id (one id names one group
+    type)."""
     groups = ctx.broker.groups
-    return groups.is_consumer_group(group_id) or groups.describe(group_id).exists
+    return (groups.is_consumer_group(group_id) or groups.is_streams_group(group_id)
+            or groups.describe(group_id).exists)
 
 
 def leader(ctx, schema_cls):

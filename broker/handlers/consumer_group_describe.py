@@ -46,7 +46,8 @@ async def handle(ctx: RequestContext, request):
             continue
         g = coordinator.consumer.groups.get(group_id)
         if g is None:
-            classic = coordinator.describe(group_id).exists
+            classic = (coordinator.describe(group_id).exists
+                       or coordinator.is_streams_group(group_id))
             message = (f"Group {group_id} is not a consumer group." if classic
                        else f"Group {group_id} not found.")
             out.append(_failed(schema, group_id, ErrorCode.group_id_not_found, message))

@@ -37,7 +37,8 @@ async def handle(ctx: RequestContext, request):
                        "The new group coordinator is not enabled (group.version 0).")
     if not may_read_group(ctx, request.group_id):
         return _answer(ctx, ErrorCode.group_authorization_failed)
-    if request.group_id and ctx.broker.shares.is_share_group(request.group_id):
+    if request.group_id and (ctx.broker.shares.is_share_group(request.group_id)
+                             or ctx.broker.groups.is_streams_group(request.group_id)):
         # One id names one group type: as Kafka answers for a share group's id.
         return _answer(ctx, ErrorCode.group_id_not_found,
                        f"Group {request.group_id} is not a consumer group.")

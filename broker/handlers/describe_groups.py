@@ -1,7 +1,7 @@
 """DescribeGroups (key 15): classic groups.
 
-Up to v5 a group that does not exist, and a consumer-protocol (KIP-848) group, which
-DescribeGroups cannot show, are described as Dead with no error. From v6 (KIP-1043)
+Up to v5 a group that does not exist, and a consumer-protocol (KIP-848) or streams
+(KIP-1071) group, which DescribeGroups cannot show, are described as Dead with no error. From v6 (KIP-1043)
 both are GROUP_ID_NOT_FOUND (still state Dead) with Kafka 4's message in the new
 ``error_message``; errors before the lookup (authorization, loading) carry no message,
 as Kafka's ``DescribeGroupsResponse.groupError``.
@@ -48,6 +48,7 @@ async def handle(ctx: RequestContext, request):
                              authorized_operations=NO_OPERATIONS))
             continue
         if ctx.version >= 6 and (groups.is_consumer_group(group_id)
+                                 or groups.is_streams_group(group_id)
                                  or ctx.broker.shares.is_share_group(group_id)):
             out.append(_not_found(ctx, group_id, f"Group {group_id} is not a classic group."))
             continue

@@ -1,7 +1,9 @@
 """ListGroups (key 16), with the states filter of v4 (KIP-518) and the types filter of
 v5 (KIP-848): classic groups (type "classic"), consumer-protocol groups (type
-"consumer", protocol type "consumer", states Empty/Assigning/Reconciling/Stable) and
-share groups (KIP-932: type and protocol type "share", states Empty/Stable)."""
+"consumer", protocol type "consumer", states Empty/Assigning/Reconciling/Stable),
+streams groups (KIP-1071: type and protocol type "streams", states Empty/NotReady/
+Assigning/Reconciling/Stable) and share groups (KIP-932: type and protocol type
+"share", states Empty/Stable)."""
 
 from __future__ import annotations
 
@@ -27,6 +29,9 @@ async def handle(ctx: RequestContext, request):
     wanted = {s.lower() for s in states or ()}
     listing += [(group_id, "consumer", state, "consumer")
                 for group_id, state in groups.consumer_listing()
+                if not wanted or state.lower() in wanted]
+    listing += [(group_id, "streams", state, "streams")
+                for group_id, state in groups.streams_listing()
                 if not wanted or state.lower() in wanted]
     listing += [(group_id, "share", state, "share")
                 for group_id, state in ctx.broker.shares.listing()

@@ -70,6 +70,8 @@ def _fetch(ctx, group_id: str, topics, require_stable: bool, member_id: str | No
     if ctx.version >= 9 and ctx.broker.groups.is_ready(group_id):
         # v9 carries the member of a consumer-protocol group (KIP-848).
         error = ctx.broker.groups.consumer_fetch_error(group_id, member_id, member_epoch)
+        if error == ErrorCode.none.value:  # a streams member (KIP-1071) is checked alike
+            error = ctx.broker.groups.streams_fetch_error(group_id, member_id, member_epoch)
         if error != ErrorCode.none.value:
             return error, {}
     wanted = _wanted(topics, names)

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import txbroker.coordinator.group.migration as migration
@@ -80,15 +80,21 @@ class ConsumerGroupShell:
 
     def _append_consumer_records(self, group_id: str, records: list[Record]):
         """Append now (in call order); returns (partition log, last offset, error)."""
+        return self._append_group_records(group_id, records, "consumer group",
+                                          self._reload_consumer_group)
+
+    def _append_group_records(self, group_id: str, records: list[Record], kind: str,
+                              reload: Callable[[str], None]):
+        """Append a group's records now; on a failure the group is reloaded from the
+        log (memory must not run ahead of it). (partition log, last offset, error)."""
         if not records:
             return None, -1, _E.none.value
         try:
             plog = self._partition(group_id)
             return plog, append_records(plog, records).last_offset, _E.none.value
         except (KafkaError, OSError) as e:
-            # Reloaded from the log either way: memory must not run ahead of it.
-            log_append_failure(self.logs, log, e, f"consumer group {group_id}")
-            self._reload_consumer_group(group_id)
+            log_append_failure(self.logs, log, e, f"{kind} {group_id}")
+            reload(group_id)
             return None, -1, append_failure(e)
 
     def _reload_consumer_group(self, group_id: str) -> None:

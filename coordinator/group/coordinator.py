@@ -38,6 +38,8 @@ from ..internal_topic import (
     partition_for,
 )
 from ..shell import CoordinatorShell, now_ms, read_batches
+from ..streams.groups import StreamsGroups
+from ..streams.results import StreamsGroupConfig
 from .consumer_classic import ClassicJoinRequest
 from .consumer_coordinator import ConsumerGroupShell
 from .consumer_records import ConsumerRecordKey
@@ -62,6 +64,7 @@ from .state import (
     PersistRequest,
     SyncResult,
 )
+from .streams_coordinator import StreamsGroupShell, is_streams_record
 
 log = logging.getLogger(__name__)
 
@@ -77,6 +80,7 @@ class GroupCoordinatorConfig:
     offset_metadata_max_bytes: int = 4096  # offset.metadata.max.bytes
     group: GroupConfig | None = None
     consumer: ConsumerGroupConfig | None = None
+    streams: StreamsGroupConfig | None = None  # the group.streams.* broker keys
     # The share.* group configs' (broker value, min, max) and other broker defaults
     # (GroupConfigStore's limits and defaults; Kafka's own where not given).
     group_config_limits: Mapping[str, tuple[int, int, int]] = field(default_factory=dict)
@@ -92,7 +96,7 @@ class OffsetCommitEntry:
     metadata: str | None
 
 
-class GroupCoordinator(ConsumerGroupShell):
+class GroupCoordinator(ConsumerGroupShell, StreamsGroupShell):
     def __init__(self, logs: LogManager, config: GroupCoordinatorConfig) -> None:
         self.logs = logs
         self.config = config
@@ -111,6 +115,11 @@ class GroupCoordinator(ConsumerGroupShell):
                                  c.max_heartbeat_interval_ms),
             **config.group_config_limits}, config.group_config_defaults)
         self.consumer.overrides = self.group_configs.overrides
+        # KIP-1071 streams groups, in the same partitions and group-id namespace. Their
+        # per-group streams.* configs are refused for now: the broker keys apply.
+        streams_config = config.streams or StreamsGroupConfig()
+        self.streams = StreamsGroups(lambda _group_id: streams_config)
+        self._streams_creating: set[str] = set()
         # Classic members' LeaveGroup of a consumer group: (log, last offset) to wait for.
         self._unflushed_leaves: dict[str, tuple[PartitionLog, int]] = {}
         # __consumer_offsets partitions still loading: their groups answer
@@ -173,12 +182,13 @@ class GroupCoordinator(ConsumerGroupShell):
             # The groups with offsets only (no group record) exist too, Empty.
             groups = set(self.offsets.groups())
             for group in groups - known:
-                if group not in self.consumer.groups:
+                if group not in self.consumer.groups and not self.is_streams_group(group):
                     self.state.ensure_group(group)
             known = groups
             self._loading.discard(p)
             await asyncio.sleep(0)  # serve the groups of this partition now
         self.consumer.loaded(now_ms())
+        self.streams_loaded(now_ms())
         self._reschedule()
         log.info("group coordinator loaded %d record(s) from %s in %.2fs: %d group(s)",
                  records, OFFSETS_TOPIC, time.monotonic() - started, len(self.state.group_ids()))
@@ -196,7 +206,9 @@ class GroupCoordinator(ConsumerGroupShell):
                 if rec.key is None:
                     continue
                 try:
-                    if self.offsets.replay(rec.key, rec.value, pid) is None:
+                    if is_streams_record(rec.key):
+                        self.replay_streams_record(rec.key, rec.value)
+                    elif self.offsets.replay(rec.key, rec.value, pid) is None:
                         key = decode_key(rec.key)
                         if isinstance(key, ConsumerRecordKey):
                             self.consumer.replay(key, rec.value)
@@ -226,8 +238,8 @@ class GroupCoordinator(ConsumerGroupShell):
         pass  # every effect of a group is the shell's
 
     def next_wake(self, effects: Effects | None = None) -> int | None:
-        wakes = [w for w in (self.state.next_wake_ms(), self.consumer.next_wake_ms())
-                 if w is not None]
+        wakes = [w for w in (self.state.next_wake_ms(), self.consumer.next_wake_ms(),
+                             self.streams.next_deadline_ms()) if w is not None]
         return min(wakes) if wakes else None
 
     def _reschedule(self) -> None:
@@ -238,6 +250,7 @@ class GroupCoordinator(ConsumerGroupShell):
             log.info("%s: removed (group epoch bumped)", why)
             self._append_consumer_records(group_id, records)
             self._downgrade_after_removal(group_id, now)
+        self.streams_tick(now)
         return self.state.tick(now)
 
     def report(self, e: GroupEvent) -> None:
@@ -271,6 +284,9 @@ class GroupCoordinator(ConsumerGroupShell):
                    supports_skip_assignment: bool = False) -> JoinResult:
         if not self.is_ready(group_id):
             return JoinResult(_E.coordinator_load_in_progress.value, member_id=member_id)
+        if self.is_streams_group(group_id):
+            # One id names one group type (Kafka: "is not a classic group").
+            return JoinResult(_E.group_id_not_found.value, member_id=member_id)
         if self.is_consumer_group(group_id):
             if self.consumer.groups[group_id].members:
                 # A classic member of a consumer group (online migration, consumer_classic).
@@ -343,6 +359,9 @@ class GroupCoordinator(ConsumerGroupShell):
         error = self.consumer_commit_error(group_id, member_id, group_instance_id, generation_id,
                                            False, api_version, entries)
         if error is None:
+            error = self.streams_commit_error(group_id, member_id, generation_id, False,
+                                              api_version, entries)
+        if error is None:
             error = self.state.validate_offset_commit(group_id, generation_id, member_id,
                                                       group_instance_id, now_ms(), api_version)
         self._reschedule()
@@ -402,6 +421,9 @@ class GroupCoordinator(ConsumerGroupShell):
         self.ensure_offsets_topic()
         error = self.consumer_commit_error(group_id, member_id, group_instance_id, generation_id,
                                            True, 0, entries)
+        if error is None:
+            error = self.streams_commit_error(group_id, member_id, generation_id, True, 0,
+                                              entries)
         if error is None:
             error = self.state.validate_txn_offset_commit(group_id, generation_id, member_id,
                                                           group_instance_id, now_ms())
@@ -504,6 +526,8 @@ class GroupCoordinator(ConsumerGroupShell):
                 continue
             if self.is_consumer_group(group_id):
                 error = await self.delete_consumer_group(group_id)
+            elif self.is_streams_group(group_id):
+                error = await self.delete_streams_group(group_id)
             else:
                 error = self.state.delete_group(group_id)
             results[group_id] = error

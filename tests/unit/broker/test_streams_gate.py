@@ -27,3 +27,14 @@ def test_streams_broker_keys_have_kafka_defaults():
     assert config.get("group.streams.num.standby.replicas") == 0
     assert config.get("group.streams.max.size") == 2**31 - 1
     assert config.get("group.streams.task.offset.interval.ms") == 60000
+
+
+def test_streams_apis_advertised_only_at_streams_version_1(tmp_path):
+    from txbroker.broker.handlers import GATED, advertised_versions
+
+    streams_apis = {88, 89}
+    assert {k for k, (feature, _) in GATED.items() if feature == STREAMS_VERSION} == streams_apis
+    off = FinalizedFeatures(str(tmp_path), 2)
+    assert not streams_apis & {k for k, _, _ in advertised_versions(off.levels)}
+    on = FinalizedFeatures(str(tmp_path), 2, streams_version=1)
+    assert {(88, 0, 0), (89, 0, 0)} <= set(advertised_versions(on.levels))

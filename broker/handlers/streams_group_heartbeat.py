@@ -1,0 +1,140 @@
+"""StreamsGroupHeartbeat (key 88, v0): the streams group protocol of KIP-1071 (Kafka
+Streams' ``group.protocol=streams``): join with member epoch 0 and the topology,
+heartbeat with the owned tasks, leave with -1 (or -2, static). The coordinator
+(coordinator/group/streams_coordinator.py) answers once the records of the change are
+durable. Served only at streams.version >= 1.
+
+Kafka's KafkaApis checks, in order: the feature, READ on the group, a joining topology's
+topic names (Kafka's internal topics, invalid names: STREAMS_INVALID_TOPOLOGY) and
+DESCRIBE on every topic it names (TOPIC_AUTHORIZATION_FAILED); after the coordinator,
+the internal topics it asks for are created in the background if the principal may
+CREATE them (on the cluster, else per topic); the others are named in the
+MISSING_INTERNAL_TOPICS status ("Unauthorized to CREATE on topics ...").
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+
+from txbroker.coordinator.streams.results import StreamsHeartbeat
+from txbroker.coordinator.streams.topology import MISSING_INTERNAL_TOPICS, Status
+from txbroker.protocol.acls import AclOperation, ResourceType
+from txbroker.protocol.errors import ErrorCode
+from txbroker.protocol.messages import build
+
+from ..context import RequestContext
+from ._groups import DESCRIBE, TOPIC, ZERO, client_host, may_read_group, ms
+from ._streams import (
+    DISABLED,
+    streams_enabled,
+    task_ids,
+    tasks_from,
+    topology_from,
+    topology_problem,
+    topology_topics,
+)
+
+API_KEY = 88
+MIN_VERSION = 0
+MAX_VERSION = 0
+
+log = logging.getLogger(__name__)
+
+# group.streams.acceptable.recovery.lag (v0 carries it as an int32).
+ACCEPTABLE_RECOVERY_LAG = 10_000
+
+
+def _answer(ctx, error: ErrorCode, message: str | None = None, **fields):
+    return build(ctx.response_type, throttle_time=ZERO, error_code=error, error_message=message,
+                 member_id=fields.get("member_id", ""), member_epoch=fields.get("member_epoch", 0),
+                 heartbeat_interval=fields.get("heartbeat_interval", ZERO),
+                 acceptable_recovery_lag=ACCEPTABLE_RECOVERY_LAG if not error else 0,
+                 task_offset_interval=fields.get("task_offset_interval", ZERO),
+                 status=fields.get("status"), active_tasks=fields.get("active_tasks"),
+                 standby_tasks=fields.get("standby_tasks"),
+                 warmup_tasks=fields.get("warmup_tasks"), endpoint_information_epoch=0,
+                 partitions_by_user_endpoint=None)
+
+
+def _request(ctx, request, topology) -> StreamsHeartbeat:
+    rebalance = request.rebalance_timeout
+    endpoint = request.user_endpoint
+    tags = request.client_tags
+    return StreamsHeartbeat(
+        group_id=request.group_id, member_id=request.member_id,
+        member_epoch=int(request.member_epoch), instance_id=request.instance_id,
+        rack_id=request.rack_id,
+        rebalance_timeout_ms=ms(rebalance) if rebalance is not None else -1,
+        topology=topology, active_tasks=tasks_from(request.active_tasks),
+        standby_tasks=tasks_from(request.standby_tasks),
+        warmup_tasks=tasks_from(request.warmup_tasks), process_id=request.process_id,
+        user_endpoint=None if endpoint is None else (endpoint.host, int(endpoint.port)),
+        client_tags=None if tags is None else tuple((kv.key, kv.value) for kv in tags),
+        shutdown_application=bool(request.shutdown_application),
+        client_id=ctx.header.client_id or "", client_host=client_host(ctx.peer))
+
+
+def _creatable(ctx, names: list[str]) -> tuple[list[str], list[str]]:
+    """(may create, may not): CREATE on the cluster allows all, else per topic."""
+    if ctx.broker.authorizer is None or ctx.authorize_cluster(AclOperation.CREATE,
+                                                              log_denied=False):
+        return names, []
+    allowed = ctx.authorized(AclOperation.CREATE, ResourceType.TOPIC, names)
+    return [n for n in names if n in allowed], [n for n in names if n not in allowed]
+
+
+async def handle(ctx: RequestContext, request):
+    broker = ctx.broker
+    if not streams_enabled(ctx):
+        return _answer(ctx, *DISABLED)
+    if not may_read_group(ctx, request.group_id):
+        return _answer(ctx, ErrorCode.group_authorization_failed)
+    topology = topology_from(request.topology)
+    if topology is not None:
+        topics = topology_topics(topology)
+        problem = topology_problem(topics)
+        if problem is not None:
+            log.info("StreamsGroupHeartbeat of group %r refused: %s", request.group_id, problem)
+            return _answer(ctx, ErrorCode.streams_invalid_topology, problem)
+        if len(ctx.authorized(DESCRIBE, TOPIC, topics)) != len(set(topics)):
+            return _answer(ctx, ErrorCode.topic_authorization_failed)
+    if request.group_id and broker.shares.is_share_group(request.group_id):
+        return _answer(ctx, ErrorCode.group_id_not_found,
+                       f"Group {request.group_id} is not a streams group.")
+    hb = _request(ctx, request, topology)
+    result = await broker.groups.streams_heartbeat(hb)
+    error = ErrorCode(result.error)
+    if error is not ErrorCode.none:
+        log.info("StreamsGroupHeartbeat of group %r member %r epoch %d: %s: %s", hb.group_id,
+                 hb.member_id, hb.member_epoch, error.name, result.message)
+        return _answer(ctx, error, result.message)
+    statuses = list(result.statuses)
+    if result.internal_topics_to_create:
+        by_name = {t.name: t for t in result.internal_topics_to_create}
+        allowed, denied = _creatable(ctx, sorted(by_name))
+        broker.groups.create_streams_topics([by_name[n] for n in allowed],
+                                            broker.config.get("txbroker.max.partitions"))
+        if denied:
+            statuses = _unauthorized(statuses, denied)
+    schema = ctx.schema
+    a = result.assignment
+    return _answer(
+        ctx, ErrorCode.none, None, member_id=result.member_id, member_epoch=result.member_epoch,
+        heartbeat_interval=datetime.timedelta(milliseconds=result.heartbeat_interval_ms),
+        task_offset_interval=datetime.timedelta(milliseconds=result.task_offset_interval_ms),
+        status=tuple(build(schema.Status, status_code=s.code, status_detail=s.detail)
+                     for s in statuses),
+        active_tasks=None if a is None else task_ids(schema.TaskIds, a.active),
+        standby_tasks=None if a is None else task_ids(schema.TaskIds, a.standby),
+        warmup_tasks=None if a is None else task_ids(schema.TaskIds, a.warmup))
+
+
+def _unauthorized(statuses: list[Status], denied: list[str]) -> list[Status]:
+    """KafkaApis names the topics it may not create in the MISSING_INTERNAL_TOPICS status."""
+    note = f"Unauthorized to CREATE on topics {', '.join(denied)}."
+    for i, s in enumerate(statuses):
+        if s.code == MISSING_INTERNAL_TOPICS:
+            statuses[i] = Status(s.code, f"{s.detail}; {note}")
+            return statuses
+    return [*statuses, Status(MISSING_INTERNAL_TOPICS, note)]

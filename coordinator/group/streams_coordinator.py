@@ -1,0 +1,236 @@
+"""The async shell's part for streams groups (KIP-1071, ``group.protocol=streams``):
+drives :class:`~txbroker.coordinator.streams.groups.StreamsGroups` as the wiring
+specification of ``coordinator/streams/__init__.py`` says. Mixed into
+:class:`~txbroker.coordinator.group.coordinator.GroupCoordinator`: streams groups live in
+the ``__consumer_offsets`` partitions and the group-id namespace of the other groups.
+
+* A heartbeat's records are appended to the group's partition and the answer waits until
+  they are durable; a failed append reloads the group from the log (memory never runs
+  ahead of it).
+* Session and rebalance timeouts fire on the coordinator's wake timer (``streams_tick``).
+* Loading replays the StreamsGroup* records (``replay_streams_record``), then re-arms
+  the timers (``streams_loaded``).
+* Internal topics (repartition, changelog) a heartbeat asks for are created in the
+  background, once at a time per name (``create_streams_topics``).
+* One group id names one group type: a classic group with members, a consumer group or
+  a share group (checked by the handler) is not a streams group (GROUP_ID_NOT_FOUND); an
+  Empty classic group (offsets only) becomes a streams group when a member joins, as in
+  Kafka.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+from txbroker.coordinator.streams import records as SR
+from txbroker.coordinator.streams.groups import StreamsGroups
+from txbroker.coordinator.streams.offsets import validate_offset_commit, validate_offset_fetch
+from txbroker.coordinator.streams.results import (
+    JOIN_EPOCH,
+    StreamsHeartbeat,
+    StreamsHeartbeatResult,
+)
+from txbroker.coordinator.streams.topology import InternalTopic
+from txbroker.protocol.errors import KafkaError
+
+from ..internal_topic import (
+    OFFSETS_TOPIC,
+    iter_partition_batches,
+    partition_for,
+)
+from ..shell import now_ms
+from .records import encode_group_metadata_key
+
+log = logging.getLogger("txbroker.coordinator.group.coordinator")
+
+_E = ErrorCode
+Record = tuple[bytes, bytes | None]
+
+
+def is_streams_record(key: bytes) -> bool:
+    """A StreamsGroup* record of ``__consumer_offsets``: its key starts with an int16
+    record type (Kafka's layout); the other records' keys are msgpack arrays, whose
+    first byte is never 0."""
+    return len(key) >= 2 and key[0] == 0 and key[1] in SR.RECORD_TYPES
+
+
+class PartitionCounts(Mapping[str, int]):
+    """The topics as the streams coordinator sees them: name -> partition count, read
+    from the log manager on lookup (no copy per heartbeat)."""
+
+    def __init__(self, topics: Mapping[str, Any]) -> None:
+        self._topics = topics
+
+    def __getitem__(self, name: str) -> int:
+        return self._topics[name].partitions
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._topics)
+
+    def __len__(self) -> int:
+        return len(self._topics)
+
+
+class StreamsGroupShell:
+    """Streams-group entry points of the group coordinator (see the module docstring).
+    ``self.streams`` is the StreamsGroups; ``self._streams_creating`` the internal
+    topics being created."""
+
+    streams: StreamsGroups
+
+    def is_streams_group(self, group_id: str) -> bool:
+        return self.streams.get(group_id) is not None
+
+    def replay_streams_record(self, key: bytes, value: bytes | None) -> None:
+        """One StreamsGroup* record at load (ValueError: unreadable, the caller skips it)."""
+        self.streams.replay(*SR.decode_record(key, value))
+
+    def streams_loaded(self, now: int) -> None:
+        self.streams.on_loaded(now)
+
+    def _append_streams_records(self, group_id: str, records: list[Record]):
+        """Append now (in call order); returns (partition log, last offset, error)."""
+        return self._append_group_records(group_id, records, "streams group",
+                                          self._reload_streams_group)
+
+    def _reload_streams_group(self, group_id: str) -> None:
+        """Memory back to the log after a failed write: the group's records replayed (a
+        scan of its partition, only on this rare path)."""
+        self.streams.groups.pop(group_id, None)
+        n = self.logs.topics[OFFSETS_TOPIC].partitions if OFFSETS_TOPIC in self.logs.topics else 0
+        plog = self.logs.get_log(OFFSETS_TOPIC, partition_for(group_id, n)) if n else None
+        try:
+            for header, recs in (iter_partition_batches(plog, plog.log_start_offset)
+                                 if plog is not None else ()):
+                if header.is_control:
+                    continue
+                for rec in recs:
+                    if rec.key is None or not is_streams_record(rec.key):
+                        continue
+                    try:
+                        key, value = SR.decode_record(rec.key, rec.value)
+                    except ValueError:
+                        continue
+                    if key.group_id == group_id:
+                        self.streams.replay(key, value)
+        except (KafkaError, OSError, ValueError) as e:
+            log.error("cannot read back streams group %s: %r", group_id, e)
+        g = self.streams.groups.get(group_id)
+        if g is not None:
+            g.on_loaded(now_ms())
+
+    def _streams_type_error(self, group_id: str, joining: bool) -> list[Record] | None:
+        """None if ``group_id`` may be a streams group, else the records that make it one
+        (an Empty classic group is deleted first, as Kafka's maybeDeleteEmptyClassicGroup)
+        — raises LookupError when another group type owns the id."""
+        if self.is_consumer_group(group_id):
+            raise LookupError(group_id)
+        classic = self.state.classic_group(group_id)
+        if classic is None:
+            return None
+        if classic.members or not joining or self.state.delete_group(group_id) != _E.none.value:
+            raise LookupError(group_id)
+        log.info("empty classic group %r converted to a streams group", group_id)
+        return [(encode_group_metadata_key(group_id), None)]
+
+    async def streams_heartbeat(self, hb: StreamsHeartbeat) -> StreamsHeartbeatResult:
+        """StreamsGroupHeartbeat: answered once its records are durable."""
+        if not self.is_ready(hb.group_id):
+            return StreamsHeartbeatResult(error=_E.coordinator_load_in_progress.value)
+        try:
+            pre = self._streams_type_error(hb.group_id, hb.member_epoch == JOIN_EPOCH) or []
+        except LookupError:
+            return StreamsHeartbeatResult(error=_E.group_id_not_found.value,
+                                          message=f"Group {hb.group_id} is not a streams group.")
+        self.ensure_offsets_topic()
+        g = self.streams.get(hb.group_id)
+        epoch_before = g.p.group_epoch if g is not None else 0
+        result = self.streams.heartbeat(hb, PartitionCounts(self.logs.topics), now_ms())
+        self._reschedule()
+        records = pre + [SR.encode_record(r) for r in result.records]
+        plog, last, error = self._append_streams_records(hb.group_id, records)
+        if error != _E.none.value:
+            return StreamsHeartbeatResult(error=error)
+        g = self.streams.get(hb.group_id)
+        if g is not None and g.p.group_epoch != epoch_before:
+            log.info("streams group %r: group epoch %d, %d member(s), state %s (member %s, "
+                     "epoch %d)", hb.group_id, g.p.group_epoch, len(g.p.members), g.state,
+                     hb.member_id, hb.member_epoch)
+        if plog is not None:
+            await self.logs.flusher.wait_acked(plog, last + 1)
+        return result
+
+    def streams_tick(self, now: int) -> None:
+        """Session and rebalance timeouts: the fenced members' records appended."""
+        for group_id, expired in self.streams.expire(now).items():
+            log.info("streams group %r: member(s) %s removed on session or rebalance "
+                     "timeout (group epoch bumped)", group_id, ", ".join(expired.member_ids))
+            self._append_streams_records(group_id,
+                                         [SR.encode_record(r) for r in expired.records])
+
+    def create_streams_topics(self, topics: Iterable[InternalTopic],
+                              max_partitions: int | None = None) -> None:
+        """Create the internal topics a heartbeat asked for, in the background (Kafka's
+        broker does not wait either: the next heartbeat sees them); a name already being
+        created is not asked for again."""
+        wanted = [t for t in topics
+                  if t.name not in self._streams_creating and t.name not in self.logs.topics]
+        if not wanted:
+            return
+        self._streams_creating.update(t.name for t in wanted)
+        self.shell.spawn(self._create_streams_topics(wanted, max_partitions))
+
+    async def _create_streams_topics(self, topics: list[InternalTopic],
+                                     max_partitions: int | None) -> None:
+        try:
+            created = await self.logs.create_topics(
+                [(t.name, t.partitions, dict(t.configs)) for t in topics],
+                max_partitions=max_partitions)
+            for name, result in created.items():
+                if isinstance(result, KafkaError) and result.code != _E.topic_already_exists:
+                    log.warning("cannot create streams internal topic %r: %s", name, result)
+        finally:
+            self._streams_creating.difference_update(t.name for t in topics)
+
+    def streams_commit_error(self, group_id: str, member_id: str, member_epoch: int,
+                             transactional: bool, api_version: int, entries) -> int | None:
+        """The OffsetCommit/TxnOffsetCommit check for a streams group; None if
+        ``group_id`` is not one."""
+        g = self.streams.get(group_id)
+        if g is None:
+            return None
+        return validate_offset_commit(g, member_id, member_epoch, transactional, api_version,
+                                      [(e.topic, e.partition) for e in entries])
+
+    def streams_fetch_error(self, group_id: str, member_id: str | None, member_epoch: int) -> int:
+        """OffsetFetch v9+ with a member id and epoch, for a streams group."""
+        g = self.streams.get(group_id)
+        return _E.none.value if g is None else validate_offset_fetch(g, member_id, member_epoch)
+
+    async def delete_streams_group(self, group_id: str) -> int:
+        """DeleteGroups of a streams group: only an Empty one (tombstones of its records)."""
+        g = self.streams.get(group_id)
+        if g is None:
+            return _E.group_id_not_found.value
+        if g.p.members:
+            return _E.non_empty_group.value
+        records = [SR.encode_record(r) for r in self.streams.delete(group_id)]
+        del self.streams.groups[group_id]
+        plog, last, error = self._append_streams_records(group_id, records)
+        if plog is not None:
+            await self.logs.flusher.wait_acked(plog, last + 1)
+        return error
+
+    def streams_describe(self, group_ids: Iterable[str]) -> dict[str, dict | None]:
+        return self.streams.describe(group_ids)
+
+    def streams_listing(self) -> list[tuple[str, str]]:
+        """(group id, state) of every streams group."""
+        return [(gid, g.state) for gid, g in self.streams.groups.items()
+                if self.streams.get(gid) is not None]
+
+
+__all__ = ["StreamsGroupShell", "PartitionCounts", "is_streams_record"]

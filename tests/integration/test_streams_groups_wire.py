@@ -1,0 +1,294 @@
+"""Streams groups (KIP-1071, behind streams.version) on the wire: StreamsGroupHeartbeat
+(88) and StreamsGroupDescribe (89) built with kio against the in-process broker, for the
+error codes and statuses Kafka 4.4 answers, the other group APIs on a streams group, and
+the group's state after a crash (replayed from ``__consumer_offsets``)."""
+
+from __future__ import annotations
+
+import datetime
+import time
+import uuid
+
+import pytest
+from kio.schema.errors import ErrorCode as E
+from txbroker.protocol.messages import build, request_module
+from txbroker.testing.broker_thread import BrokerThread
+
+from tests.integration.wire_util import API_VERSIONS, api_versions_request, connect
+
+ENABLED = {"txbroker.streams.version": "1"}
+STREAMS_APIS = {88, 89}
+HB = request_module(88, 0)
+DESCRIBE = request_module(89, 0)
+MISSING_SOURCE_TOPICS, MISSING_INTERNAL_TOPICS = 1, 3
+
+
+@pytest.fixture
+def txbroker_config():
+    return dict(ENABLED)
+
+
+def topology(source: str = "input", changelog: str = "app-store-changelog"):
+    """One stateful subtopology reading ``source`` with one changelog topic."""
+    return build(HB.Topology, epoch=1, subtopologies=(build(
+        HB.Subtopology, subtopology_id="0", source_topics=(source,), source_topic_regex=(),
+        state_changelog_topics=(build(HB.TopicInfo, name=changelog, partitions=0,
+                                      replication_factor=0, topic_configs=()),),
+        repartition_sink_topics=(), repartition_source_topics=(), copartition_groups=()),))
+
+
+def tasks(pairs) -> tuple:
+    by: dict[str, list[int]] = {}
+    for s, p in pairs:
+        by.setdefault(s, []).append(p)
+    return tuple(build(HB.TaskIds, subtopology_id=s, partitions=tuple(sorted(ps)))
+                 for s, ps in sorted(by.items()))
+
+
+def heartbeat(client, group: str, member: str, epoch: int, *, topo=None, owned=None,
+              instance_id: str | None = None):
+    join = epoch == 0
+    req = build(HB.StreamsGroupHeartbeatRequest, group_id=group, member_id=member,
+                member_epoch=epoch, endpoint_information_epoch=0, instance_id=instance_id,
+                rack_id=None,
+                rebalance_timeout=datetime.timedelta(milliseconds=30_000 if join else -1),
+                topology=(topo or topology()) if join else None,
+                active_tasks=tasks(owned) if owned is not None else (() if join else None),
+                standby_tasks=() if join or owned is not None else None,
+                warmup_tasks=() if join or owned is not None else None,
+                process_id=str(uuid.uuid5(uuid.NAMESPACE_OID, member)) if join else None,
+                user_endpoint=None, client_tags=() if join else None, task_offsets=None,
+                task_end_offsets=None, shutdown_application=False)
+    return client.request(88, 0, req)
+
+
+def describe(client, *groups: str):
+    return client.request(89, 0, build(DESCRIBE.StreamsGroupDescribeRequest, group_ids=groups,
+                                       include_authorized_operations=False)).groups
+
+
+def active(response) -> set[tuple[str, int]]:
+    return {(t.subtopology_id, p) for t in response.active_tasks or () for p in t.partitions}
+
+
+def join_until_stable(client, group: str, member: str) -> tuple[int, set]:
+    """Join, then heartbeat with the tasks given until the member owns its target."""
+    r = heartbeat(client, group, member, 0)
+    assert r.error_code == 0, r.error_message
+    owned = active(r)
+    epoch = r.member_epoch
+    deadline = time.monotonic() + 20  # the internal topics are created in the background
+    while time.monotonic() < deadline:
+        time.sleep(0.02)
+        r = heartbeat(client, group, member, epoch, owned=owned)
+        assert r.error_code == 0, r.error_message
+        epoch = r.member_epoch
+        if r.active_tasks is not None:
+            owned = active(r)
+        if owned and not r.status:
+            return epoch, owned
+    raise AssertionError(f"member {member} never got its tasks: {r}")
+
+
+def settle(client, group: str, members: list[str]) -> None:
+    """Join ``members`` and heartbeat each in turn, with the tasks it was given, until
+    the group is Stable (a task moves only once its previous owner revoked it)."""
+    epochs, owned = {}, {}
+    for m in members:
+        r = heartbeat(client, group, m, 0)
+        assert r.error_code == 0, r.error_message
+        epochs[m], owned[m] = r.member_epoch, active(r)
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        for m in members:
+            r = heartbeat(client, group, m, epochs[m], owned=owned[m])
+            assert r.error_code == 0, r.error_message
+            epochs[m] = r.member_epoch
+            if r.active_tasks is not None:
+                owned[m] = active(r)
+        if describe(client, group)[0].group_state == "Stable" and all(owned.values()):
+            return
+        time.sleep(0.02)
+    raise AssertionError(f"group {group} never got Stable: {describe(client, group)}")
+
+
+def join_group(client, group: str, member: str = ""):
+    jm = request_module(11, 9)
+    return client.request(11, 9, build(
+        jm.JoinGroupRequest, group_id=group, session_timeout=datetime.timedelta(seconds=30),
+        rebalance_timeout=datetime.timedelta(seconds=30), member_id=member,
+        group_instance_id=None, protocol_type="consumer",
+        protocols=(build(jm.JoinGroupRequestProtocol, name="range", metadata=b""),),
+        reason=None))
+
+
+def advertised(broker) -> set[int]:
+    client = connect(broker)
+    try:
+        return {k.api_key for k in client.request(API_VERSIONS, 3,
+                                                  api_versions_request(3)).api_keys}
+    finally:
+        client.close()
+
+
+def test_off_by_default_not_advertised_and_refused(tmp_path):
+    with BrokerThread(str(tmp_path / "d"), {}) as b:
+        assert not STREAMS_APIS & advertised(b)
+        client = connect(b)
+        try:
+            r = heartbeat(client, "app", "m1", 0)
+            assert r.error_code == E.unsupported_version
+            (g,) = describe(client, "app")
+            assert g.error_code == E.unsupported_version
+        finally:
+            client.close()
+
+
+def test_advertised_at_streams_version_1(txbroker):
+    assert STREAMS_APIS <= advertised(txbroker)
+
+
+def test_missing_source_topic_is_a_status_then_tasks_once_it_exists(txbroker):
+    client = connect(txbroker)
+    try:
+        r = heartbeat(client, "app", "m1", 0)
+        assert r.error_code == 0 and r.member_epoch >= 1
+        assert [(s.status_code, s.status_detail) for s in r.status] == [
+            (MISSING_SOURCE_TOPICS, "Source topics input are missing.")]
+        assert active(r) == set()
+        (g,) = describe(client, "app")
+        assert (g.error_code, g.group_state) == (0, "NotReady")
+        txbroker.create_topic("input", 2)
+        epoch, owned = join_until_stable(client, "app", "m2")
+        assert owned  # m2 holds tasks of subtopology 0
+        # The changelog topic was created in the background with the tasks' count.
+        assert txbroker.call(lambda b: b.logs.topics["app-store-changelog"].partitions) == 2
+    finally:
+        client.close()
+
+
+def test_unknown_member_fenced_epoch_and_another_group_type(txbroker):
+    txbroker.create_topic("input", 1)
+    client = connect(txbroker)
+    try:
+        epoch, _owned = join_until_stable(client, "app", "m1")
+        r = heartbeat(client, "app", "nobody", 1, owned=())
+        assert r.error_code == E.unknown_member_id
+        r = heartbeat(client, "app", "m1", epoch + 5, owned=())
+        assert r.error_code == E.fenced_member_epoch
+        # A group id of another type: a classic group with a member.
+        joined = join_group(client, "classic")
+        if joined.error_code == E.member_id_required:
+            joined = join_group(client, "classic", joined.member_id)
+        assert joined.error_code == 0
+        r = heartbeat(client, "classic", "m1", 0)
+        assert (r.error_code, r.error_message) == (E.group_id_not_found,
+                                                   "Group classic is not a streams group.")
+        (g,) = describe(client, "classic")
+        assert g.error_code == E.group_id_not_found
+        # ... and a JoinGroup for the streams group's id is refused too.
+        assert join_group(client, "app").error_code == E.group_id_not_found
+    finally:
+        client.close()
+
+
+def test_invalid_topologies(txbroker):
+    client = connect(txbroker)
+    try:
+        r = heartbeat(client, "app", "m1", 0, topo=topology(source="__consumer_offsets"))
+        assert (r.error_code, r.error_message) == (
+            E.streams_invalid_topology, "Use of Kafka internal topics __consumer_offsets in a "
+            "Kafka Streams topology is prohibited.")
+        r = heartbeat(client, "app", "m1", 0, topo=topology(source="bad topic"))
+        assert (r.error_code, r.error_message) == (
+            E.streams_invalid_topology, "Topic names bad topic are not valid topic names.")
+        (g,) = describe(client, "app")
+        assert g.error_code == E.group_id_not_found  # nothing was created
+    finally:
+        client.close()
+
+
+def test_listed_described_and_deleted_only_when_empty(txbroker):
+    txbroker.create_topic("input", 2)
+    client = connect(txbroker)
+    try:
+        epoch, owned = join_until_stable(client, "app", "m1")
+        lm = request_module(16, 5)
+        listed = client.request(16, 5, build(lm.ListGroupsRequest, states_filter=(),
+                                             types_filter=("streams",)))
+        assert [(g.group_id, g.protocol_type, g.group_state, g.group_type)
+                for g in listed.groups] == [("app", "streams", "Stable", "streams")]
+        dm = request_module(42, 2)
+        deleted = client.request(42, 2, build(dm.DeleteGroupsRequest, groups_names=("app",)))
+        assert deleted.results[0].error_code == E.non_empty_group
+        assert heartbeat(client, "app", "m1", -1).error_code == 0
+        (g,) = describe(client, "app")
+        assert (g.group_state, g.members) == ("Empty", ())
+        deleted = client.request(42, 2, build(dm.DeleteGroupsRequest, groups_names=("app",)))
+        assert deleted.results[0].error_code == 0
+        (g,) = describe(client, "app")
+        assert g.error_code == E.group_id_not_found
+    finally:
+        client.close()
+    # The tombstones were written: the group does not come back after a crash.
+    txbroker.crash()
+    txbroker.restart()
+    assert describe_after_load(txbroker, "app").error_code == E.group_id_not_found
+
+
+def describe_after_load(broker, group: str):
+    client = connect(broker)
+    try:
+        for _ in range(100):
+            (g,) = describe(client, group)
+            if g.error_code != E.coordinator_load_in_progress:
+                return g
+            time.sleep(0.05)
+        raise AssertionError("__consumer_offsets never loaded")
+    finally:
+        client.close()
+
+
+def test_offset_commit_checks_the_member_epoch(txbroker):
+    txbroker.create_topic("input", 1)
+    client = connect(txbroker)
+    try:
+        epoch, _owned = join_until_stable(client, "app", "m1")
+        cm = request_module(8, 9)
+
+        def commit(member: str, member_epoch: int) -> int:
+            r = client.request(8, 9, build(
+                cm.OffsetCommitRequest, group_id="app", generation_id_or_member_epoch=member_epoch,
+                member_id=member, group_instance_id=None, topics=(build(
+                    cm.OffsetCommitRequestTopic, name="input", partitions=(build(
+                        cm.OffsetCommitRequestPartition, partition_index=0, committed_offset=5,
+                        committed_leader_epoch=-1, committed_metadata=None),)),)))
+            return r.topics[0].partitions[0].error_code
+
+        assert commit("m1", epoch + 1) == E.stale_member_epoch
+        assert commit("other", epoch) == E.unknown_member_id
+        assert commit("m1", epoch) == 0
+    finally:
+        client.close()
+
+
+def test_a_crash_keeps_members_epochs_and_assignment(txbroker):
+    txbroker.create_topic("input", 4)
+    client = connect(txbroker)
+    try:
+        settle(client, "app", ["m1", "m2"])
+        before = describe(client, "app")[0]
+    finally:
+        client.close()
+    assert before.error_code == 0 and len(before.members) == 2
+    txbroker.crash()
+    txbroker.restart()
+    after = describe_after_load(txbroker, "app")
+    assert after.error_code == 0
+
+    def view(g):
+        return (g.group_state, g.group_epoch, g.assignment_epoch, g.topology, sorted(
+            (m.member_id, m.member_epoch, m.process_id, m.assignment, m.target_assignment)
+            for m in g.members))
+
+    assert view(after) == view(before)
