@@ -64,13 +64,13 @@ async def handle(ctx: RequestContext, request):
     if error != ErrorCode.none.value:
         code = ErrorCode(error)
         return _response(ctx, code, _MESSAGES.get(code))
-    # Kafka's order: the refused topics, then the ones without state, then the deleted.
-    missing = [_topic(schema, t.topic_name, _NO_UUID, ErrorCode.unknown_topic_or_partition,
-                      "This server does not host this topic-partition.")
-               for t in request.topics if t.topic_name in allowed and t.topic_name not in known]
-    no_state = [_topic(schema, name, _NO_UUID, ErrorCode.unknown_topic_or_partition,
-                       "There is no offset information to delete.")
-                for name, tid in known.items() if tid not in deleted]
+    # Kafka 4.4's order: the refused topics, the deleted ones, then the unknown ones and
+    # those without state in the request's order.
     done = [_topic(schema, name, tid, ErrorCode.none)
             for name, tid in known.items() if tid in deleted]
-    return _response(ctx, ErrorCode.none, None, refused + missing + no_state + done)
+    failed = [_topic(schema, t.topic_name, _NO_UUID, ErrorCode.unknown_topic_or_partition,
+                     "There is no offset information to delete." if t.topic_name in known
+                     else "This server does not host this topic-partition.")
+              for t in request.topics if t.topic_name in allowed
+              and (t.topic_name not in known or known[t.topic_name] not in deleted)]
+    return _response(ctx, ErrorCode.none, None, refused + done + failed)

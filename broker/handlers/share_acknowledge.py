@@ -14,7 +14,7 @@ from txbroker.protocol.messages import build
 from ..context import CloseConnection, RequestContext
 from ._groups import ZERO, may_read_group
 from ._share import DISABLED, leader, share_enabled
-from .share_fetch import acknowledgements, unreadable
+from .share_fetch import acknowledgements, missing_partitions, unreadable
 
 API_KEY = 79
 MIN_VERSION = 1
@@ -43,8 +43,10 @@ async def handle(ctx: RequestContext, request):
     if error != ErrorCode.none.value:
         return _top(ctx, ErrorCode(error), message)
     requested = [(t.topic_id, p.partition_index) for t in request.topics for p in t.partitions]
+    missing = missing_partitions(ctx, requested)  # Kafka: UNKNOWN_TOPIC_ID / _OR_PARTITION
     denied = unreadable(ctx, requested)
-    acks = {tp: b for tp, b in acknowledgements(request.topics).items() if tp not in denied}
+    acks = {tp: b for tp, b in acknowledgements(request.topics).items()
+            if tp not in denied and tp not in missing}
     # The session moves on in the same turn of the loop as its check.
     shares.update_session(group_id, member_id, epoch, (), (), ctx.session)
     results = await shares.acknowledge(group_id, member_id, acks) if acks else {}
@@ -56,6 +58,7 @@ async def handle(ctx: RequestContext, request):
     by_topic: dict = {}
     for tid, p in requested:
         err, msg = (ErrorCode.topic_authorization_failed.value, None) if (tid, p) in denied \
+            else (missing[(tid, p)], None) if (tid, p) in missing \
             else results.get((tid, p), (0, None))
         by_topic.setdefault(tid, []).append(build(
             schema.PartitionData, partition_index=p, error_code=ErrorCode(err), error_message=msg,

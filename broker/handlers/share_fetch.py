@@ -11,8 +11,8 @@ the member's records and fetches nothing, else the session's partitions
 are read and their records acquired; with nothing acquired the request waits up to
 MaxWaitMs for new records (or records released by other members, noticed within
 RELEASE_POLL_S). The answer is sent once the acquisitions and acknowledgements are
-durable. A full (epoch 0) answer lists every partition of the session; later ones only
-those with records, errors or acknowledgement results.
+durable. An answer lists only the partitions with records, errors or acknowledgement
+results, also a new session's (as Kafka 4.4).
 """
 
 from __future__ import annotations
@@ -94,10 +94,11 @@ async def handle(ctx: RequestContext, request):
     requested = [(t.topic_id, p.partition_index) for t in request.topics for p in t.partitions]
     # Only partitions that exist join the session (a client cannot grow it with made-up
     # ids); the others are answered with their error in this response only.
-    missing = _missing(ctx, requested)
+    missing = missing_partitions(ctx, requested)
     requested = [tp for tp in requested if tp not in missing]
     denied = unreadable(ctx, requested)
-    acks = {tp: b for tp, b in acknowledgements(request.topics).items() if tp not in denied}
+    acks = {tp: b for tp, b in acknowledgements(request.topics).items()
+            if tp not in denied and tp not in missing}
     forgotten = [(t.topic_id, p) for t in request.forgotten_topics_data for p in t.partitions]
     # The session moves on in the same turn of the loop as its check: a request racing
     # this one sees the new epoch.
@@ -123,9 +124,10 @@ async def handle(ctx: RequestContext, request):
             break
         await _wait(ctx, fetchable, min(remaining, RELEASE_POLL_S))
     schema = ctx.schema
-    shown = session if epoch == 0 else \
-        [tp for tp in session if tp in ack_results or tp in denied
-         or (tp in fetched and (fetched[tp].acquired or fetched[tp].error))]
+    # As Kafka 4.4, also for a new session (epoch 0): partitions without records, errors
+    # or acknowledgement results are left out.
+    shown = [tp for tp in session if tp in ack_results or tp in denied
+             or (tp in fetched and (fetched[tp].acquired or fetched[tp].error))]
     shown += [tp for tp in ack_results if tp not in shown]
     shown += [tp for tp in missing if tp not in shown]
     by_topic: dict = {}
@@ -148,7 +150,7 @@ async def handle(ctx: RequestContext, request):
     return _top(ctx, ErrorCode.none, None, lock_ms, responses)
 
 
-def _missing(ctx, tps) -> dict:
+def missing_partitions(ctx, tps) -> dict:
     """(topic id, partition) -> UNKNOWN_TOPIC_ID / UNKNOWN_TOPIC_OR_PARTITION."""
     sizes = {info.topic_id: info.partitions for info in ctx.broker.logs.topics.values()}
     return {(t, p): (ErrorCode.unknown_topic_id.value if t not in sizes

@@ -21,8 +21,9 @@ _NO_OPS = -2147483648
 
 
 def _failed(schema, group_id, error, message=None):
+    # Epochs 0, as Kafka 4.4 answers a group it cannot describe (the schema's default).
     return build(schema.DescribedGroup, error_code=error, error_message=message,
-                 group_id=group_id, group_state="", group_epoch=-1, assignment_epoch=-1,
+                 group_id=group_id, group_state="", group_epoch=0, assignment_epoch=0,
                  assignor_name="", members=(), authorized_operations=_NO_OPS)
 
 

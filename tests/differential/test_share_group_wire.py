@@ -1,0 +1,163 @@
+"""Share groups (KIP-932) on the wire, txbroker vs Apache Kafka 4.4.0: the error codes of
+ShareGroupHeartbeat, ShareFetch and ShareAcknowledge for bad input (unknown member,
+fenced epoch, share session epochs, unknown partitions, offsets never acquired or already
+acknowledged, an unknown acknowledge type), and which partitions an answer lists.
+
+Error messages: where Kafka's answer carries one, txbroker's is the same or says the same
+thing; where Kafka's is null, txbroker's may say why (docs/compatibility.md), so only
+the codes are compared there."""
+
+from __future__ import annotations
+
+import uuid
+
+from kio.schema.errors import ErrorCode as E
+
+from tests.differential import share_util
+from tests.differential.share_util import (
+    ACCEPT,
+    RELEASE,
+    acquired,
+    heartbeat,
+    join,
+    new_group,
+    produce,
+    share_ack,
+    share_fetch,
+    topic_id,
+)
+
+share_broker = share_util.share_broker  # the fixture: txbroker, then Kafka
+
+
+def _errors(r) -> list[tuple[int, int]]:
+    """(partition, error code) of a ShareAcknowledge answer (or a ShareFetch answer's
+    AcknowledgeErrorCode)."""
+    return [(p.partition_index, int(getattr(p, "acknowledge_error_code", p.error_code)))
+            for t in r.responses for p in t.partitions]
+
+
+def test_heartbeat_errors(share_broker):
+    b = share_broker
+    topic = b.topic("sgw-hb")
+    group = new_group(b)
+    client = b.raw()
+    try:
+        r = heartbeat(client, group, "", 0, (topic,))
+        assert (r.error_code, r.member_id, r.member_epoch) == (E.invalid_request, None, 0)
+        member, epoch, r = join(client, group, (topic,))
+        assert (r.member_id, r.heartbeat_interval.total_seconds()) == (member, 1)
+        r = heartbeat(client, group, member, epoch + 5)
+        assert (r.error_code, r.error_message) == (E.fenced_member_epoch, (
+            f"The share group member has a greater member epoch ({epoch + 5}) than the one "
+            f"known by the group coordinator ({epoch}). The member must abandon all its "
+            "partitions and rejoin."))
+        stranger = str(uuid.uuid4())
+        r = heartbeat(client, group, stranger, 3)
+        assert (r.error_code, r.error_message) == (
+            E.unknown_member_id, f"Member {stranger} is not a member of group {group}.")
+        # The member's own epoch still works; leaving answers epoch -1.
+        assert heartbeat(client, group, member, epoch).error_code == 0
+        r = heartbeat(client, group, member, -1)
+        assert (r.error_code, r.member_id, r.member_epoch) == (0, member, -1)
+        assert heartbeat(client, group, member, epoch).error_code == E.unknown_member_id
+    finally:
+        client.close()
+
+
+def test_share_session_epochs(share_broker):
+    b = share_broker
+    topic = b.topic("sgw-session")
+    tid = topic_id(b, topic)
+    group = new_group(b)
+    client = b.raw()
+    try:
+        member, _, _ = join(client, group, (topic,))
+        produce(b, topic, 3)
+        assert share_fetch(client, group, member, 1, tid).error_code == E.share_session_not_found
+        assert share_ack(client, group, member, 1, tid, [(0, 0, ACCEPT)]).error_code == \
+            E.share_session_not_found
+        assert share_fetch(client, group, member, 0, tid, acks=[(0, 0, ACCEPT)]).error_code == \
+            E.invalid_request  # a new session has nothing to acknowledge
+        r = share_fetch(client, group, member, 0, tid, max_wait_ms=5000)
+        assert (r.error_code, acquired(r)) == (0, [(0, 0, 2, 1)])
+        assert share_fetch(client, group, member, 5, tid).error_code == \
+            E.invalid_share_session_epoch
+        assert share_ack(client, group, member, 0, tid, [(0, 0, ACCEPT)]).error_code == \
+            E.invalid_share_session_epoch  # ShareAcknowledge cannot open a session
+        assert share_ack(client, group, member, 1, tid, [(0, 0, ACCEPT)]).error_code == 0
+        # Closing (-1) releases what the member holds; the session is gone after.
+        r = share_fetch(client, group, member, -1, tid)
+        assert (r.error_code, r.responses) == (0, ())
+        assert share_ack(client, group, member, 3, tid, [(1, 1, ACCEPT)]).error_code == \
+            E.share_session_not_found
+        other = str(uuid.uuid4())  # (ShareFetch does not check group membership)
+        r = share_fetch(client, group, other, 0, tid, max_wait_ms=5000)
+        assert acquired(r) == [(0, 1, 2, 2)]
+    finally:
+        client.close()
+
+
+def test_acknowledge_errors(share_broker):
+    b = share_broker
+    topic, never_fetched = b.topic("sgw-ack"), b.topic("sgw-never")
+    tid, never_tid = topic_id(b, topic), topic_id(b, never_fetched)
+    group = new_group(b)
+    client = b.raw()
+    try:
+        member, _, _ = join(client, group, (topic,))
+        produce(b, topic, 4)
+        r = share_fetch(client, group, member, 0, tid, max_wait_ms=5000)
+        assert acquired(r) == [(0, 0, 3, 1)]
+        epoch = iter(range(1, 100))
+
+        def ack(acks, on=tid, partition: int = 0):
+            return share_ack(client, group, member, next(epoch), on, acks, partition)
+
+        assert _errors(ack([(10, 11, ACCEPT)])) == [(0, E.invalid_request)]  # past acquired
+        assert _errors(ack([(0, 0, 9)])) == [(0, E.invalid_request)]  # no such type
+        assert _errors(ack([(2, 1, ACCEPT)])) == [(0, E.invalid_request)]  # first > last
+        # Overlapping batches: the request is refused whole (offset 1 stays acquired).
+        assert _errors(ack([(0, 1, ACCEPT), (1, 2, ACCEPT)])) == [(0, E.invalid_record_state)]
+        assert _errors(ack([(0, 1, ACCEPT), (2, 2, RELEASE)])) == [(0, 0)]
+        # Accepted again: no error; released (no longer this member's): INVALID_RECORD_STATE.
+        assert _errors(ack([(1, 1, ACCEPT)])) == [(0, 0)]
+        assert _errors(ack([(2, 2, ACCEPT)])) == [(0, E.invalid_record_state)]
+        assert _errors(ack([(0, 0, ACCEPT)], partition=7)) == [(7, E.unknown_topic_or_partition)]
+        assert _errors(ack([(0, 0, ACCEPT)], on=uuid.uuid4())) == [(0, E.unknown_topic_id)]
+        r = ack([(0, 0, ACCEPT)], on=never_tid)  # no share state for this group
+        assert [(p.error_code, p.error_message) for t in r.responses for p in t.partitions] \
+            == [(E.unknown_topic_or_partition, "This server does not host this topic-partition.")]
+        # Offset 3 is still this member's: its acknowledgement rides on a ShareFetch.
+        r = share_fetch(client, group, member, next(epoch), tid, acks=[(3, 3, ACCEPT)],
+                        max_wait_ms=5000)
+        assert _errors(r) == [(0, 0)] and acquired(r) == [(0, 2, 2, 2)]
+    finally:
+        client.close()
+
+
+def test_fetch_lists_the_partitions_with_records(share_broker):
+    """A new session's answer lists the partitions with records; of the others Kafka
+    lists those it happened to read (txbroker none); an unknown topic id is answered
+    for this request only."""
+    b = share_broker
+    topic = b.topic("sgw-list", 3)
+    tid = topic_id(b, topic)
+    group = new_group(b)
+    client = b.raw()
+    try:
+        member, _, _ = join(client, group, (topic,))
+        produce(b, topic, 2, partition=1)
+        r = share_fetch(client, group, member, 0, tid, (0, 1, 2), max_wait_ms=5000)
+        assert acquired(r) == [(1, 0, 1, 1)]
+        listed = {p.partition_index: (p.error_code, p.records or b"")
+                  for t in r.responses for p in t.partitions}
+        assert 1 in listed and all(v == (0, b"") for k, v in listed.items() if k != 1), listed
+        if not b.is_kafka:
+            assert list(listed) == [1]
+        unknown = uuid.uuid4()
+        r = share_fetch(client, group, member, 1, unknown, max_wait_ms=0)
+        assert [(t.topic_id, p.partition_index, p.error_code) for t in r.responses
+                for p in t.partitions] == [(unknown, 0, E.unknown_topic_id)]
+    finally:
+        client.close()
