@@ -131,9 +131,8 @@ def test_alter_configs_replaces_the_overrides(broker):
 
 def test_group_configs(broker):
     """Group configs (KIP-848) tune the consumer, share and streams group protocols.
-    Both list a group's consumer-protocol keys and accept a valid change of one (Kafka
-    also lists its share.* and streams.* keys, which txbroker does not take yet:
-    docs/compatibility.md; tests/differential/test_group_configs.py has the rest).
+    Both list a group's consumer-protocol keys and accept a valid change of one
+    (tests/differential/test_group_configs.py has the rest).
     Neither answers INVALID_REQUEST."""
     client = broker.raw()
     try:

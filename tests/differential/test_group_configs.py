@@ -1,19 +1,24 @@
 """Group configs (config resource type 32), txbroker vs Kafka 4.4: a consumer group's own
-``consumer.session.timeout.ms`` and ``consumer.heartbeat.interval.ms``, checked against
-the broker's min/max keys with Kafka's errors, listed by DescribeConfigs with their
-synonyms, and applied to the group's next heartbeats (issue 38: txbroker refused every
-group config, saying it did not implement KIP-848)."""
+``consumer.session.timeout.ms`` and ``consumer.heartbeat.interval.ms``, and the share.*
+and errors.deadletterqueue.* group configs, checked against the broker's min/max keys
+with Kafka's errors, listed by DescribeConfigs as Kafka lists them (values, sources,
+types, synonyms, internal keys), and applied: to a consumer group's next heartbeats, and
+to a share group's deliveries with confluent-kafka's ShareConsumer (issue 38: txbroker
+refused every group config, saying it did not implement KIP-848)."""
 
 from __future__ import annotations
 
 import datetime
 import time
 import uuid
+from collections.abc import Iterator
 
 import pytest
 from txbroker.protocol.messages import build, request_module
 
-from tests.differential.conftest import COMMON_CONFIG
+from tests.differential.conftest import BROKER_PARAMS, COMMON_CONFIG, Broker, running_broker
+
+ck = pytest.importorskip("confluent_kafka")
 
 DESCRIBE_CONFIGS, ALTER_CONFIGS, INCREMENTAL_ALTER_CONFIGS, HEARTBEAT = 32, 33, 44, 68
 GROUP = 32
@@ -280,3 +285,78 @@ def test_share_and_dead_letter_group_configs_checked_as_kafka(broker):
         assert _describe_all(client, group, (LOCK,))[LOCK][:2] == ("30000", DEFAULT_SOURCE)
     finally:
         client.close()
+
+
+# Share groups on both brokers: Kafka 4.4 finalizes share.version at format time,
+# txbroker needs its key. The same min key lets a group set a 1 s lock on both.
+SHARE_CONFIG = {**COMMON_CONFIG, "group.share.min.record.lock.duration.ms": "1000"}
+
+
+@pytest.fixture(scope="module", params=BROKER_PARAMS)
+def share_broker(request, tmp_path_factory) -> Iterator[Broker]:
+    extra = {"txbroker.share.version": "1"} if request.param == "txbroker" else {}
+    yield from running_broker(request.param, tmp_path_factory, {**SHARE_CONFIG, **extra})
+
+
+def _share_consumer(broker: Broker, group: str, topic: str):
+    c = ck.ShareConsumer({"bootstrap.servers": broker.bootstrap, "group.id": group,
+                          "share.acknowledgement.mode": "explicit"})
+    c.subscribe([topic])
+    return c
+
+
+def _poll(c, want: int, timeout: float = 30) -> list:
+    got: list = []
+    deadline = time.monotonic() + timeout
+    while len(got) < want and time.monotonic() < deadline:
+        got += [m for m in c.poll(1.0) if m.error() is None]
+    return got
+
+
+def _produce(broker: Broker, topic: str, *values: bytes) -> None:
+    p = ck.Producer({"bootstrap.servers": broker.bootstrap})
+    for v in values:
+        p.produce(topic, value=v)
+    assert p.flush(10) == 0
+
+
+def test_share_group_configs_take_effect(share_broker):
+    """A group's share.auto.offset.reset=earliest (the default is latest) and
+    share.delivery.count.limit=2: the record released twice is archived, and the next
+    record is the first the group gets; a 1 s share.record.lock.duration.ms gives back
+    what a member left unacknowledged, with delivery count 2."""
+    broker = share_broker
+    topic = broker.topic("gc-share")
+    _produce(broker, topic, b"a")
+    group = f"gcs-{uuid.uuid4().hex[:8]}"
+    broker.wait_coordinator(group, key_type=0)
+    client = broker.raw()
+    try:
+        assert _alter(client, group, [("share.auto.offset.reset", SET, "earliest"),
+                                      ("share.delivery.count.limit", SET, "2"),
+                                      (LOCK, SET, "1000")]) == (0, None)
+        _describe_settled(client, group, LOCK, "1000")
+    finally:
+        client.close()
+    a = _share_consumer(broker, group, topic)
+    b = None
+    try:
+        for count in (1, 2):
+            (m,) = _poll(a, 1)
+            assert (m.offset(), m.delivery_count()) == (0, count)
+            a.acknowledge(m, ck.AcknowledgeType.RELEASE)
+            a.commit_sync(10)
+        _produce(broker, topic, b"b")
+        (m,) = _poll(a, 1)
+        assert (m.offset(), m.delivery_count()) == (1, 1)  # offset 0 was archived
+        # Left unacknowledged by a: b gets it after the group's 1 s lock (the broker's
+        # is 30 s).
+        b = _share_consumer(broker, group, topic)
+        (again,) = _poll(b, 1)
+        assert (again.offset(), again.delivery_count()) == (1, 2)
+        b.acknowledge(again, ck.AcknowledgeType.ACCEPT)
+        b.commit_sync(10)
+    finally:
+        if b is not None:
+            b.close()
+        a.close()
