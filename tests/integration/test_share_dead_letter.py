@@ -11,14 +11,8 @@ import time
 import uuid
 
 import pytest
-from confluent_kafka.admin import (
-    AdminClient,
-    AlterConfigOpType,
-    ConfigEntry,
-    ConfigResource,
-    ResourceType,
-)
 
+from tests.integration.test_share_group_configs import set_group_configs
 from tests.integration.test_share_groups import (
     ck,
     nothing_more,
@@ -35,14 +29,6 @@ DLQ = "dlq.t"
 @pytest.fixture
 def txbroker_config():
     return dict(CONFIG)
-
-
-def set_group_configs(bootstrap: str, group: str, **configs: str) -> None:
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    res = ConfigResource(ResourceType.GROUP, group, incremental_configs=[
-        ConfigEntry(name, value, incremental_operation=AlterConfigOpType.SET)
-        for name, value in configs.items()])
-    assert admin.incremental_alter_configs([res])[res].result(10) is None
 
 
 def dead_letter_group(txbroker, group: str = "g", copy: bool = True) -> None:

@@ -158,6 +158,18 @@ def _dlq_records(logs: LogManager, topic: str) -> list[Record]:
     return [r for at, _ in iter_batches(data) for r in decode_records(data, at)]
 
 
+async def _orders(logs: LogManager, records: list[Record], dlq: bool = True):
+    """Topic ``orders`` holding ``records`` (durable), and its dead-letter topic."""
+    info = logs.create_topic("orders", 1)
+    if dlq:
+        logs.create_topic("dlq.orders", 1, {"errors.deadletterqueue.group.enable": "true"})
+    src = logs.get_log("orders", 0)
+    batch = bytearray(build_batch(records))
+    src.append(batch, read_header(batch))
+    await logs.flusher.wait_acked(src, len(records))
+    return info
+
+
 def test_the_coordinator_writes_dead_letter_records_once_archiving_is_durable(tmp_path) -> None:
     """REJECT two of three records with the lookup saying the group has a dead-letter
     topic that copies records: one dead-letter record each, with the original key and
@@ -169,13 +181,8 @@ def test_the_coordinator_writes_dead_letter_records_once_archiving_is_durable(tm
         logs = LogManager(str(tmp_path / "data"))
         await logs.start()
         try:
-            info = logs.create_topic("orders", 1)
-            logs.create_topic("dlq.orders", 1, {"errors.deadletterqueue.group.enable": "true"})
-            src = logs.get_log("orders", 0)
-            batch = bytearray(build_batch([Record(b"k%d" % i, b"v%d" % i, [("h", b"x")], 5)
-                                           for i in range(3)]))
-            src.append(batch, read_header(batch))
-            await logs.flusher.wait_acked(src, 3)
+            info = await _orders(logs, [Record(b"k%d" % i, b"v%d" % i, [("h", b"x")], 5)
+                                        for i in range(3)])
             cfg = ShareCoordinatorConfig(auto_offset_reset="earliest")
             shares = ShareCoordinator(logs, cfg, group_config=lambda g, n: configs[n],
                                       share_version=lambda: 2)
@@ -208,11 +215,7 @@ def test_at_share_version_1_a_reject_is_archived_without_dead_letter(tmp_path) -
         logs = LogManager(str(tmp_path / "data"))
         await logs.start()
         try:
-            info = logs.create_topic("orders", 1)
-            src = logs.get_log("orders", 0)
-            batch = bytearray(build_batch([Record(b"k", b"v", [], 5)]))
-            src.append(batch, read_header(batch))
-            await logs.flusher.wait_acked(src, 1)
+            info = await _orders(logs, [Record(b"k", b"v", [], 5)], dlq=False)
             shares = ShareCoordinator(
                 logs, ShareCoordinatorConfig(auto_offset_reset="earliest"),
                 group_config=lambda g, n: "dlq.orders" if n.endswith("name") else False,
@@ -275,12 +278,7 @@ def test_archiving_read_back_after_a_restart_is_dead_lettered(tmp_path) -> None:
         logs = LogManager(str(tmp_path / "data"))
         await logs.start()
         try:
-            info = logs.create_topic("orders", 1)
-            logs.create_topic("dlq.orders", 1, {"errors.deadletterqueue.group.enable": "true"})
-            src = logs.get_log("orders", 0)
-            batch = bytearray(build_batch([Record(b"k", b"v", [], 5)]))
-            src.append(batch, read_header(batch))
-            await logs.flusher.wait_acked(src, 1)
+            info = await _orders(logs, [Record(b"k", b"v", [], 5)])
             tp = (info.topic_id, 0)
             sp = ("g", *tp)
 
