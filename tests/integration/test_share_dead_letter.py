@@ -193,3 +193,27 @@ def test_share_version_2_gates_dead_letters_and_update_features_sets_it(tmp_path
             assert [headers(d)["__dlq.errors.offset"] for d in dead] == [b"1"]
         finally:
             c.close()
+
+
+def test_a_lock_expiring_at_the_delivery_count_limit_is_dead_lettered(tmp_path):
+    """No acknowledgement at all: the second acquisition lock runs out at the limit (2)
+    and the broker's own timer archives the record through the dead-letter topic."""
+    from txbroker.testing.broker_thread import BrokerThread
+
+    config = {**CONFIG, "group.share.record.lock.duration.ms": "1000"}
+    with BrokerThread(str(tmp_path / "d"), config) as b:
+        dead_letter_group(b)
+        produce_keyed(b.bootstrap, 1)
+        first = share_consumer(b.bootstrap, "g", "t", explicit=True)
+        second = share_consumer(b.bootstrap, "g", "t", explicit=True)
+        try:
+            assert [m.delivery_count() for m in poll_until(first, 1)] == [1]
+            assert [m.delivery_count() for m in poll_until(second, 1)] == [2]  # a's lock ran out
+            (dead,) = read_dead_letters(b.bootstrap, 1)
+            assert headers(dead)["__dlq.errors.delivery.count"] == b"2"
+            assert headers(dead)["__dlq.errors.message"] == \
+                b"Offset delivery count exceeded the threshold."
+            assert (dead.key(), dead.value()) == (b"k0", b"v0")
+        finally:
+            second.close()
+            first.close()
