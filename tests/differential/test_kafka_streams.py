@@ -40,10 +40,11 @@ class StreamsInstance:
     """One PaymentsStreams JVM; its output lines collected by a thread."""
 
     def __init__(self, classes: Path, bootstrap: str, app_id: str, prefix: str,
-                 state_dir: Path, delay_ms: int) -> None:
+                 state_dir: Path, delay_ms: int, group_protocol: str = "classic") -> None:
         self.proc = subprocess.Popen(
             ["java", "-Xmx256m", "-XX:TieredStopAtLevel=1", "-cp", classpath(classes),
-             "PaymentsStreams", bootstrap, app_id, prefix, str(state_dir), str(delay_ms)],
+             "PaymentsStreams", bootstrap, app_id, prefix, str(state_dir), str(delay_ms),
+             group_protocol],
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         self.lines: list[str] = []
         self._states: queue.Queue[str] = queue.Queue()
@@ -116,9 +117,8 @@ def read_committed(broker, topic: str, partitions: int):
         return reader.read_until(ends, timeout=30)
 
 
-def test_streams_exactly_once_v2_survives_a_killed_instance(broker, jvm_classes, tmp_path):
-    prefix = unique("streams")
-    app_id = f"{prefix}-app"
+def setup_payments(broker, prefix: str) -> tuple[list[tuple[str, str]], list[str]]:
+    """The topics and the payments; returns (valid payments, rejected payment ids)."""
     for name, partitions in (("payments", PARTITIONS), ("validated", PARTITIONS),
                              ("rejected", 1), ("balances", PARTITIONS)):
         broker.create_topic(f"{prefix}-{name}", partitions)
@@ -128,46 +128,44 @@ def test_streams_exactly_once_v2_survives_a_killed_instance(broker, jvm_classes,
              for i, (k, v) in enumerate(inputs)])
     valid = [(k, v) for k, v in inputs if v.split(",")[1].isdigit() and int(v.split(",")[1]) > 0
              and v.startswith("acct-")]
-    rejected = [k for k, v in inputs if (k, v) not in valid]
-    state_dir = tmp_path / "state"
+    return valid, [k for k, v in inputs if (k, v) not in valid]
 
-    first = StreamsInstance(jvm_classes, broker.bootstrap, app_id, prefix, state_dir, 15)
-    second = None
-    try:
-        first.wait_state("RUNNING", 90)
-        deadline = time.monotonic() + 60
-        while committed(broker, f"{prefix}-validated", PARTITIONS) < 100:
-            assert time.monotonic() < deadline and first.proc.poll() is None, first.tail()
-            time.sleep(0.1)
-        first.kill()  # mid-stream: committed transactions behind it, one open
-        assert committed(broker, f"{prefix}-validated", PARTITIONS) < len(valid), \
-            "the first instance finished before it was killed"
 
-        second = StreamsInstance(jvm_classes, broker.bootstrap, app_id, prefix, state_dir, 0)
-        second.wait_state("RUNNING", 90)
-        deadline = time.monotonic() + 90
-        while True:
-            got = read_committed(broker, f"{prefix}-validated", PARTITIONS)
-            if len(got) >= len(valid):
-                break
-            assert time.monotonic() < deadline and second.proc.poll() is None, second.tail()
-            time.sleep(0.5)
-        # Balances follow the repartition topic: wait until every payment's update is in.
-        deadline = time.monotonic() + 60
-        while len(balances := read_committed(broker, f"{prefix}-balances", PARTITIONS)) \
-                < len(valid):
-            assert time.monotonic() < deadline, (len(balances), second.tail())
-            time.sleep(0.5)
-        changelog = read_committed(broker, f"{app_id}-balances-changelog", PARTITIONS)
-        rejects = read_committed(broker, f"{prefix}-rejected", 1)
-    finally:
-        first.kill()
-        if second is not None:
-            second.terminate()
+def wait_committed(broker, topic: str, at_least: int, running: list[StreamsInstance],
+                   timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while committed(broker, topic, PARTITIONS) < at_least:
+        assert time.monotonic() < deadline and all(i.proc.poll() is None for i in running), \
+            "\n".join(i.tail() for i in running)
+        time.sleep(0.1)
 
+
+def read_outputs(broker, prefix: str, app_id: str, valid: list, running: list[StreamsInstance]
+                 ) -> dict[str, list]:
+    """The read_committed outputs once every valid payment's balance is in."""
+    deadline = time.monotonic() + 120
+    while True:
+        got = read_committed(broker, f"{prefix}-validated", PARTITIONS)
+        if len(got) >= len(valid):
+            break
+        assert time.monotonic() < deadline and all(i.proc.poll() is None for i in running), \
+            "\n".join(i.tail() for i in running)
+        time.sleep(0.5)
+    # Balances follow the repartition topic: wait until every payment's update is in.
+    deadline = time.monotonic() + 60
+    while len(balances := read_committed(broker, f"{prefix}-balances", PARTITIONS)) \
+            < len(valid):
+        assert time.monotonic() < deadline, (len(balances), [i.tail() for i in running])
+        time.sleep(0.5)
+    return {"validated": got, "balances": balances,
+            "changelog": read_committed(broker, f"{app_id}-balances-changelog", PARTITIONS),
+            "rejected": read_committed(broker, f"{prefix}-rejected", 1)}
+
+
+def assert_exactly_once(out: dict[str, list], valid: list, rejected: list[str]) -> None:
     # Every valid payment exactly once, every invalid one exactly once.
-    assert Counter(r.key.decode() for r in got) == Counter(k for k, _v in valid)
-    assert sorted(r.key.decode() for r in rejects) == sorted(rejected)
+    assert Counter(r.key.decode() for r in out["validated"]) == Counter(k for k, _v in valid)
+    assert sorted(r.key.decode() for r in out["rejected"]) == sorted(rejected)
     # One balance per valid payment, rising per account, ending at the account's sum.
     totals: dict[str, int] = defaultdict(int)
     counts: Counter = Counter()
@@ -176,14 +174,39 @@ def test_streams_exactly_once_v2_survives_a_killed_instance(broker, jvm_classes,
         totals[account] += int(amount)
         counts[account] += 1
     updates: dict[str, list[int]] = defaultdict(list)
-    for r in sorted(balances, key=lambda r: (r.partition, r.offset)):
+    for r in sorted(out["balances"], key=lambda r: (r.partition, r.offset)):
         updates[r.key.decode()].append(int(r.value))
     assert {a: len(u) for a, u in updates.items()} == dict(counts)
     assert {a: u[-1] for a, u in updates.items()} == dict(totals)
     assert all(u == sorted(set(u)) for u in updates.values()), updates
     # The store's changelog ends at the same sums (Long serde: 8 bytes, big-endian).
     last: dict[str, int] = {}
-    for r in sorted(changelog, key=lambda r: (r.partition, r.offset)):
+    for r in sorted(out["changelog"], key=lambda r: (r.partition, r.offset)):
         last[r.key.decode()] = struct.unpack(">q", r.value)[0]
     assert last == dict(totals)
+
+
+def test_streams_exactly_once_v2_survives_a_killed_instance(broker, jvm_classes, tmp_path):
+    prefix = unique("streams")
+    app_id = f"{prefix}-app"
+    valid, rejected = setup_payments(broker, prefix)
+    state_dir = tmp_path / "state"
+
+    first = StreamsInstance(jvm_classes, broker.bootstrap, app_id, prefix, state_dir, 15)
+    second = None
+    try:
+        first.wait_state("RUNNING", 90)
+        wait_committed(broker, f"{prefix}-validated", 100, [first])
+        first.kill()  # mid-stream: committed transactions behind it, one open
+        assert committed(broker, f"{prefix}-validated", PARTITIONS) < len(valid), \
+            "the first instance finished before it was killed"
+
+        second = StreamsInstance(jvm_classes, broker.bootstrap, app_id, prefix, state_dir, 0)
+        second.wait_state("RUNNING", 90)
+        out = read_outputs(broker, prefix, app_id, valid, [second])
+    finally:
+        first.kill()
+        if second is not None:
+            second.terminate()
+    assert_exactly_once(out, valid, rejected)
     assert os.path.isdir(state_dir)

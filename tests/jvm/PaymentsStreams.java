@@ -18,7 +18,7 @@ import org.apache.kafka.streams.state.KeyValueStore;
  * The payments validator as a Kafka Streams topology with exactly_once_v2, for
  * tests/differential/test_kafka_streams.py:
  *
- *   java PaymentsStreams BOOTSTRAP APPLICATION_ID PREFIX STATE_DIR DELAY_MS
+ *   java PaymentsStreams BOOTSTRAP APPLICATION_ID PREFIX STATE_DIR DELAY_MS [GROUP_PROTOCOL]
  *
  * Reads PREFIX-payments (key: payment id, value: "account,amount"). Valid payments
  * (a known account, an amount above 0) go to PREFIX-validated unchanged, the others
@@ -27,6 +27,8 @@ import org.apache.kafka.streams.state.KeyValueStore;
  * APPLICATION_ID-balances-changelog); every new balance goes to PREFIX-balances as
  * "account" -> "sum". The record cache is off, so each payment gives one balance.
  * DELAY_MS slows each valid payment down, so a test can kill the instance mid-stream.
+ * GROUP_PROTOCOL is "classic" (the default) or "streams" (KIP-1071: the broker assigns
+ * the tasks; its group.streams.* keys set the session timeout and heartbeat interval).
  * Prints "STATE <state>" on each state change.
  */
 public class PaymentsStreams {
@@ -43,6 +45,7 @@ public class PaymentsStreams {
     public static void main(String[] args) throws Exception {
         String bootstrap = args[0], applicationId = args[1], prefix = args[2], stateDir = args[3];
         long delayMs = Long.parseLong(args[4]);
+        String groupProtocol = args.length > 5 ? args[5] : "classic";
 
         Properties props = new Properties();
         props.put(StreamsConfig.APPLICATION_ID_CONFIG, applicationId);
@@ -52,6 +55,7 @@ public class PaymentsStreams {
         props.put(StreamsConfig.COMMIT_INTERVAL_MS_CONFIG, 200);
         props.put(StreamsConfig.STATESTORE_CACHE_MAX_BYTES_CONFIG, 0);
         props.put(StreamsConfig.REPLICATION_FACTOR_CONFIG, 1);
+        props.put(StreamsConfig.GROUP_PROTOCOL_CONFIG, groupProtocol);
         props.put(StreamsConfig.DEFAULT_KEY_SERDE_CLASS_CONFIG, Serdes.StringSerde.class);
         props.put(StreamsConfig.DEFAULT_VALUE_SERDE_CLASS_CONFIG, Serdes.StringSerde.class);
         // A killed instance's member leaves the group soon; its open transaction is
