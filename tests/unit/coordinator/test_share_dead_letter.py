@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import asyncio
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from kio.schema.errors import ErrorCode
 from txbroker.coordinator.share.coordinator import (
     ShareCoordinator,
@@ -312,3 +314,67 @@ def test_archiving_read_back_after_a_restart_is_dead_lettered(tmp_path) -> None:
             await logs.close()
 
     asyncio.run(run())
+
+
+_STEPS = st.lists(st.one_of(
+    st.tuples(st.just("fetch"), st.integers(1, 6)),
+    st.tuples(st.just("ack"), st.integers(0, 11), st.integers(0, 3),
+              st.sampled_from([AcknowledgeType.ACCEPT, RELEASE, REJECT, GAP])),
+    st.tuples(st.just("expire")),
+    st.tuples(st.just("finish")),
+), max_size=30)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_STEPS)
+def test_with_dead_letters_finished_the_partition_is_the_one_without(steps) -> None:
+    """Two share-partitions, one with a dead-letter topic: the same fetches,
+    acknowledgements and lock expiries. Whenever every ARCHIVING run of the first is
+    finished they are equal; the SPSO never passes an ARCHIVING record; what becomes
+    ARCHIVING is what the other archives for a REJECT or at the limit."""
+    cfg = SharePartitionConfig(record_lock_duration_ms=LOCK, delivery_count_limit=2)
+    dlq, plain = SharePartition.initialize(cfg, 0)[0], SharePartition.initialize(cfg, 0)[0]
+    now = 0
+    batches = [FetchedBatch(i, i + 1) for i in range(0, 12, 2)]
+
+    def finish_all() -> None:
+        for r in dlq.dead_letter_runs():
+            dlq.finish_archiving(r.first_offset, r.last_offset)
+
+    for step in steps:
+        if step[0] == "fetch":
+            for p in (dlq, plain):
+                start = p.next_fetch_offset()
+                fetched = [b for b in batches if b.last_offset >= start]
+                if fetched:
+                    p.acquire("m", fetched, fetch_offset=start, now_ms=now, max_records=step[1])
+        elif step[0] == "ack":
+            _, first, span, kind = step
+            ab = [AcknowledgementBatch(first, min(first + span, 11), (kind,))]
+            same = not dlq.dead_letter_runs()
+            a = dlq.acknowledge("m", ab, now_ms=now, dead_letter=True)
+            b = plain.acknowledge("m", ab, now_ms=now)
+            if a.error_code != b.error_code:
+                # An ARCHIVING record is not acknowledgeable (the other one's SPSO passed
+                # it): once its dead-letter record is done, the same request is.
+                assert not same
+                finish_all()
+                assert dlq.acknowledge("m", ab, now_ms=now, dead_letter=True).error_code == \
+                    b.error_code
+        elif step[0] == "expire":
+            now += LOCK
+            dlq.tick(now, dead_letter=True)
+            plain.tick(now)
+        else:
+            finish_all()
+        runs = dlq.dead_letter_runs()
+        assert all(r.first_offset >= dlq.start_offset for r in runs)
+        for r in runs:  # the other archived exactly these
+            for o in range(r.first_offset, r.last_offset + 1):
+                other = plain.record_state(o)
+                assert other is None and o < plain.start_offset or \
+                    other is not None and other.state is RecordState.ARCHIVED
+        if not runs:
+            assert dlq.snapshot() == plain.snapshot()
+    finish_all()
+    assert dlq.snapshot() == plain.snapshot()
