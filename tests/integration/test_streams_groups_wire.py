@@ -45,10 +45,14 @@ def tasks(pairs) -> tuple:
                  for s, ps in sorted(by.items()))
 
 
-def heartbeat(client, group: str, member: str, epoch: int, *, topo=None, owned=None,
-              instance_id: str | None = None):
+def heartbeat(client, group: str, member: str, epoch: int, **kwargs):
+    return client.request(88, 0, heartbeat_request(group, member, epoch, **kwargs))
+
+
+def heartbeat_request(group: str, member: str, epoch: int, *, topo=None, owned=None,
+                      instance_id: str | None = None):
     join = epoch == 0
-    req = build(HB.StreamsGroupHeartbeatRequest, group_id=group, member_id=member,
+    return build(HB.StreamsGroupHeartbeatRequest, group_id=group, member_id=member,
                 member_epoch=epoch, endpoint_information_epoch=0, instance_id=instance_id,
                 rack_id=None,
                 rebalance_timeout=datetime.timedelta(milliseconds=30_000 if join else -1),
@@ -59,7 +63,6 @@ def heartbeat(client, group: str, member: str, epoch: int, *, topo=None, owned=N
                 process_id=str(uuid.uuid5(uuid.NAMESPACE_OID, member)) if join else None,
                 user_endpoint=None, client_tags=() if join else None, task_offsets=None,
                 task_end_offsets=None, shutdown_application=False)
-    return client.request(88, 0, req)
 
 
 def describe(client, *groups: str):
@@ -292,3 +295,82 @@ def test_a_crash_keeps_members_epochs_and_assignment(txbroker):
             for m in g.members))
 
     assert view(after) == view(before)
+
+
+def test_sigkill_keeps_members_epochs_and_assignment_and_members_go_on(tmp_path):
+    """A broker process killed with SIGKILL: what was answered was fsynced, and the
+    members heartbeat on with the epochs they had."""
+    from txbroker.testing.broker_process import BrokerProcess
+
+    broker = BrokerProcess(str(tmp_path / "d"), ENABLED)
+    broker.start()
+    try:
+        from confluent_kafka.admin import AdminClient, NewTopic
+
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+        admin.create_topics([NewTopic("input", 2, 1)])["input"].result(10)
+        client = connect(broker)
+        try:
+            epoch, owned = join_until_stable(client, "app", "m1")
+            before = describe(client, "app")[0]
+        finally:
+            client.close()
+        broker.kill()
+        broker.start()
+        after = describe_after_load(broker, "app")
+        assert (after.group_state, after.group_epoch, after.members) == \
+            (before.group_state, before.group_epoch, before.members)
+        client = connect(broker)
+        try:
+            r = heartbeat(client, "app", "m1", epoch, owned=owned)
+            assert (r.error_code, r.member_epoch) == (0, epoch)
+        finally:
+            client.close()
+    finally:
+        broker.kill()
+
+
+def test_acls_as_kafka_checks_them(tmp_path):
+    from confluent_kafka.admin import AclOperation, ResourceType
+
+    from tests.integration.security.test_acls import (
+        LISTENER,
+        SECURE,
+        USERS,
+        allow,
+        create_acls,
+        raw_request,
+    )
+
+    with BrokerThread(str(tmp_path / "d"), {**SECURE, **ENABLED}, listeners=[LISTENER],
+                      users=USERS) as b:
+        b.create_topic("input", 1)
+
+        def join():
+            return raw_request(b, 88, 0, heartbeat_request("app", "m1", 0))
+
+        def describe_as_alice():
+            (g,) = raw_request(b, 89, 0, build(DESCRIBE.StreamsGroupDescribeRequest,
+                                               group_ids=("app",),
+                                               include_authorized_operations=False)).groups
+            return g
+
+        assert join().error_code == E.group_authorization_failed  # READ on the group
+        assert describe_as_alice().error_code == E.group_authorization_failed
+        create_acls(b, allow("app", AclOperation.READ, ResourceType.GROUP))
+        assert join().error_code == E.topic_authorization_failed  # DESCRIBE on the topics
+        create_acls(b, allow("input", AclOperation.DESCRIBE),
+                    allow("app-store-changelog", AclOperation.DESCRIBE))
+        r = join()
+        assert r.error_code == 0
+        assert [(s.status_code, s.status_detail) for s in r.status] == [(
+            MISSING_INTERNAL_TOPICS, "Internal topics are missing: app-store-changelog; "
+            "Unauthorized to CREATE on topics app-store-changelog.")]
+        assert describe_as_alice().error_code == 0  # READ implies DESCRIBE
+        create_acls(b, allow("app-store-changelog", AclOperation.CREATE))
+        r = raw_request(b, 88, 0, heartbeat_request("app", "m1", r.member_epoch, owned=()))
+        assert r.error_code == 0
+        deadline = time.monotonic() + 20  # created in the background
+        while "app-store-changelog" not in b.call(lambda broker: set(broker.logs.topics)):
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
