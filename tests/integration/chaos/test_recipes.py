@@ -49,8 +49,8 @@ def test_the_aiokafka_recipe_is_exactly_once_under_fire(tmp_path):
                 tmp_path, seed=11)
 
 
-@pytest.fixture(scope="module")
-def java_recipe(tmp_path_factory) -> list[str]:
+def java_command(tmp_path_factory, main_class: str) -> list[str]:
+    """tests/jvm/chaos/ compiled; the command that runs ``main_class`` from it."""
     if not (jars_available() and shutil.which("javac")):
         _unavailable(f"no Kafka jars in {jars_dir()} or no javac: run `make kafka-jars`")
     classes = tmp_path_factory.mktemp("chaos-recipes")
@@ -59,7 +59,12 @@ def java_recipe(tmp_path_factory) -> list[str]:
                           capture_output=True, text=True, timeout=180)
     assert done.returncode == 0, f"javac failed:\n{done.stdout}\n{done.stderr}"
     return ["java", "-Xmx192m", "-XX:TieredStopAtLevel=1", "-cp",
-            f"{classes}{os.pathsep}{jars_dir()}/*", "ChaosPipeline"]
+            f"{classes}{os.pathsep}{jars_dir()}/*", main_class]
+
+
+@pytest.fixture(scope="module")
+def java_recipe(tmp_path_factory) -> list[str]:
+    return java_command(tmp_path_factory, "ChaosPipeline")
 
 
 @pytest.mark.chaos

@@ -1,6 +1,7 @@
-"""``txbroker chaos --share``: a share-group worker pool (confluent-kafka ShareConsumer)
-under instance kills, broker crashes and power losses checks clean; a worker that
-REJECTs records is caught losing them (marked ``chaos``: `make test-chaos`)."""
+"""``txbroker chaos --share``: a share-group worker pool (confluent-kafka ShareConsumer,
+and the Java KafkaShareConsumer 4.4 recipe) under instance kills, broker crashes and
+power losses checks clean; a worker that REJECTs records is caught losing them (marked
+``chaos``: `make test-chaos`)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import sys
 
 import pytest
 
+from tests.integration.chaos.test_recipes import java_command
 from txbroker.chaos import run_share
 from txbroker.cli import main
 
@@ -31,6 +33,17 @@ def test_a_share_worker_pool_survives_kills_crashes_and_power_losses(tmp_path):
     stats = report.check.stats
     assert stats["inputs"] == report.records >= 250
     assert stats["accepts confirmed"] + stats["accepts unknown"] >= report.records
+
+
+@pytest.mark.chaos
+def test_the_java_share_worker_survives_kills_crashes_and_power_losses(tmp_path,
+                                                                      tmp_path_factory):
+    command = java_command(tmp_path_factory, "ChaosShareWorker")
+    report = run_share(command, input="jobs", instances=2, duration=20, records=300,
+                       interval=1.5, seed=11, data_dir=str(tmp_path), **KILLS_CRASHES_POWER)
+    assert report.ok, report.text()
+    assert {"instance kill", "broker crash"} <= set(report.counts), report.text()
+    assert report.check.stats["deliveries"] >= report.records >= 250
 
 
 @pytest.mark.chaos
