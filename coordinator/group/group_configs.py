@@ -226,6 +226,8 @@ def _parse(key: GroupConfigKey, raw: str) -> Value:
     name, text = key.name, raw.strip()
     if key.type in ("INT", "LONG"):
         try:
+            if not text.lstrip("+-").isascii() or "_" in text:
+                raise ValueError(text)  # Python's int() reads "1_000"; Java's does not
             number = int(text)
         except ValueError:
             raise _invalid(name, raw, f"Not a number of type {key.type}") from None

@@ -83,6 +83,8 @@ SHARE_LIMITS = {**LIMITS, "share.delivery.count.limit": (5, 3, 6),
      "share.delivery.count.limit must be in the range 3 to 6 inclusive."),
     ({"share.delivery.count.limit": "x", DLQ_COPY_RECORD_ENABLE: "x"},
      "Invalid value x for configuration share.delivery.count.limit: Not a number of type INT"),
+    ({"share.delivery.count.limit": "1_0"},
+     "Invalid value 1_0 for configuration share.delivery.count.limit: Not a number of type INT"),
     ({DLQ_COPY_RECORD_ENABLE: "yes"}, "Invalid value yes for configuration "
      "errors.deadletterqueue.copy.record.enable: Expected value to be either true or false"),
     ({DLQ_TOPIC_NAME: " __dlq"},
