@@ -334,16 +334,14 @@ def test_acls_as_kafka_checks_them(tmp_path):
     from confluent_kafka.admin import AclOperation, ResourceType
 
     from tests.integration.security.test_acls import (
-        LISTENER,
         SECURE,
-        USERS,
         allow,
         create_acls,
         raw_request,
+        secured_broker,
     )
 
-    with BrokerThread(str(tmp_path / "d"), {**SECURE, **ENABLED}, listeners=[LISTENER],
-                      users=USERS) as b:
+    with secured_broker(str(tmp_path / "d"), {**SECURE, **ENABLED}) as b:
         b.create_topic("input", 1)
 
         def join():
