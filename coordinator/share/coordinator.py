@@ -193,8 +193,11 @@ class ShareCoordinator:
             if state is None:
                 self.partitions.pop(rec.sp, None)
             else:
-                self.partitions[rec.sp] = SharePartition.from_persisted(
-                    self.partition_config(rec.sp[0]), state, stats=self.stats)
+                part = self.partitions[rec.sp] = SharePartition.from_persisted(
+                    self.partition_config(rec.sp[0]), state, stats=self.stats,
+                    dead_letter=self.dead_letter_enabled(rec.sp[0]))
+                if part.dead_letter_runs():
+                    self._maybe_dead_letter(rec.sp)
             effects.events.append(f"share state write of {rec.placement_key} failed "
                                   f"({_E(error).name}): rebuilt from the durable state")
         if token is not None and (pending := self._pending.get(token)) is not None:
@@ -387,8 +390,9 @@ class ShareCoordinator:
         part = self.partitions.get(sp)
         if part is None and (state := self.persister.latest.get(sp)) is not None:
             part = self.partitions[sp] = SharePartition.from_persisted(
-                self.partition_config(sp[0]), state, stats=self.stats)
-            if _archiving(state):
+                self.partition_config(sp[0]), state, stats=self.stats,
+                dead_letter=self.dead_letter_enabled(sp[0]))
+            if part.dead_letter_runs():
                 self._maybe_dead_letter(sp)  # Kafka resumes them on initialization
         return part
 
@@ -636,15 +640,17 @@ def _archiving(state: PersistedShareState) -> bool:
 
 def _dead_letter_ranges(part: SharePartition | None, durable: PersistedShareState | None
                         ) -> list[DeadLetterRange]:
-    """The share-partition's ARCHIVING runs, cut to what is durably ARCHIVING (a dead-letter
-    record is never written for a state a crash could take back). A run read back after a
-    restart has lost why it was archived: Kafka's rule then, rejected below the delivery
-    count limit."""
+    """The share-partition's ARCHIVING runs, cut to what is durably ARCHIVING, or durably
+    AVAILABLE at the delivery count limit (a record in flight at the limit when the broker
+    stopped: every rebuild archives it): a dead-letter record is never written for a state
+    a crash could take back. A run read back after a restart has lost why it was
+    archived: Kafka's rule then, rejected below the delivery count limit."""
     if part is None or durable is None:
         return []
-    spans = [(b.first_offset, b.last_offset) for b in durable.state_batches
-             if b.delivery_state == RecordState.ARCHIVING]
     limit = part.config.delivery_count_limit
+    spans = [(b.first_offset, b.last_offset) for b in durable.state_batches
+             if b.delivery_state == RecordState.ARCHIVING
+             or b.delivery_state == RecordState.AVAILABLE and b.delivery_count >= limit]
     out: list[DeadLetterRange] = []
     for run in part.dead_letter_runs():
         for lo, hi in spans:

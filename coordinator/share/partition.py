@@ -106,14 +106,15 @@ class SharePartition(InFlightRuns):
 
     @classmethod
     def from_persisted(cls, config: SharePartitionConfig, state: PersistedShareState, *,
-                       leader_epoch: int | None = None, stats: ShareStats | None = None
-                       ) -> SharePartition:
+                       leader_epoch: int | None = None, stats: ShareStats | None = None,
+                       dead_letter: bool = False) -> SharePartition:
         """Recovery. Persisted AVAILABLE batches come back AVAILABLE with their count; a
         record that was ACQUIRED when the state was written was persisted as AVAILABLE
         with the count it got on acquisition, so it comes back redeliverable with a
         higher count; one already at the delivery count limit is archived (the crash
-        counts as its lock expiring). ACKNOWLEDGED / ARCHIVED / ARCHIVING stay (an
-        ARCHIVING run's dead-letter record is written again: ``dead_letter_runs``).
+        counts as its lock expiring: ARCHIVING with ``dead_letter``). ACKNOWLEDGED /
+        ARCHIVED / ARCHIVING stay (an ARCHIVING run's dead-letter record is written
+        again: ``dead_letter_runs``).
         Offsets of the window no batch covers are gaps (acquirable)."""
         p = cls(config, start_offset=state.start_offset, state_epoch=state.state_epoch,
                 leader_epoch=state.leader_epoch if leader_epoch is None else leader_epoch,
@@ -132,7 +133,8 @@ class SharePartition(InFlightRuns):
             elif b.delivery_state == RecordState.ARCHIVING:
                 st = _ARCHIVING
             else:
-                st = _ARCHIVED if b.delivery_count >= limit else _AVAILABLE
+                st = _AVAILABLE if b.delivery_count < limit else \
+                    _ARCHIVING if dead_letter else _ARCHIVED
             p._batches.append(InFlightBatch(first, b.last_offset, st, b.delivery_count))
         if p._batches:
             p._end = p._batches[-1].last_offset + 1

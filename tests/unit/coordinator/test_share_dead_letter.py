@@ -378,3 +378,50 @@ def test_with_dead_letters_finished_the_partition_is_the_one_without(steps) -> N
             assert dlq.snapshot() == plain.snapshot()
     finish_all()
     assert dlq.snapshot() == plain.snapshot()
+
+
+def test_a_record_in_flight_at_the_limit_when_the_broker_stopped_is_dead_lettered(tmp_path) -> None:
+    """Its acquisition (at the limit) is durable, its lock never ran out: a new
+    coordinator rebuilds it as expired at the limit, so with a dead-letter topic it is
+    written there (EXCEEDED), then archived."""
+    configs = {"errors.deadletterqueue.topic.name": "dlq.orders",
+               "errors.deadletterqueue.copy.record.enable": False}
+
+    async def run() -> None:
+        logs = LogManager(str(tmp_path / "data"))
+        await logs.start()
+        try:
+            info = await _orders(logs, [Record(b"k", b"v", [], 5)])
+            tp = (info.topic_id, 0)
+            sp = ("g", *tp)
+            cfg = ShareCoordinatorConfig(auto_offset_reset="earliest",
+                                         partition=SharePartitionConfig(delivery_count_limit=2))
+
+            def coordinator() -> ShareCoordinator:
+                return ShareCoordinator(logs, cfg, group_config=lambda g, n: configs[n],
+                                        share_version=lambda: 2)
+
+            first = coordinator()
+            for member in ("m1", "m2"):  # delivered twice: m1 releases, m2 holds it
+                got = await first.acquire("g", member, [tp], max_records=10, max_bytes=1 << 20)
+                assert [a.delivery_count for a in got[tp].acquired] == [1 if member == "m1" else 2]
+                if member == "m1":
+                    acks = {tp: [AcknowledgementBatch(0, 0, (RELEASE,))]}
+                    assert await first.acknowledge("g", "m1", acks) == {tp: (0, None)}
+            await first.stop()
+            second = coordinator()
+            got = await second.acquire("g", "m3", [tp], max_records=10, max_bytes=1 << 20)
+            assert got[tp].acquired == ()
+            for _ in range(500):
+                if second.persister.durable[sp].start_offset == 1:
+                    break
+                await asyncio.sleep(0.01)
+            (record,) = _dlq_records(logs, "dlq.orders")
+            assert record.headers == dead_letter_headers("g", "orders", 0, 0, 2, False)
+            assert (record.key, record.value) == (None, None)
+            assert second.persister.durable[sp].start_offset == 1
+            await second.stop()
+        finally:
+            await logs.close()
+
+    asyncio.run(run())
