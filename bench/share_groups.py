@@ -218,7 +218,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m bench.share_groups", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--runs", type=int, default=3)
-    p.add_argument("--records", type=int, default=100_000)
+    p.add_argument("--records", type=int, default=200_000)
     p.add_argument("--size", type=int, default=100)
     p.add_argument("--no-kafka", action="store_true", help="txbroker only")
     p.add_argument("--out", type=Path, default=DEFAULT_OUT)
