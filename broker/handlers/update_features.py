@@ -9,8 +9,8 @@ them, one per feature name, the last one of a name winning):
   v0 has no upgrade type (its allow_downgrade flag is not read by Kafka 4's
   controller either): every v0 update is an upgrade;
 - the level must be at least 0 and supported (txbroker knows transaction.version,
-  0-2, and share.version, 0-2; an unknown feature "does not support this feature", or
-  at level 0 is "not found");
+  0-2, share.version, 0-2, and streams.version, 0-1; an unknown feature "does not
+  support this feature", or at level 0 is "not found");
 - a lower level than the finalized one needs a downgrade type, a higher one the
   upgrade type.
 CLUSTER ALTER is required (CLUSTER_AUTHORIZATION_FAILED). validate_only (v1+,

@@ -278,10 +278,12 @@ class ConsumerGroupShell:
     def offset_expiry_rule(self, group_id: str) -> ExpiryRule | None:
         """How a group's offsets expire: a consumer group's (Kafka's ConsumerGroup)
         count from each commit, except for the topics its members subscribe to, which
-        never expire; a classic group's as its state says."""
+        never expire; a streams group's as StreamsGroupShell.streams_expiry_rule says; a
+        classic group's as its state says."""
         g = self.consumer.groups.get(group_id)
         if g is None:
-            return self.state.offset_expiry_rule(group_id)
+            streams = self.streams_expiry_rule(group_id)  # (StreamsGroupShell)
+            return streams if streams is not None else self.state.offset_expiry_rule(group_id)
         return ExpiryRule(keep_topics=frozenset(g.subscribed_topic_names()))
 
     async def cleanup_consumer_groups(self) -> list[str]:

@@ -595,6 +595,7 @@ class GroupCoordinator(ConsumerGroupShell, StreamsGroupShell):
                                    self.offset_expiry_rule)
         groups = self.state.cleanup_groups(self.offsets.has_offsets)
         groups += await self.cleanup_consumer_groups()
+        groups += await self.cleanup_streams_groups()
         if keys or groups:
             await self._write_tombstones(keys, groups)
             log.info("expired %d offset(s); removed %d empty group(s)", len(keys), len(groups))

@@ -42,6 +42,7 @@ from ..internal_topic import (
     partition_for,
 )
 from ..shell import now_ms
+from .offsets import ExpiryRule
 from .records import encode_group_metadata_key
 
 log = logging.getLogger("txbroker.coordinator.group.coordinator")
@@ -223,6 +224,28 @@ class StreamsGroupShell:
         if plog is not None:
             await self.logs.flusher.wait_acked(plog, last + 1)
         return error
+
+    def streams_expiry_rule(self, group_id: str) -> ExpiryRule | None:
+        """How a streams group's offsets expire (None: not a streams group): retention
+        counts from each commit, but a group with members keeps its topology's source
+        topics' offsets (Kafka's StreamsGroup.isSubscribedToTopic)."""
+        g = self.streams.get(group_id)
+        if g is None:
+            return None
+        topology = g.p.topology
+        keep = frozenset(t for s in topology.subtopologies for t in s.input_topics()) \
+            if g.p.members and topology is not None else frozenset()
+        return ExpiryRule(keep_topics=keep)
+
+    async def cleanup_streams_groups(self) -> list[str]:
+        """Remove the Empty streams groups without offsets (Kafka's periodic cleanup,
+        after offsets expiry: maybeDeleteGroup of every group type); returns their ids."""
+        doomed = [gid for gid, g in self.streams.groups.items()
+                  if self.streams.get(gid) is not None and not g.p.members
+                  and not self.offsets.has_offsets(gid)]
+        for group_id in doomed:
+            await self.delete_streams_group(group_id)
+        return doomed
 
     def streams_describe(self, group_ids: Iterable[str]) -> dict[str, dict | None]:
         return self.streams.describe(group_ids)

@@ -147,6 +147,28 @@ def test_off_by_default_not_advertised_and_refused(tmp_path):
             client.close()
 
 
+def test_enabled_by_update_features_and_disabled_again(tmp_path):
+    from tests.integration.test_update_features import SAFE, UPGRADE, update
+
+    with BrokerThread(str(tmp_path / "d"), {}) as b:
+        client = connect(b)
+        try:
+            assert update(client, [("streams.version", 1, UPGRADE)]).error_code == 0
+            assert STREAMS_APIS <= advertised(b)
+            r = update(client, [("streams.version", 2, UPGRADE)])
+            assert r.error_code == E.invalid_update_version  # Kafka 4.4 knows 0-1
+        finally:
+            client.close()
+    with BrokerThread(str(tmp_path / "d"), {}) as b:  # the stored level survives a restart
+        assert STREAMS_APIS <= advertised(b)
+        client = connect(b)
+        try:
+            assert update(client, [("streams.version", 0, SAFE)]).error_code == 0
+            assert not STREAMS_APIS & advertised(b)
+        finally:
+            client.close()
+
+
 def test_advertised_at_streams_version_1(txbroker):
     assert STREAMS_APIS <= advertised(txbroker)
 
@@ -271,6 +293,14 @@ def test_offset_commit_checks_the_member_epoch(txbroker):
         assert commit("m1", epoch + 1) == E.stale_member_epoch
         assert commit("other", epoch) == E.unknown_member_id
         assert commit("m1", epoch) == 0
+        # A week and more later: a source topic's offsets stay while the group has
+        # members (Kafka's isSubscribedToTopic), and expire once it is Empty.
+        future = int(time.time() * 1000) + 8 * 24 * 3600 * 1000
+        assert txbroker.call(lambda b: b.groups.expire_offsets(future)) == 0
+        assert heartbeat(client, "app", "m1", -1).error_code == 0
+        assert txbroker.call(lambda b: b.groups.expire_offsets(future)) == 1
+        # ... and the Empty group without offsets goes too, as Kafka's cleanup.
+        assert describe(client, "app")[0].error_code == E.group_id_not_found
     finally:
         client.close()
 
