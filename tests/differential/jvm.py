@@ -36,6 +36,8 @@ TOOLS = {
     "kafka-log-dirs": "org.apache.kafka.tools.LogDirsCommand",
     "kafka-producer-perf-test": "org.apache.kafka.tools.ProducerPerformance",
     "kafka-features": "org.apache.kafka.tools.FeatureCommand",
+    "kafka-share-groups": "org.apache.kafka.tools.consumer.group.ShareGroupCommand",
+    "kafka-console-share-consumer": "org.apache.kafka.tools.consumer.ConsoleShareConsumer",
 }
 
 
