@@ -6,6 +6,7 @@ topology, an unknown member, a fenced epoch, a group id of another type)."""
 from __future__ import annotations
 
 from kio.schema.errors import ErrorCode as E
+from txbroker.protocol.messages import build, request_module
 
 from tests.integration.test_streams_groups_wire import describe, heartbeat, join_group, topology
 from tests.integration.txn_util import unique
@@ -31,6 +32,16 @@ def test_heartbeat_errors_and_statuses_as_kafka(streams_broker):  # noqa: F811
         assert statuses(r) == [(1, f"Source topics {source} are missing.")]
         (g,) = describe(client, group)
         assert (g.error_code, g.group_state, len(g.members)) == (0, "NotReady", 1)
+        lm = request_module(16, 5)
+        listed = client.request(16, 5, build(lm.ListGroupsRequest, states_filter=(),
+                                             types_filter=("streams",)))
+        assert [(x.protocol_type, x.group_state, x.group_type) for x in listed.groups
+                if x.group_id == group] == [("streams", "NotReady", "streams")]
+        dm = request_module(15, 6)
+        (d,) = client.request(15, 6, build(dm.DescribeGroupsRequest, groups=(group,),
+                                           include_authorized_operations=False)).groups
+        assert (d.error_code, d.error_message, d.group_state) == (
+            E.group_id_not_found, f"Group {group} is not a classic group.", "Dead")
         assert heartbeat(client, group, "nobody", 1, owned=()).error_code == E.unknown_member_id
         assert heartbeat(client, group, "m1", r.member_epoch + 1,
                          owned=()).error_code == E.fenced_member_epoch
