@@ -93,9 +93,10 @@ def join_until_stable(client, group: str, member: str) -> tuple[int, set]:
     raise AssertionError(f"member {member} never got its tasks: {r}")
 
 
-def settle(client, group: str, members: list[str]) -> None:
+def settle(client, group: str, members: list[str]) -> tuple[dict[str, int], dict[str, set]]:
     """Join ``members`` and heartbeat each in turn, with the tasks it was given, until
-    the group is Stable (a task moves only once its previous owner revoked it)."""
+    the group is Stable (a task moves only once its previous owner revoked it); returns
+    each member's epoch and tasks."""
     epochs, owned = {}, {}
     for m in members:
         r = heartbeat(client, group, m, 0)
@@ -110,7 +111,7 @@ def settle(client, group: str, members: list[str]) -> None:
             if r.active_tasks is not None:
                 owned[m] = active(r)
         if describe(client, group)[0].group_state == "Stable" and all(owned.values()):
-            return
+            return epochs, owned
         time.sleep(0.02)
     raise AssertionError(f"group {group} never got Stable: {describe(client, group)}")
 
@@ -358,6 +359,32 @@ def test_sigkill_keeps_members_epochs_and_assignment_and_members_go_on(tmp_path)
             client.close()
     finally:
         broker.kill()
+
+
+def test_a_silent_member_is_removed_after_the_session_timeout(tmp_path):
+    """The coordinator's wake timer fences a member that stopped heartbeating; its
+    tasks go to the member that is left."""
+    with BrokerThread(str(tmp_path / "d"), {**ENABLED,
+                                            "group.streams.session.timeout.ms": "1000"}) as b:
+        b.create_topic("input", 2)
+        client = connect(b)
+        try:
+            epochs, tasks = settle(client, "app", ["m1", "m2"])
+            epoch, owned = epochs["m2"], tasks["m2"]
+            assert len(owned) == 1
+            deadline = time.monotonic() + 20
+            while len(owned) < 2:  # m1 is silent: only m2 heartbeats
+                assert time.monotonic() < deadline, describe(client, "app")
+                time.sleep(0.1)
+                r = heartbeat(client, "app", "m2", epoch, owned=owned)
+                assert r.error_code == 0, r.error_message
+                epoch = r.member_epoch
+                if r.active_tasks is not None:
+                    owned = active(r)
+            (g,) = describe(client, "app")
+            assert [m.member_id for m in g.members] == ["m2"]
+        finally:
+            client.close()
 
 
 def test_acls_as_kafka_checks_them(tmp_path):
