@@ -387,6 +387,31 @@ def test_a_silent_member_is_removed_after_the_session_timeout(tmp_path):
             client.close()
 
 
+def test_a_failed_write_is_undone(txbroker):
+    """The join's records cannot be appended (a full disk): the member gets the error
+    and the group is as the log says (memory never runs ahead of it); joining again
+    works."""
+    from txbroker.coordinator.internal_topic import OFFSETS_TOPIC, partition_for
+
+    from tests.integration.txn_util import fail_appends
+
+    txbroker.create_topic("input", 2)
+    client = connect(txbroker)
+    try:
+        epoch, _owned = join_until_stable(client, "app", "m1")
+        before = describe(client, "app")[0]
+        n = txbroker.call(lambda b: b.logs.topics[OFFSETS_TOPIC].partitions)
+        failures = fail_appends(txbroker, OFFSETS_TOPIC, partition_for("app", n), 1,
+                                control=False)
+        r = heartbeat(client, "app", "m2", 0)
+        assert failures["left"] == 0 and r.error_code == E.not_coordinator
+        assert describe(client, "app")[0] == before  # m2 is not a member
+        assert heartbeat(client, "app", "m2", 0).error_code == 0
+        assert len(describe(client, "app")[0].members) == 2
+    finally:
+        client.close()
+
+
 def test_acls_as_kafka_checks_them(tmp_path):
     from confluent_kafka.admin import AclOperation, ResourceType
 
