@@ -544,8 +544,16 @@ class GroupCoordinator(ConsumerGroupShell, StreamsGroupShell):
         """OffsetDelete (KIP-496)."""
         if not self.is_ready(group_id):
             return _E.coordinator_load_in_progress.value, {}
-        group_error, topic_errors = self.state.validate_offset_delete(
-            group_id, sorted({t for t, _ in partitions}))
+        streams = self.streams_expiry_rule(group_id)
+        if streams is not None:
+            # Kafka's StreamsGroup: the topology's source topics of a group with members
+            # are GROUP_SUBSCRIBED_TO_TOPIC, the same topics whose offsets never expire.
+            group_error, topic_errors = _E.none.value, {
+                t: _E.group_subscribed_to_topic.value for t, _ in partitions
+                if t in streams.keep_topics}
+        else:
+            group_error, topic_errors = self.state.validate_offset_delete(
+                group_id, sorted({t for t, _ in partitions}))
         if group_error != _E.none.value:
             return group_error, {}
         results = {}

@@ -294,11 +294,23 @@ def test_offset_commit_checks_the_member_epoch(txbroker):
         assert commit("m1", epoch + 1) == E.stale_member_epoch
         assert commit("other", epoch) == E.unknown_member_id
         assert commit("m1", epoch) == 0
+        om = request_module(47, 0)
+
+        def offset_delete() -> int:
+            r = client.request(47, 0, build(om.OffsetDeleteRequest, group_id="app", topics=(
+                build(om.OffsetDeleteRequestTopic, name="input", partitions=(
+                    build(om.OffsetDeleteRequestPartition, partition_index=0),)),)))
+            return r.error_code or r.topics[0].partitions[0].error_code
+
+        assert offset_delete() == E.group_subscribed_to_topic
         # A week and more later: a source topic's offsets stay while the group has
         # members (Kafka's isSubscribedToTopic), and expire once it is Empty.
         future = int(time.time() * 1000) + 8 * 24 * 3600 * 1000
         assert txbroker.call(lambda b: b.groups.expire_offsets(future)) == 0
         assert heartbeat(client, "app", "m1", -1).error_code == 0
+        assert commit("", -1) == 0  # an admin commit to the Empty group
+        assert offset_delete() == 0
+        assert commit("", -1) == 0
         assert txbroker.call(lambda b: b.groups.expire_offsets(future)) == 1
         # ... and the Empty group without offsets goes too, as Kafka's cleanup.
         assert describe(client, "app")[0].error_code == E.group_id_not_found
