@@ -119,7 +119,7 @@ class GroupCoordinator(ConsumerGroupShell, StreamsGroupShell):
         # per-group streams.* configs are refused for now: the broker keys apply.
         streams_config = config.streams or StreamsGroupConfig()
         self.streams = StreamsGroups(lambda _group_id: streams_config)
-        self._streams_creating: set[str] = set()
+        self._streams_creating: dict[str, int] = {}
         # Classic members' LeaveGroup of a consumer group: (log, last offset) to wait for.
         self._unflushed_leaves: dict[str, tuple[PartitionLog, int]] = {}
         # __consumer_offsets partitions still loading: their groups answer

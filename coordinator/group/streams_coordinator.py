@@ -49,6 +49,7 @@ log = logging.getLogger("txbroker.coordinator.group.coordinator")
 
 _E = ErrorCode
 Record = tuple[bytes, bytes | None]
+TOPIC_RETRY_MS = 60_000
 
 
 def is_streams_record(key: bytes) -> bool:
@@ -78,7 +79,8 @@ class PartitionCounts(Mapping[str, int]):
 class StreamsGroupShell:
     """Streams-group entry points of the group coordinator (see the module docstring).
     ``self.streams`` is the StreamsGroups; ``self._streams_creating`` the internal
-    topics being created."""
+    topics being created, or whose creation failed (name -> when it may be tried
+    again)."""
 
     streams: StreamsGroups
 
@@ -177,24 +179,33 @@ class StreamsGroupShell:
         """Create the internal topics a heartbeat asked for, in the background (Kafka's
         broker does not wait either: the next heartbeat sees them); a name already being
         created is not asked for again."""
-        wanted = [t for t in topics
-                  if t.name not in self._streams_creating and t.name not in self.logs.topics]
+        now = now_ms()
+        wanted = [t for t in topics if t.name not in self.logs.topics
+                  and self._streams_creating.get(t.name, now) <= now]
         if not wanted:
             return
-        self._streams_creating.update(t.name for t in wanted)
+        # In progress: not before it is done (then at once if it failed: see below).
+        self._streams_creating.update((t.name, 2**63) for t in wanted)
         self.shell.spawn(self._create_streams_topics(wanted, max_partitions))
 
     async def _create_streams_topics(self, topics: list[InternalTopic],
                                      max_partitions: int | None) -> None:
+        failed: set[str] = set()
         try:
             created = await self.logs.create_topics(
                 [(t.name, t.partitions, dict(t.configs)) for t in topics],
                 max_partitions=max_partitions)
             for name, result in created.items():
                 if isinstance(result, KafkaError) and result.code != _E.topic_already_exists:
-                    log.warning("cannot create streams internal topic %r: %s", name, result)
+                    failed.add(name)
+                    log.warning("cannot create streams internal topic %r (tried again in "
+                                "%d s): %s", name, TOPIC_RETRY_MS // 1000, result)
         finally:
-            self._streams_creating.difference_update(t.name for t in topics)
+            for t in topics:
+                self._streams_creating.pop(t.name, None)
+            # A refused topic is asked for by every heartbeat: one try (and log line) a
+            # minute, not one per heartbeat.
+            self._streams_creating.update((name, now_ms() + TOPIC_RETRY_MS) for name in failed)
 
     def streams_commit_error(self, group_id: str, member_id: str, member_epoch: int,
                              transactional: bool, api_version: int, entries) -> int | None:

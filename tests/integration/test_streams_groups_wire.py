@@ -28,12 +28,15 @@ def txbroker_config():
     return dict(ENABLED)
 
 
-def topology(source: str = "input", changelog: str = "app-store-changelog"):
-    """One stateful subtopology reading ``source`` with one changelog topic."""
+def topology(source: str = "input", changelog: str = "app-store-changelog", configs=()):
+    """One stateful subtopology reading ``source`` with one changelog topic (with the
+    topic ``configs``)."""
     return build(HB.Topology, epoch=1, subtopologies=(build(
         HB.Subtopology, subtopology_id="0", source_topics=(source,), source_topic_regex=(),
         state_changelog_topics=(build(HB.TopicInfo, name=changelog, partitions=0,
-                                      replication_factor=0, topic_configs=()),),
+                                      replication_factor=0, topic_configs=tuple(
+                                          build(HB.KeyValue, key=k, value=v)
+                                          for k, v in configs)),),
         repartition_sink_topics=(), repartition_source_topics=(), copartition_groups=()),))
 
 
@@ -420,6 +423,34 @@ def test_a_failed_write_is_undone(txbroker):
         assert describe(client, "app")[0] == before  # m2 is not a member
         assert heartbeat(client, "app", "m2", 0).error_code == 0
         assert len(describe(client, "app")[0].members) == 2
+    finally:
+        client.close()
+
+
+def test_a_refused_internal_topic_is_tried_once_a_minute(txbroker, caplog):
+    """Every heartbeat asks for the missing internal topics: a creation the broker
+    refuses (a bad topic config) is logged once and tried again a minute later, not at
+    every heartbeat."""
+    txbroker.create_topic("input", 1)
+    bad = topology(configs=(("cleanup.policy", "nonsense"),))
+    client = connect(txbroker)
+
+    def refusals() -> int:
+        return sum("cannot create streams internal topic" in r.getMessage()
+                   for r in caplog.records)
+
+    try:
+        r = heartbeat(client, "app", "m1", 0, topo=bad)
+        deadline = time.monotonic() + 20
+        while refusals() == 0:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        for _ in range(5):
+            time.sleep(0.1)  # (room for a retry, were there one)
+            r = heartbeat(client, "app", "m1", r.member_epoch, owned=())
+            assert [s.status_code for s in r.status] == [MISSING_INTERNAL_TOPICS]
+        assert refusals() == 1
+        assert "app-store-changelog" not in txbroker.call(lambda b: set(b.logs.topics))
     finally:
         client.close()
 
