@@ -455,6 +455,31 @@ def test_a_refused_internal_topic_is_tried_once_a_minute(txbroker, caplog):
         client.close()
 
 
+def test_a_static_member_rejoins_with_its_tasks(txbroker):
+    """A static member (group.instance.id) leaves with epoch -2 and its new incarnation
+    joins with the same instance id: it gets the same tasks, nobody else took them."""
+    txbroker.create_topic("input", 2)
+    txbroker.create_topic("app-store-changelog", 2)  # ready at once: no status
+    client = connect(txbroker)
+    try:
+        r = heartbeat(client, "app", "m1", 0, instance_id="i1")
+        tasks = {("0", 0), ("0", 1)}
+        assert (r.error_code, r.status, active(r)) == (0, (), tasks)
+        r = heartbeat(client, "app", "m1", r.member_epoch, owned=tasks, instance_id="i1")
+        assert r.error_code == 0
+        r = heartbeat(client, "app", "m1", -2, instance_id="i1")
+        assert (r.error_code, r.member_epoch) == (0, -2)
+        r = heartbeat(client, "app", "m1-again", 0, instance_id="i1")
+        assert r.error_code == 0 and active(r) == tasks
+        (g,) = describe(client, "app")
+        assert [(m.member_id, m.instance_id) for m in g.members] == [("m1-again", "i1")]
+        # The instance id is owned: another member cannot take it while m1-again is in.
+        r = heartbeat(client, "app", "intruder", 0, instance_id="i1")
+        assert r.error_code == E.unreleased_instance_id
+    finally:
+        client.close()
+
+
 def test_acls_as_kafka_checks_them(tmp_path):
     from confluent_kafka.admin import AclOperation, ResourceType
 
