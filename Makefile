@@ -135,6 +135,11 @@ $(KAFKAJS_STAMP): tests/kafkajs/package.json tests/kafkajs/package-lock.json
 
 kafkajs: $(KAFKAJS_STAMP)
 
+# franz-go (Go modules, pinned by tests/go/go.mod and go.sum) for the franz-go share
+# consumer test (tests/differential/test_share_clients.py, which builds it; Go >= 1.26).
+franz-go:
+	cd tests/go && go mod download && go build -mod=readonly -o /dev/null ./sharegroup
+
 install: $(STAMP) system-deps kafka-jars spark-kafka-jars kafkajs
 
 lint: install

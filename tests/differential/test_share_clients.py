@@ -6,10 +6,18 @@ tests/jvm/ToolRunner.java), and franz-go's share consumer (tests/go/sharegroup).
 
 from __future__ import annotations
 
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
 from tests.differential import share_util
 from tests.differential.jvm import run_java_steps, run_tools
 from tests.differential.share_util import new_group, poll_until, produce, share_consumer
 from tests.integration.txn_util import unique
+from tests.kafka_reference import ROOT
 
 share_broker = share_util.share_broker  # the fixture: txbroker, then Kafka
 
@@ -122,3 +130,40 @@ def test_share_group_tools(share_broker, jvm_classes, tmp_path):
     assert gone.lines()[0] == ("Error: Executing share group command failed due to org.apache."
                                "kafka.common.errors.GroupIdNotFoundException: Group "
                                f"{group} not found.")
+
+
+GO_MODULE = ROOT / "tests" / "go"
+
+
+@pytest.fixture(scope="session")
+def franz_go_sharegroup(tmp_path_factory) -> Path:
+    """tests/go/sharegroup built with the franz-go version tests/go/go.mod pins (go.sum
+    checks it; `make franz-go` fetches the modules ahead)."""
+    if shutil.which("go") is None:
+        why = "no go toolchain (tests/go needs Go 1.26 for franz-go 1.22)"
+        if os.environ.get("CI"):
+            pytest.fail(why)
+        pytest.skip(why)
+    out = tmp_path_factory.mktemp("go") / "sharegroup"
+    done = subprocess.run(["go", "build", "-mod=readonly", "-o", str(out), "./sharegroup"],
+                          cwd=GO_MODULE, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, f"go build failed:\n{done.stdout}\n{done.stderr}"
+    return out
+
+
+def test_franz_go_share_consumer(share_broker, franz_go_sharegroup):
+    b = share_broker
+    topic = b.topic("sg-franz")
+    group = new_group(b, "sg-franz")
+    produce(b, topic, 10)
+    done = subprocess.run([str(franz_go_sharegroup), b.bootstrap, topic, group, "10"],
+                          capture_output=True, text=True, timeout=120)
+    assert "DONE" in done.stdout, f"{done.stdout}\n{done.stderr[-3000:]}"
+    steps = {}
+    for line in done.stdout.splitlines():
+        if line.startswith("STEP "):
+            name, _, detail = line[5:].partition(" ")
+            steps[name] = detail
+    # Offset 0 RELEASEd comes back once (delivery count 2); 1 REJECTed never; no ack failed.
+    assert steps == {"deliveries": "0:1,0:2," + ",".join(f"{i}:1" for i in range(1, 10)),
+                     "acks": ""}, done.stdout
