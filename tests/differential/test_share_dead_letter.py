@@ -26,6 +26,7 @@ from confluent_kafka.admin import (  # noqa: E402 (after the skip)
 )
 
 CONFIG = {**COMMON_CONFIG, "group.share.delivery.count.limit": "2",
+          "errors.deadletterqueue.auto.create.topics.enable": "true",
           "group.share.heartbeat.interval.ms": "1000",
           "group.share.min.heartbeat.interval.ms": "500"}
 
@@ -52,13 +53,15 @@ def _group_configs(broker: Broker, group: str, configs: dict[str, str],
         time.sleep(0.1)
 
 
-def _setup(broker: Broker, copy: bool, enabled: bool = True) -> tuple[str, str, str]:
+def _setup(broker: Broker, copy: bool, enabled: bool | None = True) -> tuple[str, str, str]:
     """A topic with two keyed records, its group's dead-letter topic (``enabled``: with
-    the topic config that allows it), the group."""
+    the topic config that allows it; None: not created), the group."""
     tag = uuid.uuid4().hex[:8]
     topic, dlq, group = f"t-{tag}", f"dlq.t-{tag}", f"g-{tag}"
     broker.create_topic(topic)
-    broker.create_topic(dlq, 1, {"errors.deadletterqueue.group.enable": "true"} if enabled else {})
+    if enabled is not None:
+        broker.create_topic(dlq, 1, {"errors.deadletterqueue.group.enable": "true"}
+                            if enabled else {})
     broker.wait_coordinator(group, key_type=0)
     _group_configs(broker, group, {"share.auto.offset.reset": "earliest",
                                    "errors.deadletterqueue.topic.name": dlq,
@@ -164,3 +167,25 @@ def test_a_topic_not_enabled_as_dead_letter_topic_gets_nothing(dlq_broker):
     finally:
         c.close()
     assert _dead_letters(dlq_broker, dlq, 1, timeout=5) == []
+
+
+def test_a_missing_dead_letter_topic_is_created_when_allowed(dlq_broker):
+    """errors.deadletterqueue.auto.create.topics.enable=true on both brokers: the first
+    dead-letter record creates the topic, marked as a dead-letter topic."""
+    topic, dlq, group = _setup(dlq_broker, copy=True, enabled=None)
+    c = ck.ShareConsumer({"bootstrap.servers": dlq_broker.bootstrap, "group.id": group,
+                          "share.acknowledgement.mode": "explicit"})
+    c.subscribe([topic])
+    try:
+        got = _poll(c, 2)
+        c.acknowledge(got[0], ck.AcknowledgeType.REJECT)
+        c.acknowledge(got[1], ck.AcknowledgeType.ACCEPT)
+        c.commit_sync(30)
+    finally:
+        c.close()
+    assert _dead_letters(dlq_broker, dlq, 1) == EXPECTED_REJECT
+    res = ConfigResource(ResourceType.TOPIC, dlq)
+    configs = dlq_broker.admin.describe_configs([res])[res].result(30)
+    assert configs["errors.deadletterqueue.group.enable"].value == "true"
+    md = dlq_broker.admin.list_topics(dlq, timeout=10).topics[dlq]
+    assert len(md.partitions) == 1  # num.partitions
