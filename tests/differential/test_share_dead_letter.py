@@ -53,11 +53,13 @@ def _group_configs(broker: Broker, group: str, configs: dict[str, str],
         time.sleep(0.1)
 
 
-def _setup(broker: Broker, copy: bool, enabled: bool | None = True) -> tuple[str, str, str]:
+def _setup(broker: Broker, copy: bool, enabled: bool | None = True,
+           prefix: str = "dlq.") -> tuple[str, str, str]:
     """A topic with two keyed records, its group's dead-letter topic (``enabled``: with
-    the topic config that allows it; None: not created), the group."""
+    the topic config that allows it; None: not created; named with ``prefix``), the
+    group."""
     tag = uuid.uuid4().hex[:8]
-    topic, dlq, group = f"t-{tag}", f"dlq.t-{tag}", f"g-{tag}"
+    topic, dlq, group = f"t-{tag}", f"{prefix}t-{tag}", f"g-{tag}"
     broker.create_topic(topic)
     if enabled is not None:
         broker.create_topic(dlq, 1, {"errors.deadletterqueue.group.enable": "true"}
@@ -147,10 +149,13 @@ def test_a_record_over_the_delivery_count_limit_gets_the_same_dead_letter_record
         ("__dlq.errors.message", b"Offset delivery count exceeded the threshold.")])]
 
 
-def test_a_topic_not_enabled_as_dead_letter_topic_gets_nothing(dlq_broker):
-    """Kafka refuses a dead-letter topic without errors.deadletterqueue.group.enable=true
-    and archives the record regardless: never delivered again, nothing written."""
-    topic, dlq, group = _setup(dlq_broker, copy=True, enabled=False)
+@pytest.mark.parametrize("enabled, prefix", [(False, "dlq."), (True, "other.")],
+                         ids=["not-enabled", "outside-the-prefix"])
+def test_a_refused_dead_letter_topic_gets_nothing(dlq_broker, enabled, prefix):
+    """Kafka refuses a dead-letter topic without errors.deadletterqueue.group.enable=true,
+    or outside errors.deadletterqueue.topic.name.prefix (dlq.), and archives the record
+    regardless: never delivered again, nothing written."""
+    topic, dlq, group = _setup(dlq_broker, copy=True, enabled=enabled, prefix=prefix)
     c = ck.ShareConsumer({"bootstrap.servers": dlq_broker.bootstrap, "group.id": group,
                           "share.acknowledgement.mode": "explicit"})
     c.subscribe([topic])
