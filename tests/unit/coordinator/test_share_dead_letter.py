@@ -199,6 +199,9 @@ def test_the_coordinator_writes_dead_letter_records_once_archiving_is_durable(tm
                 await asyncio.sleep(0.01)
             records = _dlq_records(logs, "dlq.orders")
             assert [(r.key, r.value) for r in records] == [(b"k0", b"v0"), (b"k2", b"v2")]
+            assert logs.get_log("dlq.orders", 0).log_end_offset == 2
+            data = bytes(logs.get_log("dlq.orders", 0).read(0, 1 << 20, max_offset=2).data)
+            assert len(list(iter_batches(data))) == 1  # one batch for the acknowledgement
             assert records[1].headers == dead_letter_headers("g", "orders", 0, 2, 1, True)
             assert REJECTED.encode() in dict(records[0].headers).values()
             assert shares.stats.dlq_records == 2
