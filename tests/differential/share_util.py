@@ -19,10 +19,9 @@ import pytest
 from txbroker.protocol.messages import build, request_module
 
 from tests.differential.conftest import BROKER_PARAMS, COMMON_CONFIG, Broker, running_broker
+from tests.integration import test_share_groups as _integration
 
-ck = pytest.importorskip("confluent_kafka")
-if not hasattr(ck, "ShareConsumer"):
-    pytest.skip("confluent-kafka without ShareConsumer", allow_module_level=True)
+ck = _integration.ck  # (that module skips without confluent-kafka's ShareConsumer)
 
 HEARTBEAT, DESCRIBE, SHARE_FETCH, SHARE_ACK = 76, 77, 78, 79
 INCREMENTAL_ALTER_CONFIGS, DESCRIBE_CONFIGS = 44, 32
@@ -99,35 +98,9 @@ def share_consumer(broker: Broker, group: str, topic: str, *, explicit: bool = F
     return c
 
 
-def poll_once(c, timeout: float = 0.5) -> list:
-    return [m for m in c.poll(timeout) if m.error() is None]
-
-
-def poll_until(c, want: int, timeout: float = 30, ack=None) -> list:
-    """Messages until ``want`` arrived (or the timeout); ``ack(c, msgs)`` after each poll
-    (explicit mode acknowledges a poll's records before the next poll)."""
-    got: list = []
-    deadline = time.monotonic() + timeout
-    while len(got) < want and time.monotonic() < deadline:
-        msgs = poll_once(c)
-        got += msgs
-        if ack is not None and msgs:
-            ack(c, msgs)
-    return got
-
-
-def accept(c, msgs) -> None:
-    for m in msgs:
-        c.acknowledge(m, ck.AcknowledgeType.ACCEPT)
-    c.commit_sync(10)
-
-
-def nothing_more(c, seconds: float = 2.0) -> bool:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if poll_once(c):
-            return False
-    return True
+# confluent-kafka's ShareConsumer helpers are the integration tests' (they take a consumer).
+poll_once, poll_until, accept, nothing_more = (_integration.poll_once, _integration.poll_until,
+                                               _integration.accept, _integration.nothing_more)
 
 
 def heartbeat(client, group: str, member: str, epoch: int, topics=None):

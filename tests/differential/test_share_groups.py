@@ -105,11 +105,17 @@ def test_two_members_share_two_partitions_in_both_modes(share_broker):
             late.close()
 
 
+def _filled(b, prefix: str, records: int) -> tuple[str, str]:
+    """A new one-partition topic with ``records`` records, and a new share group."""
+    topic = b.topic(prefix)
+    group = new_group(b)
+    produce(b, topic, records)
+    return topic, group
+
+
 def test_release_redelivers_and_reject_never(share_broker):
     b = share_broker
-    topic = b.topic("sg-release")
-    group = new_group(b)
-    produce(b, topic, 4)
+    topic, group = _filled(b, "sg-release", 4)
     c = share_consumer(b, group, topic, explicit=True)
     try:
         first = sorted(poll_until(c, 4), key=lambda m: m.offset())
@@ -126,9 +132,7 @@ def test_release_redelivers_and_reject_never(share_broker):
 
 def test_lock_expiry_redelivers_to_another_member(share_broker):
     b = share_broker
-    topic = b.topic("sg-lock")
-    group = new_group(b)
-    produce(b, topic, 3)
+    topic, group = _filled(b, "sg-lock", 3)
     holder = share_consumer(b, group, topic, explicit=True)
     other = share_consumer(b, group, topic, explicit=True)
     try:
@@ -150,7 +154,9 @@ def test_describe_and_list_a_share_group(share_broker):
     client = b.raw()
     try:
         assert len(poll_until(c, 2)) == 2  # joined, assigned and fetching
-        (g, missing) = describe_groups(client, group, "no-such-share-group")
+        # (Kafka answers in the order of its coordinator shards, not the request's)
+        by_id = {x.group_id: x for x in describe_groups(client, group, "no-such-share-group")}
+        g, missing = by_id[group], by_id["no-such-share-group"]
         assert (g.error_code, g.error_message, g.group_id, g.group_state, g.assignor_name) == \
             (0, None, group, "Stable", "simple")
         assert g.group_epoch == g.assignment_epoch > 0
@@ -183,9 +189,7 @@ def test_describe_and_list_a_share_group(share_broker):
 
 def test_share_group_offsets_and_delete_groups(share_broker):
     b = share_broker
-    topic = b.topic("sg-offsets")
-    group = new_group(b)
-    produce(b, topic, 10)
+    topic, group = _filled(b, "sg-offsets", 10)
     c = share_consumer(b, group, topic, explicit=True)
     try:
         assert len(poll_until(c, 10, ack=accept)) == 10
