@@ -161,3 +161,30 @@ def test_fetch_lists_the_partitions_with_records(share_broker):
                 for p in t.partitions] == [(unknown, 0, E.unknown_topic_id)]
     finally:
         client.close()
+
+
+def test_fetch_of_a_topic_the_group_never_subscribed_to(share_broker):
+    """Kafka initializes a share-partition's state when a member subscribes to its topic;
+    a ShareFetch of another topic finds none and answers UNKNOWN_SERVER_ERROR for it.
+    txbroker starts the state on the first fetch and serves it (docs/compatibility.md)."""
+    b = share_broker
+    subscribed, other = b.topic("sgw-sub"), b.topic("sgw-other")
+    other_id = topic_id(b, other)
+    group = new_group(b)
+    client = b.raw()
+    try:
+        member, _, _ = join(client, group, (subscribed,))
+        produce(b, other, 2)
+        r = share_fetch(client, group, member, 0, other_id, max_wait_ms=1000)
+        assert r.error_code == 0
+        if b.is_kafka:
+            assert [(p.error_code, p.records or b"") for t in r.responses
+                    for p in t.partitions] == [(E.unknown_server_error, b"")]
+        else:
+            assert acquired(r) == [(0, 0, 1, 1)]
+        # The session-level errors carry no message on Kafka; txbroker's says why.
+        r = share_fetch(client, group, str(uuid.uuid4()), 3, other_id)
+        assert r.error_code == E.share_session_not_found
+        assert (r.error_message is None) == b.is_kafka, r.error_message
+    finally:
+        client.close()
