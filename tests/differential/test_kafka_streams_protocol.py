@@ -57,6 +57,16 @@ def describe_group(broker: Broker, group: str):
         client.close()
 
 
+def topology_view(g) -> list:
+    def infos(topics):
+        return [(t.name, t.partitions, {kv.key: kv.value for kv in t.topic_configs})
+                for t in topics]
+
+    return [(s.subtopology_id, s.source_topics, s.repartition_sink_topics,
+             infos(s.state_changelog_topics), infos(s.repartition_source_topics))
+            for s in g.topology.subtopologies]
+
+
 def test_streams_protocol_kill_restart_and_scale_out(streams_broker, jvm_classes, tmp_path):
     broker = streams_broker
     prefix = unique("sproto")
@@ -99,4 +109,13 @@ def test_streams_protocol_kill_restart_and_scale_out(streams_broker, jvm_classes
         for i in started:
             i.terminate()
     assert_exactly_once(out, valid, rejected)
+    # The topology as the group coordinator configured it (internal topics' partition
+    # counts and configs), the same on both brokers.
+    repartition, changelog = f"{app_id}-balances-repartition", f"{app_id}-balances-changelog"
+    assert topology_view(g) == [
+        ("0", (f"{prefix}-payments",), (repartition,), [], []),
+        ("1", (), (), [(changelog, 2, {"cleanup.policy": "compact",
+                                       "message.timestamp.type": "CreateTime"})],
+         [(repartition, 2, {"cleanup.policy": "delete", "message.timestamp.type": "CreateTime",
+                            "retention.ms": "-1", "segment.bytes": "52428800"})])]
     assert sum(len(t.partitions) for m in g.members for t in m.assignment.active_tasks) == 4
