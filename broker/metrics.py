@@ -25,7 +25,7 @@ from txbroker.protocol.errors import ErrorCode
 from txbroker.protocol.messages import api_name
 from txbroker.storage.disk_conditions import CONDITIONS
 
-from .features import SHARE_VERSION
+from .features import SHARE_VERSION, STREAMS_VERSION
 
 if TYPE_CHECKING:
     from txbroker.coordinator.group.coordinator import GroupCoordinator
@@ -381,6 +381,7 @@ def _partitions(out: _Text, broker: MetricsSource) -> None:
 # Every state is sampled (0 when no group is in it), so a dashboard has its series.
 _CLASSIC_STATES = ("Empty", "PreparingRebalance", "CompletingRebalance", "Stable", "Dead")
 _CONSUMER_STATES = ("Empty", "Assigning", "Reconciling", "Stable")
+_STREAMS_STATES = ("Empty", "NotReady", "Assigning", "Reconciling", "Stable")
 
 
 def _groups(out: _Text, broker: MetricsSource) -> None:
@@ -392,11 +393,13 @@ def _groups(out: _Text, broker: MetricsSource) -> None:
     out.sample("txbroker_group_rebalances_total", {"protocol": "consumer"},
                groups.consumer.rebalances)
     out.family("txbroker_groups", "gauge", "Groups by protocol and state (Kafka's "
-               "classic-group-count and consumer-group-count).")
-    for protocol, states, listing in (
-            ("classic", _CLASSIC_STATES, [(g.group_id, g.state)
-                                          for g in groups.list_groups()]),
-            ("consumer", _CONSUMER_STATES, groups.consumer_listing())):
+               "classic-group-count, consumer-group-count and streams-group-count).")
+    protocols = [("classic", _CLASSIC_STATES, [(g.group_id, g.state)
+                                               for g in groups.list_groups()]),
+                 ("consumer", _CONSUMER_STATES, groups.consumer_listing())]
+    if broker.features.level(STREAMS_VERSION) >= 1:  # (streams groups on: KIP-1071)
+        protocols.append(("streams", _STREAMS_STATES, groups.streams_listing()))
+    for protocol, states, listing in protocols:
         counts = dict.fromkeys(states, 0)
         for _group_id, state in listing:
             counts[state] = counts.get(state, 0) + 1

@@ -480,6 +480,23 @@ def test_a_static_member_rejoins_with_its_tasks(txbroker):
         client.close()
 
 
+def test_streams_groups_on_metrics(tmp_path):
+    """/metrics counts streams groups by state once streams.version is 1."""
+    from tests.integration.test_metrics import scrape, value
+
+    with BrokerThread(str(tmp_path / "d"), {**ENABLED, "admin.http.port": "0"}) as b:
+        assert value(scrape(b), "txbroker_groups", protocol="streams", state="NotReady") == 0
+        client = connect(b)
+        try:
+            assert heartbeat(client, "app", "m1", 0).error_code == 0  # no source topic yet
+        finally:
+            client.close()
+        assert value(scrape(b), "txbroker_groups", protocol="streams", state="NotReady") == 1
+    with BrokerThread(str(tmp_path / "off"), {"admin.http.port": "0"}) as b:
+        assert not [s for s in scrape(b)["txbroker_groups"][1]
+                    if s[1]["protocol"] == "streams"]
+
+
 def test_acls_as_kafka_checks_them(tmp_path):
     from confluent_kafka.admin import AclOperation, ResourceType
 
