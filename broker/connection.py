@@ -181,8 +181,12 @@ class Connection:
         finally:
             self.closing = True
             self._queued.set()
-            if self.session.held is not None:
-                self.session.held.cancel()  # a dropped answer (fault): nothing to wait for
+            held = self.session.held
+            if held is not None and not held.done():
+                # A dropped answer (fault): nothing to wait for. Set, not cancelled: a
+                # cancelled request would not wake the writer, and the teardown (and a
+                # share session's release of its records) would wait shutdown.timeout.ms.
+                held.set_result(None)
             try:
                 await asyncio.wait_for(writer_task, self.broker.shutdown_timeout)
             except (TimeoutError, asyncio.CancelledError):
