@@ -8,8 +8,8 @@ come back soon), the input topic created and fed with records keyed in-N (run.py
 Feeder: idempotent, acks=all). ``instances`` worker processes share the group, each
 writing its deliveries and ACCEPTs into TXBROKER_HISTORY
 (recipes/confluent_share_worker.py). For ``duration`` seconds workers are SIGKILLed,
-the broker crashed, made to lose power (now, or once a member's acknowledgements are
-durable and not yet answered: the ``after_share_acknowledge_durable`` point), restarted
+the broker crashed, made to lose power once a member's acknowledgements are durable
+and not yet answered (the ``after_share_acknowledge_durable`` point), restarted
 cleanly, hung, and request faults injected. Then, faults off, the drain: the run waits
 until every input record has an ACCEPT and the group's start offsets are at the input's
 end (no progress for ``stall_timeout`` is a stall), and checks the histories
@@ -53,7 +53,7 @@ SHARE_BROKER_CONFIG = {
     "group.share.record.lock.duration.ms": "10000",
     "group.share.min.record.lock.duration.ms": "10000",
     "group.share.delivery.count.limit": str(DELIVERY_COUNT_LIMIT)}
-# Power losses: at the share point (acknowledgements durable, not answered), or now.
+# Power losses: at the share point (acknowledgements durable, not answered).
 SHARE_POWER_POINTS = ("after_share_acknowledge_durable",)
 # Request faults a share run draws from, by profile.
 SHARE_FAULT_PROFILES: dict[str, list[dict[str, Any]]] = {
