@@ -201,8 +201,8 @@ test-python: system-deps kafka-jars
 test-long: install
 	$(PY) -m pytest -q -p no:cacheprovider -m long
 
-# txbroker chaos runs of the sample pipeline, of the recipes per client and with a
-# generator of one's own (tests/integration/chaos/): ~6 min.
+# txbroker chaos runs of the sample pipeline, of the recipes per client, with a
+# generator of one's own and of the share-group workers (tests/integration/chaos/): ~8 min.
 test-chaos: install
 	$(PY) -m pytest -q -p no:cacheprovider -m chaos tests/integration/chaos
 
