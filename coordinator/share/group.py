@@ -122,8 +122,8 @@ class ShareGroups:
     def heartbeat(self, now_ms: int, req: ShareHeartbeat, topics: TopicImage) -> ShareHeartbeatResult:
         """One ShareGroupHeartbeat; Kafka's checks and errors
         (``throwIfShareGroupHeartbeatRequestIsInvalid``)."""
-        if not req.group_id:
-            return _refused(_E.invalid_group_id, "GroupId can't be empty.")
+        if not req.group_id:  # INVALID_REQUEST, as Kafka 4.4 answers (not INVALID_GROUP_ID)
+            return _refused(_E.invalid_request, "GroupId can't be empty.")
         if not req.member_id:
             return _refused(_E.invalid_request, "MemberId can't be empty.")
         if req.rack_id is not None and not req.rack_id.strip():
@@ -132,7 +132,7 @@ class ShareGroups:
             return _refused(_E.invalid_request,
                             "SubscribedTopicNames must be set in first request.")
         if req.member_epoch < LEAVE_EPOCH:
-            return _refused(_E.invalid_request, f"MemberEpoch is invalid: {req.member_epoch}.")
+            return _refused(_E.invalid_request, "MemberEpoch is invalid.")
         group = self.groups.get(req.group_id)
         if req.member_epoch == LEAVE_EPOCH:
             return self._leave(group, req, topics)

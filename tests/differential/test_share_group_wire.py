@@ -9,6 +9,7 @@ the codes are compared there."""
 
 from __future__ import annotations
 
+import time
 import uuid
 
 from kio.schema.errors import ErrorCode as E
@@ -18,6 +19,7 @@ from tests.differential.share_util import (
     ACCEPT,
     RELEASE,
     acquired,
+    describe_groups,
     heartbeat,
     join,
     new_group,
@@ -45,6 +47,12 @@ def test_heartbeat_errors(share_broker):
     try:
         r = heartbeat(client, group, "", 0, (topic,))
         assert (r.error_code, r.member_id, r.member_epoch) == (E.invalid_request, None, 0)
+        for bad_group, epoch, topics, message in (
+                ("", 0, (topic,), "GroupId can't be empty."),
+                (group, 0, None, "SubscribedTopicNames must be set in first request."),
+                (group, -2, (topic,), "MemberEpoch is invalid.")):
+            r = heartbeat(client, bad_group, str(uuid.uuid4()), epoch, topics)
+            assert (r.error_code, r.error_message) == (E.invalid_request, message)
         member, epoch, r = join(client, group, (topic,))
         assert (r.member_id, r.heartbeat_interval.total_seconds()) == (member, 1)
         r = heartbeat(client, group, member, epoch + 5)
@@ -188,3 +196,27 @@ def test_fetch_of_a_topic_the_group_never_subscribed_to(share_broker):
         assert (r.error_message is None) == b.is_kafka, r.error_message
     finally:
         client.close()
+
+
+def test_a_classic_group_id_is_not_a_share_group(share_broker):
+    b = share_broker
+    topic = b.topic("sgw-classic")
+    group = new_group(b, "classic")
+    c = share_util.ck.Consumer({"bootstrap.servers": b.bootstrap, "group.id": group,
+                                "auto.offset.reset": "earliest"})
+    client = b.raw()
+    try:
+        c.subscribe([topic])
+        deadline = time.monotonic() + 30
+        while not c.assignment():  # joined the classic group
+            assert time.monotonic() < deadline
+            c.poll(0.2)
+        message = f"Group {group} is not a share group."
+        (g,) = describe_groups(client, group)
+        assert (g.error_code, g.error_message, g.group_state, g.group_epoch) == (
+            E.group_id_not_found, message, "", 0)
+        r = heartbeat(client, group, str(uuid.uuid4()), 0, (topic,))
+        assert (r.error_code, r.error_message) == (E.group_id_not_found, message)
+    finally:
+        client.close()
+        c.close()

@@ -47,7 +47,7 @@ def test_errors_are_kafkas():
     gs = ShareGroups(ShareGroupConfig(max_size=1))
     assert gs.heartbeat(0, hb("", 0), TOPICS).error == E.invalid_request
     assert gs.heartbeat(0, hb("m", 0, None), TOPICS).error == E.invalid_request
-    assert gs.heartbeat(0, hb("m", 0, ("a",), group=""), TOPICS).error == E.invalid_group_id
+    assert gs.heartbeat(0, hb("m", 0, ("a",), group=""), TOPICS).error == E.invalid_request
     assert gs.heartbeat(0, hb("m", -2), TOPICS).error == E.invalid_request
     assert gs.heartbeat(0, hb("m", 1), TOPICS).error == E.unknown_member_id
     assert gs.heartbeat(0, hb("m", -1), TOPICS).error == E.unknown_member_id
