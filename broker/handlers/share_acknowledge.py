@@ -14,7 +14,7 @@ from txbroker.protocol.messages import build
 from ..context import CloseConnection, RequestContext
 from ._groups import ZERO, may_read_group
 from ._share import DISABLED, leader, share_enabled
-from .share_fetch import acknowledgements, missing_partitions, unreadable
+from .share_fetch import acknowledgements, invalid_ids, missing_partitions, unreadable
 
 API_KEY = 79
 MIN_VERSION = 1
@@ -32,10 +32,8 @@ async def handle(ctx: RequestContext, request):
         return _top(ctx, *DISABLED)
     shares = ctx.broker.shares
     group_id, member_id = request.group_id or "", request.member_id or ""
-    if not group_id:  # Kafka's KafkaApis checks, before the session
-        return _top(ctx, ErrorCode.invalid_group_id, "Invalid group id in the request.")
-    if not member_id:
-        return _top(ctx, ErrorCode.invalid_request, "Invalid member id in the request.")
+    if (refused := invalid_ids(request)) is not None:
+        return _top(ctx, *refused)
     if not may_read_group(ctx, group_id):
         return _top(ctx, ErrorCode.group_authorization_failed)
     epoch = int(request.share_session_epoch)

@@ -46,6 +46,20 @@ def _top(ctx, error, message=None, lock_ms: int = 0, responses=()):
                  responses=responses, node_endpoints=())
 
 
+def invalid_ids(request) -> tuple[ErrorCode, str] | None:
+    """The checks before the share session (ShareFetch and ShareAcknowledge): a null
+    group id is INVALID_REQUEST, as Kafka 4.4 answers; an empty one INVALID_GROUP_ID
+    (Kafka opens a session for it whose share-partitions it never initializes:
+    docs/compatibility.md); an empty member id INVALID_REQUEST."""
+    if request.group_id is None:
+        return ErrorCode.invalid_request, "Invalid group id in the request."
+    if not request.group_id:
+        return ErrorCode.invalid_group_id, "Invalid group id in the request."
+    if not request.member_id:
+        return ErrorCode.invalid_request, "Invalid member id in the request."
+    return None
+
+
 def acknowledgements(topics) -> dict:
     """(topic id, partition) -> its AcknowledgementBatches, for the partitions that have
     some (ShareFetch and ShareAcknowledge share the shape)."""
@@ -76,10 +90,8 @@ async def handle(ctx: RequestContext, request):
     broker = ctx.broker
     shares = broker.shares
     group_id, member_id = request.group_id or "", request.member_id or ""
-    if not group_id:  # Kafka's KafkaApis checks, before the session
-        return _top(ctx, ErrorCode.invalid_group_id, "Invalid group id in the request.")
-    if not member_id:
-        return _top(ctx, ErrorCode.invalid_request, "Invalid member id in the request.")
+    if (refused := invalid_ids(request)) is not None:
+        return _top(ctx, *refused)
     if not may_read_group(ctx, group_id):
         return _top(ctx, ErrorCode.group_authorization_failed)
     epoch = int(request.share_session_epoch)

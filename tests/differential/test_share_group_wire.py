@@ -82,6 +82,13 @@ def test_share_session_epochs(share_broker):
     try:
         member, _, _ = join(client, group, (topic,))
         produce(b, topic, 3)
+        assert share_fetch(client, None, member, 0, tid).error_code == E.invalid_request
+        assert share_fetch(client, group, "", 0, tid).error_code == E.invalid_request
+        assert share_ack(client, None, member, 1, tid, []).error_code == E.invalid_request
+        assert share_ack(client, group, "", 1, tid, []).error_code == E.invalid_request
+        # An empty group id: Kafka opens a session for the group "" (docs/compatibility.md).
+        assert share_fetch(client, "", str(uuid.uuid4()), 0, tid).error_code == (
+            0 if b.is_kafka else E.invalid_group_id)
         assert share_fetch(client, group, member, 1, tid).error_code == E.share_session_not_found
         assert share_ack(client, group, member, 1, tid, [(0, 0, ACCEPT)]).error_code == \
             E.share_session_not_found
