@@ -74,5 +74,8 @@ async def handle(ctx: RequestContext, request):
     if error != ErrorCode.none.value:  # the top-level error alone, as Kafka
         code = ErrorCode(error)
         return _response(ctx, code, _MESSAGES.get(code))
+    # Kafka 4.4's order: the topics it does not know (or may not read) first, then the
+    # others, each group in the request's order.
+    answers.sort(key=lambda a: a[0] in allowed and a[0] in topics_info)
     return _response(ctx, ErrorCode.none, None,
                      [_topic(schema, name, tid, parts) for name, tid, parts in answers])

@@ -215,10 +215,13 @@ def test_share_group_offsets_and_delete_groups(share_broker):
     # moves on the share-partition's next state write (docs/compatibility.md).
     assert spso(g) == {(topic, 0): 0 if b.is_kafka else 10}
     # Reset to 4: the next member gets 4..9 again, with delivery count 1.
-    r = alter(b, group, {(topic, 0): 4})
+    r = alter(b, group, {(topic, 0): 4, (topic, 3): 0, ("sg-no-such-topic", 0): 0})
     assert r.error_code == 0
+    # Kafka 4.4 answers the unknown topics first.
     assert [(t.topic_name, [(p.partition_index, p.error_code) for p in t.partitions])
-            for t in r.responses] == [(topic, [(0, 0)])]
+            for t in r.responses] == [
+        ("sg-no-such-topic", [(0, E.unknown_topic_or_partition)]),
+        (topic, [(0, 0), (3, E.unknown_topic_or_partition)])]
     assert spso(describe(b, group)) == {(topic, 0): 4}
     c = share_consumer(b, group, topic, explicit=True)
     try:
