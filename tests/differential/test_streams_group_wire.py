@@ -5,13 +5,38 @@ topology, an unknown member, a fenced epoch, a group id of another type)."""
 
 from __future__ import annotations
 
+import time
+
 from kio.schema.errors import ErrorCode as E
 from txbroker.protocol.messages import build, request_module
 
-from tests.integration.test_streams_groups_wire import describe, heartbeat, join_group, topology
+from tests.integration.test_streams_groups_wire import (
+    describe,
+    heartbeat,
+    join_group,
+    join_until_stable,
+    topology,
+)
 from tests.integration.txn_util import unique
 
 from .test_kafka_streams_protocol import streams_broker  # noqa: F401  (the fixture)
+
+RETRIABLE = (E.coordinator_load_in_progress, E.coordinator_not_available, E.not_coordinator)
+
+
+def ready(broker, *groups: str) -> None:
+    """As a client retries: until each group's coordinator serves it (Kafka loads a
+    partition of __consumer_offsets after FindCoordinator already answers)."""
+    client = broker.raw()
+    try:
+        for g in groups:
+            broker.wait_coordinator(g, key_type=0)
+            deadline = time.monotonic() + 30
+            while describe(client, g)[0].error_code in RETRIABLE:
+                assert time.monotonic() < deadline
+                time.sleep(0.2)
+    finally:
+        client.close()
 
 
 def statuses(r) -> list[tuple[int, str]]:
@@ -22,8 +47,7 @@ def test_heartbeat_errors_and_statuses_as_kafka(streams_broker):  # noqa: F811
     broker = streams_broker
     group, source = unique("sg"), unique("src")
     other, bad, missing, classic = unique("sg"), unique("sg"), unique("nope"), unique("classic")
-    for g in (group, other, bad, missing, classic):
-        broker.wait_coordinator(g, key_type=0)  # Kafka creates __consumer_offsets first
+    ready(broker, group, other, bad, missing, classic)
     client = broker.raw()
     try:
         r = heartbeat(client, group, "m1", 0, topo=topology(source=source,
@@ -61,5 +85,34 @@ def test_heartbeat_errors_and_statuses_as_kafka(streams_broker):  # noqa: F811
         r = heartbeat(client, classic, "m1", 0)
         assert (r.error_code, r.error_message) == (E.group_id_not_found,
                                                    f"Group {classic} is not a streams group.")
+    finally:
+        client.close()
+
+
+def test_offset_commit_by_a_streams_member_as_kafka(streams_broker):  # noqa: F811
+    broker = streams_broker
+    group, source = unique("sgc"), unique("src")
+    ready(broker, group)
+    broker.create_topic(source, 1)
+    broker.create_topic(f"{group}-changelog", 1)
+    client = broker.raw()
+    try:
+        epoch, _owned = join_until_stable(client, group, "m1", topo=topology(
+            source=source, changelog=f"{group}-changelog"))
+
+        def commit(member: str, member_epoch: int, version: int = 9) -> int:
+            m = request_module(8, version)
+            r = client.request(8, version, build(
+                m.OffsetCommitRequest, group_id=group, generation_id_or_member_epoch=member_epoch,
+                member_id=member, group_instance_id=None, retention_time=-1, topics=(build(
+                    m.OffsetCommitRequestTopic, name=source, partitions=(build(
+                        m.OffsetCommitRequestPartition, partition_index=0, committed_offset=1,
+                        committed_leader_epoch=-1, committed_metadata=None),)),)))
+            return r.topics[0].partitions[0].error_code
+
+        assert commit("m1", epoch + 1) == E.stale_member_epoch
+        assert commit("other", epoch) == E.unknown_member_id
+        assert commit("m1", epoch, version=8) == E.unsupported_version
+        assert commit("m1", epoch) == 0
     finally:
         client.close()

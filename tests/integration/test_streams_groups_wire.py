@@ -77,9 +77,9 @@ def active(response) -> set[tuple[str, int]]:
     return {(t.subtopology_id, p) for t in response.active_tasks or () for p in t.partitions}
 
 
-def join_until_stable(client, group: str, member: str) -> tuple[int, set]:
+def join_until_stable(client, group: str, member: str, topo=None) -> tuple[int, set]:
     """Join, then heartbeat with the tasks given until the member owns its target."""
-    r = heartbeat(client, group, member, 0)
+    r = heartbeat(client, group, member, 0, topo=topo)
     assert r.error_code == 0, r.error_message
     owned = active(r)
     epoch = r.member_epoch
