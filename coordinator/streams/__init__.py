@@ -19,9 +19,12 @@ results plus the records to persist.
 ``records``    the StreamsGroup* records of ``__consumer_offsets``, byte-compatible with
                Kafka (``wire`` holds the flexible-version field codecs).
 ``results``    configuration, the heartbeat request and the results.
+``offsets``    OffsetCommit / TxnOffsetCommit / OffsetFetch checks of a member's epoch.
 
-Wiring (the StreamsGroupHeartbeat (88) / StreamsGroupDescribe (89) handlers and the
-coordinator shell, not written yet) uses :class:`groups.StreamsGroups` only:
+Wiring (the StreamsGroupHeartbeat (88) / StreamsGroupDescribe (89) handlers in
+broker/handlers/ and the group coordinator's part in
+``coordinator/group/streams_coordinator.py``) uses :class:`groups.StreamsGroups` only;
+``offsets`` checks the offset commits and fetches of a group's members:
 
 * Heartbeat: decode the request into :class:`results.StreamsHeartbeat` (task lists as
   ``frozenset`` of ``(subtopology id, partition)``, the topology as
