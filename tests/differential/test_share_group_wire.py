@@ -9,8 +9,10 @@ the codes are compared there."""
 
 from __future__ import annotations
 
+import contextlib
 import time
 import uuid
+from collections.abc import Iterator
 
 from kio.schema.errors import ErrorCode as E
 
@@ -30,6 +32,20 @@ from tests.differential.share_util import (
 )
 
 share_broker = share_util.share_broker  # the fixture: txbroker, then Kafka
+
+
+@contextlib.contextmanager
+def _member(b, prefix: str, partitions: int = 1) -> Iterator[tuple]:
+    """A new topic, a new share group and one member subscribed to the topic (joined by
+    heartbeats) on a raw connection: (client, group, topic, topic id, member id)."""
+    topic = b.topic(prefix, partitions)
+    group = new_group(b)
+    client = b.raw()
+    try:
+        member, _, _ = join(client, group, (topic,))
+        yield client, group, topic, topic_id(b, topic), member
+    finally:
+        client.close()
 
 
 def _errors(r) -> list[tuple[int, int]]:
@@ -75,12 +91,7 @@ def test_heartbeat_errors(share_broker):
 
 def test_share_session_epochs(share_broker):
     b = share_broker
-    topic = b.topic("sgw-session")
-    tid = topic_id(b, topic)
-    group = new_group(b)
-    client = b.raw()
-    try:
-        member, _, _ = join(client, group, (topic,))
+    with _member(b, "sgw-session") as (client, group, topic, tid, member):
         produce(b, topic, 3)
         assert share_fetch(client, None, member, 0, tid).error_code == E.invalid_request
         assert share_fetch(client, group, "", 0, tid).error_code == E.invalid_request
@@ -109,18 +120,12 @@ def test_share_session_epochs(share_broker):
         other = str(uuid.uuid4())  # (ShareFetch does not check group membership)
         r = share_fetch(client, group, other, 0, tid, max_wait_ms=5000)
         assert acquired(r) == [(0, 1, 2, 2)]
-    finally:
-        client.close()
 
 
 def test_acknowledge_errors(share_broker):
     b = share_broker
-    topic, never_fetched = b.topic("sgw-ack"), b.topic("sgw-never")
-    tid, never_tid = topic_id(b, topic), topic_id(b, never_fetched)
-    group = new_group(b)
-    client = b.raw()
-    try:
-        member, _, _ = join(client, group, (topic,))
+    never_tid = topic_id(b, b.topic("sgw-never"))
+    with _member(b, "sgw-ack") as (client, group, topic, tid, member):
         produce(b, topic, 4)
         r = share_fetch(client, group, member, 0, tid, max_wait_ms=5000)
         assert acquired(r) == [(0, 0, 3, 1)]
@@ -147,8 +152,6 @@ def test_acknowledge_errors(share_broker):
         r = share_fetch(client, group, member, next(epoch), tid, acks=[(3, 3, ACCEPT)],
                         max_wait_ms=5000)
         assert _errors(r) == [(0, 0)] and acquired(r) == [(0, 2, 2, 2)]
-    finally:
-        client.close()
 
 
 def test_fetch_lists_the_partitions_with_records(share_broker):
@@ -156,12 +159,7 @@ def test_fetch_lists_the_partitions_with_records(share_broker):
     lists those it happened to read (txbroker none); an unknown topic id is answered
     for this request only."""
     b = share_broker
-    topic = b.topic("sgw-list", 3)
-    tid = topic_id(b, topic)
-    group = new_group(b)
-    client = b.raw()
-    try:
-        member, _, _ = join(client, group, (topic,))
+    with _member(b, "sgw-list", 3) as (client, group, topic, tid, member):
         produce(b, topic, 2, partition=1)
         r = share_fetch(client, group, member, 0, tid, (0, 1, 2), max_wait_ms=5000)
         assert acquired(r) == [(1, 0, 1, 1)]
@@ -174,8 +172,6 @@ def test_fetch_lists_the_partitions_with_records(share_broker):
         r = share_fetch(client, group, member, 1, unknown, max_wait_ms=0)
         assert [(t.topic_id, p.partition_index, p.error_code) for t in r.responses
                 for p in t.partitions] == [(unknown, 0, E.unknown_topic_id)]
-    finally:
-        client.close()
 
 
 def test_fetch_of_a_topic_the_group_never_subscribed_to(share_broker):
@@ -183,12 +179,9 @@ def test_fetch_of_a_topic_the_group_never_subscribed_to(share_broker):
     a ShareFetch of another topic finds none and answers UNKNOWN_SERVER_ERROR for it.
     txbroker starts the state on the first fetch and serves it (docs/compatibility.md)."""
     b = share_broker
-    subscribed, other = b.topic("sgw-sub"), b.topic("sgw-other")
+    other = b.topic("sgw-other")
     other_id = topic_id(b, other)
-    group = new_group(b)
-    client = b.raw()
-    try:
-        member, _, _ = join(client, group, (subscribed,))
+    with _member(b, "sgw-sub") as (client, group, _, _, member):
         produce(b, other, 2)
         r = share_fetch(client, group, member, 0, other_id, max_wait_ms=1000)
         assert r.error_code == 0
@@ -201,8 +194,6 @@ def test_fetch_of_a_topic_the_group_never_subscribed_to(share_broker):
         r = share_fetch(client, group, str(uuid.uuid4()), 3, other_id)
         assert r.error_code == E.share_session_not_found
         assert (r.error_message is None) == b.is_kafka, r.error_message
-    finally:
-        client.close()
 
 
 def test_a_classic_group_id_is_not_a_share_group(share_broker):
