@@ -13,8 +13,9 @@ to this worker or another, with a higher delivery count: the work must be idempo
 It writes what happened into TXBROKER_HISTORY (a folder: one file per process) for the
 chaos checker (testing/chaos/share_checker.py): each delivery with its delivery count,
 each ACCEPT sent, and the answer per partition: confirmed, failed (the broker's error:
-not applied), or unknown (commit_sync failed, or librdkafka's own error such as a
-transport failure: the broker may have applied it before its answer was lost). Your own worker can write the same lines (``History``).
+not applied), or unknown (commit_sync failed, librdkafka's own error such as a
+transport failure, or a request timeout: the broker may have applied it before its
+answer was lost). Your own worker can write the same lines (``History``).
 Crash-only: an unexpected error ends the process, the supervisor starts it again.
 Broken on purpose: ``--reject-every N`` REJECTs every Nth record (lost: the checker
 says so).
@@ -122,17 +123,23 @@ def main(argv: list[str] | None = None) -> int:
                 history.unknown(tp_seqs, "no result for the partition")
             elif answers[tp] is None:
                 history.answered(tp_seqs, None)
-            elif _local(answers[tp]):  # the answer was lost (a broker crash): maybe applied
+            elif _local(answers[tp]):  # the answer was lost (a crash, a drop): maybe applied
                 history.unknown(tp_seqs, str(answers[tp]))
             else:  # the broker's error: not applied, the record comes back
                 history.answered(tp_seqs, str(answers[tp]))
 
 
+# Codes librdkafka reports for an answer that never came (its ShareAcknowledge timed
+# out: "Broker: Request timed out"), besides its own negative ones.
+UNANSWERED = (7, 13)  # REQUEST_TIMED_OUT, NETWORK_EXCEPTION
+
+
 def _local(error: Exception) -> bool:
-    """librdkafka's own errors (negative codes: transport failure, timed out) say
-    nothing of what the broker did."""
+    """librdkafka's own errors (negative codes: transport failure, timed out) and
+    timeouts say nothing of what the broker did."""
     kafka_error = error.args[0] if error.args else None
-    return not hasattr(kafka_error, "code") or kafka_error.code() < 0
+    return not hasattr(kafka_error, "code") or kafka_error.code() < 0 or \
+        kafka_error.code() in UNANSWERED
 
 
 if __name__ == "__main__":
