@@ -53,7 +53,7 @@ def heartbeat(client, group: str, member: str, epoch: int, **kwargs):
 
 
 def heartbeat_request(group: str, member: str, epoch: int, *, topo=None, owned=None,
-                      instance_id: str | None = None):
+                      instance_id: str | None = None, shutdown: bool = False):
     join = epoch == 0
     return build(HB.StreamsGroupHeartbeatRequest, group_id=group, member_id=member,
                 member_epoch=epoch, endpoint_information_epoch=0, instance_id=instance_id,
@@ -65,7 +65,7 @@ def heartbeat_request(group: str, member: str, epoch: int, *, topo=None, owned=N
                 warmup_tasks=() if join or owned is not None else None,
                 process_id=str(uuid.uuid5(uuid.NAMESPACE_OID, member)) if join else None,
                 user_endpoint=None, client_tags=() if join else None, task_offsets=None,
-                task_end_offsets=None, shutdown_application=False)
+                task_end_offsets=None, shutdown_application=shutdown)
 
 
 def describe(client, *groups: str):
@@ -495,6 +495,21 @@ def test_streams_groups_on_metrics(tmp_path):
     with BrokerThread(str(tmp_path / "off"), {"admin.http.port": "0"}) as b:
         assert not [s for s in scrape(b)["txbroker_groups"][1]
                     if s[1]["protocol"] == "streams"]
+
+
+def test_a_member_asks_the_application_to_shut_down(txbroker):
+    txbroker.create_topic("input", 2)
+    client = connect(txbroker)
+    try:
+        epochs, tasks = settle(client, "app", ["m1", "m2"])
+        r = heartbeat(client, "app", "m1", epochs["m1"], owned=tasks["m1"], shutdown=True)
+        assert r.error_code == 0
+        r = heartbeat(client, "app", "m2", epochs["m2"], owned=tasks["m2"])
+        assert [(s.status_code, s.status_detail) for s in r.status] == [
+            (4, "Streams group member m1 encountered a fatal error and requested a shutdown "
+                "for the entire application.")]
+    finally:
+        client.close()
 
 
 def test_acls_as_kafka_checks_them(tmp_path):
