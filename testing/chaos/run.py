@@ -244,8 +244,12 @@ def _strike(rng: random.Random, broker: BrokerProcess, pipeline: Instances, even
         event("broker crash: SIGKILL, restarted")
     elif what == "power":
         point = rng.choice(power_points)
-        broker.faults.arm(point, "power_loss")
-        event(f"power loss: armed at {point} (the next commit there)")
+        pending = _armed_points(broker)
+        if pending:  # (not counted: only a point armed is a power loss to come)
+            event(f"power loss pending: still armed at {', '.join(pending)}, not armed again")
+        else:
+            broker.faults.arm(point, "power_loss")
+            event(f"power loss: armed at {point} (the next commit there)")
     else:
         spec = {**rng.choice(profile), "count": rng.randint(1, 3)}
         try:
@@ -253,6 +257,14 @@ def _strike(rng: random.Random, broker: BrokerProcess, pipeline: Instances, even
             event(f"request fault: {spec}")
         except (RuntimeError, OSError) as e:  # the broker went down meanwhile
             event(f"request fault: not installed ({e})")
+
+
+def _armed_points(broker: BrokerProcess) -> list[str]:
+    """The fault points armed on the broker that have not fired yet."""
+    try:
+        return [f["point"] for f in broker.faults.list() if f.get("point") and f.get("active")]
+    except (RuntimeError, OSError):  # the broker went down meanwhile
+        return []
 
 
 def calm(broker: BrokerProcess, event) -> None:
