@@ -5,7 +5,8 @@ protocol's bytes). A consumer-protocol group (KIP-848) is Dead with no members t
 DescribeGroups, as on Kafka, so it is asked again with ConsumerGroupDescribe, which
 carries the epochs and each member's current and target assignment, as Kafka's
 kafka-consumer-groups.sh does through the Admin client. A share group (KIP-932) is
-neither: it comes from ShareGroupDescribe, as kafka-share-groups.sh asks for it.
+neither: it comes from ShareGroupDescribe, as kafka-share-groups.sh asks for it, and a
+streams group (KIP-1071) from StreamsGroupDescribe, as kafka-streams-groups.sh does.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from kio.schema.consumer_group_describe.v0 import request as cgd
 from kio.schema.describe_groups.v5 import request as dsg
 from kio.schema.errors import ErrorCode
 from kio.schema.share_group_describe.v1 import request as sgd
+from kio.schema.streams_group_describe.v0 import request as stgd
 from txbroker.protocol.consumer_protocol import decode_consumer_assignment
 
 from .cluster_client import Cluster, ToolError, error_name
@@ -43,7 +45,9 @@ class GroupView:
     members: list[MemberView]
     group_epoch: int | None = None  # consumer protocol and share groups
     assignment_epoch: int | None = None  # consumer protocol and share groups
-    group_type: str = "classic"  # ListGroups' type: classic, consumer or share
+    group_type: str = "classic"  # ListGroups' type: classic, consumer, share or streams
+    # A streams group's StreamsGroupDescribe entry (topology, members' tasks), as sent.
+    streams: object | None = None
 
     @property
     def consumer_protocol(self) -> bool:
@@ -52,6 +56,10 @@ class GroupView:
     @property
     def share(self) -> bool:
         return self.group_type == "share"
+
+    @property
+    def is_streams(self) -> bool:
+        return self.group_type == "streams"
 
 
 def _partitions(assignment) -> list[TP]:
@@ -105,14 +113,31 @@ def _share_group(cluster: Cluster, group: str) -> GroupView | None:
                      g.group_epoch, g.assignment_epoch, "share")
 
 
+def _streams_group(cluster: Cluster, group: str) -> GroupView | None:
+    """The group from StreamsGroupDescribe; None when it is not a streams group (or the
+    broker has streams groups off)."""
+    g = _described(cluster, group, 89, 0, stgd.StreamsGroupDescribeRequest(
+        group_ids=(group,), include_authorized_operations=False))
+    if g is None:
+        return None
+    members = [MemberView(m.member_id, m.instance_id, m.client_host, m.client_id, [],
+                          m.member_epoch) for m in g.members]
+    return GroupView(group, g.group_state, None, members, g.group_epoch, g.assignment_epoch,
+                     "streams", g)
+
+
 def describe_group(cluster: Cluster, group: str) -> GroupView:
     resp = cluster.coordinator(group).request(15, 5, dsg.DescribeGroupsRequest(
         groups=(group,), include_authorized_operations=False))
     [g] = resp.groups
-    if g.error_code != ErrorCode.none:
+    # Kafka answers a group of another type Dead (GROUP_ID_NOT_FOUND from v6 on).
+    other_type = g.error_code == ErrorCode.group_id_not_found or (
+        g.error_code == ErrorCode.none and g.group_state == "Dead" and not g.members)
+    if g.error_code != ErrorCode.none and not other_type:
         raise ToolError(f"cannot describe group {group!r}: {error_name(g.error_code)}")
-    if g.group_state == "Dead" and not g.members:
-        found = _consumer_group(cluster, group) or _share_group(cluster, group)
+    if other_type:
+        found = (_consumer_group(cluster, group) or _share_group(cluster, group)
+                 or _streams_group(cluster, group))
         if found is not None:
             return found
     members = [MemberView(m.member_id, m.group_instance_id, m.client_host, m.client_id,

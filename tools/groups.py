@@ -4,7 +4,8 @@ kafka-consumer-groups.sh's commands and option names, over the Kafka protocol
 ListOffsets, OffsetCommit, DeleteGroups). Groups of either protocol: classic, and
 consumer (KIP-848), whose members show their member epoch and current and target
 assignment with --verbose. Share groups (KIP-932) are described, reset and have their
-offsets deleted as kafka-share-groups.sh does it (share_groups.py).
+offsets deleted as kafka-share-groups.sh does it (share_groups.py); streams groups
+(KIP-1071) as kafka-streams-groups.sh does it (streams_groups.py).
 
 describe shows, beside Kafka's LOG-END-OFFSET and LAG, the partition's last stable
 offset and the lag of a read_committed consumer (LSO - committed offset): with a
@@ -28,7 +29,7 @@ from kio.schema.list_groups.v5 import request as lg5
 from kio.schema.offset_commit.v7 import request as oc
 from kio.schema.offset_fetch.v7 import request as of
 
-from . import share_groups
+from . import share_groups, streams_groups
 from .cluster_client import (
     EARLIEST,
     LATEST,
@@ -126,8 +127,8 @@ def cmd_describe(cluster: Cluster, args) -> int:
         if i:
             echo("")
         g = describe_group(cluster, group)
-        if g.share:
-            _describe_share(cluster, g, args)
+        if g.share or g.is_streams:
+            _describe_by(share_groups if g.share else streams_groups, cluster, g, args)
         elif args.state:
             _describe_state(cluster, g, args.verbose)
         elif args.members:
@@ -137,13 +138,15 @@ def cmd_describe(cluster: Cluster, args) -> int:
     return 0
 
 
-def _describe_share(cluster: Cluster, g: GroupView, args) -> None:
+def _describe_by(tool, cluster: Cluster, g: GroupView, args) -> None:
+    """A share or streams group, as kafka-share-groups.sh / kafka-streams-groups.sh
+    (``tool``: share_groups or streams_groups) describe it."""
     if args.state:
-        share_groups.describe_state(cluster, g, args.verbose)
+        tool.describe_state(cluster, g, args.verbose)
     elif args.members:
-        share_groups.describe_members(g, args.verbose)
+        tool.describe_members(g, args.verbose)
     else:
-        share_groups.describe_offsets(cluster, g, args.verbose)
+        tool.describe_offsets(cluster, g, args.verbose)
 
 
 def _describe_state(cluster: Cluster, g: GroupView, verbose: bool) -> None:
@@ -279,6 +282,9 @@ def cmd_reset_offsets(cluster: Cluster, args) -> int:
         if g.share:
             share_groups.check_resettable(g, args)
             current = {tp: o[0] for tp, o in share_groups.share_offsets(cluster, group).items()}
+        elif g.is_streams:
+            streams_groups.check_resettable(g)
+            current = _committed(cluster, group)
         elif g.state not in _INACTIVE:
             # As Kafka's tool: a live member would overwrite the reset with its next commit.
             raise ToolError(f"assignments can only be reset if the group '{group}' is "
@@ -322,15 +328,23 @@ def _commit(cluster: Cluster, group: str, offsets: dict[tuple[str, int], int]) -
 
 def cmd_delete_offsets(cluster: Cluster, args) -> int:
     g = describe_group(cluster, args.group)
+    if g.is_streams:
+        return streams_groups.delete_offsets(cluster, args.group,
+                                             None if args.all_topics else args.topic)
     if not g.share:
-        raise ToolError(f"group {args.group!r} is not a share group: delete-offsets deletes "
-                        "share groups' offsets (DeleteShareGroupOffsets)")
+        raise ToolError(f"group {args.group!r} is not a share group or a streams group: "
+                        "delete-offsets deletes their offsets (DeleteShareGroupOffsets, "
+                        "OffsetDelete)")
+    if not args.topic:
+        raise ToolError("give --topic TOPIC (repeatable)")
     return share_groups.delete_offsets(cluster, args.group, args.topic)
 
 
 def cmd_delete(cluster: Cluster, args) -> int:
     failed = 0
-    for group in _groups_of(cluster, args):
+    groups = _groups_of(cluster, args)
+    types = {g: t for g, _state, t in _listed(cluster, (), ())} if groups else {}
+    for group in groups:
         resp = cluster.coordinator(group).request(42, 2, dg.DeleteGroupsRequest(
             groups_names=(group,)))
         [result] = resp.results
@@ -339,7 +353,8 @@ def cmd_delete(cluster: Cluster, args) -> int:
                   file=sys.stderr)
             failed = 1
         else:
-            echo(f"Deletion of requested consumer groups ('{group}') was successful.")
+            kind = {"share": "share", "streams": "streams"}.get(types.get(group, ""), "consumer")
+            echo(f"Deletion of requested {kind} groups ('{group}') was successful.")
     return failed
 
 
@@ -354,7 +369,7 @@ def add_parser(sub) -> None:
                          "(Empty, Stable, PreparingRebalance, CompletingRebalance, Dead)")
     ls.add_argument("--type", nargs="*", metavar="TYPE",
                     help="show types; only groups of these types if given (classic, "
-                         "consumer, share)")
+                         "consumer, share, streams)")
 
     def groups_option(parser: argparse.ArgumentParser) -> None:
         parser.add_argument("--group", action="append", help="(repeatable)")
@@ -375,9 +390,9 @@ def add_parser(sub) -> None:
     r = gsub.add_parser("reset-offsets", help="move a group's committed offsets (a dry run "
                                               "unless --execute)")
     groups_option(r)
-    r.add_argument("--topic", action="append", metavar="TOPIC[:P,P...]",
+    r.add_argument("--topic", "--input-topic", action="append", metavar="TOPIC[:P,P...]",
                    help="a topic, or some of its partitions (repeatable)")
-    r.add_argument("--all-topics", action="store_true",
+    r.add_argument("--all-topics", "--all-input-topics", action="store_true",
                    help="every partition the group has an offset for")
     to = r.add_mutually_exclusive_group(required=True)
     to.add_argument("--to-earliest", action="store_true")
@@ -389,10 +404,12 @@ def add_parser(sub) -> None:
     to.add_argument("--shift-by", type=int, metavar="N", help="move by N (may be negative)")
     r.add_argument("--dry-run", action="store_true", help="show the new offsets (the default)")
     r.add_argument("--execute", action="store_true", help="commit the new offsets")
-    do = gsub.add_parser("delete-offsets", help="delete a share group's offsets of topics "
-                                                "(no active members)")
+    do = gsub.add_parser("delete-offsets", help="delete a share or streams group's offsets "
+                                                "of topics (no active members)")
     do.add_argument("--group", required=True)
-    do.add_argument("--topic", action="append", required=True, help="(repeatable)")
+    do.add_argument("--topic", "--input-topic", action="append", help="(repeatable)")
+    do.add_argument("--all-topics", "--all-input-topics", action="store_true",
+                    help="streams groups: every partition the group has an offset for")
     rm = gsub.add_parser("delete", help="delete groups (no active members) and their offsets")
     groups_option(rm)
     add_client_options_to_subcommands(ls, d, r, do, rm)
