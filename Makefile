@@ -260,6 +260,11 @@ bench-group-protocols: install
 bench-share: install
 	$(PY) -m bench.share_groups
 
+# Streams groups (KIP-1071): a Kafka Streams 4.4.0 exactly_once_v2 app's rebalance times
+# and records/s, group.protocol=streams on txbroker and Apache Kafka 4.4.0, classic on txbroker.
+bench-streams: install
+	$(PY) -m bench.streams_groups
+
 # Hostile clients: broker peak RSS and a normal client's acks=all latency.
 bench-abuse: install
 	$(PY) -m bench.abuse
