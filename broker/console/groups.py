@@ -3,7 +3,8 @@ lag against the high watermark (what kafka-consumer-groups.sh shows) and against
 last stable offset (what a read_committed consumer can still read). Groups of both
 protocols: a consumer-protocol group (KIP-848) shows its group and assignment epochs,
 its assignor and each member's epoch, current and target assignment. Share groups
-(KIP-932) are listed and shown by ``share_groups.py``."""
+(KIP-932) are listed and shown by ``share_groups.py``, streams groups (KIP-1071) by
+``streams_groups.py``."""
 
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ from txbroker.protocol.consumer_protocol import decode_consumer_assignment
 
 from .html import BROKER, Raw, esc, kv, layout, link, page_params, pager, seg, table
 from .share_groups import groups_section, share_coordinator, share_group
+from .streams_groups import groups_section as streams_section
+from .streams_groups import streams_group, streams_group_ids
 from .topics import partition_href
 
 # Partitions of one member's assignment shown before "and N more".
@@ -20,8 +23,8 @@ ASSIGNMENT_SHOWN = 20
 
 def group_ids(broker) -> list[str]:
     groups = broker.groups
-    return sorted(set(groups.state.group_ids()) | set(groups.consumer.groups)
-                  | set(groups.offsets.groups()))
+    return sorted((set(groups.state.group_ids()) | set(groups.consumer.groups)
+                   | set(groups.offsets.groups())) - set(streams_group_ids(broker)))
 
 
 def _partitions(assignment, names) -> list[tuple[str, int]]:
@@ -78,7 +81,8 @@ async def groups(request: web.Request) -> web.Response:
                             "Committed partitions", "Lag (HW)", "Lag (LSO)"], rows,
                            id="groups")
             + pager(request, start, limit, len(ids))
-            + groups_section(broker, request))
+            + groups_section(broker, request)
+            + streams_section(broker, request))
     return layout(request, "Consumer groups", body)
 
 
@@ -88,12 +92,14 @@ async def group(request: web.Request) -> web.Response:
     shares = share_coordinator(broker)
     if shares is not None and shares.is_share_group(gid):
         return await share_group(request, shares, gid)
+    start, limit = page_params(request)
+    committed = lags(broker, gid)
+    if broker.groups.is_streams_group(gid):
+        return streams_group(request, gid, _offsets_html(request, committed, start, limit))
     cg = broker.groups.consumer.groups.get(gid)
     d = broker.groups.describe(gid)
-    committed = lags(broker, gid)
     if cg is None and not d.exists and not committed:
         raise web.HTTPNotFound(text=f"unknown group {gid!r}\n")
-    start, limit = page_params(request)
     if cg is not None:
         head, members, member_header, count = _consumer_group(broker, cg, limit)
     else:
@@ -108,22 +114,27 @@ async def group(request: web.Request) -> web.Response:
         head = kv([("Group id", Raw(f'<span class="group">{esc(gid)}</span>')),
                    ("State", d.state), ("Protocol type", d.protocol_type or "-"),
                    ("Protocol", d.protocol_data or "-"), ("Members", count)])
+    body = (f"{head}<h2>Members</h2>"
+            + table(member_header, members, id="members")
+            + (f"<p>{count - limit} more members not shown.</p>" if count > limit else "")
+            + _offsets_html(request, committed, start, limit))
+    return layout(request, "Consumer group", body)
+
+
+def _offsets_html(request: web.Request, committed: list, start: int, limit: int) -> str:
+    """A group's committed offsets with both lags, one page of them."""
     rows = [[link(partition_href(t, p), f"{t}-{p}"), c, hw, lso,
              Raw(f'<span class="lag-hw">{max(0, hw - c)}</span>'),
              Raw(f'<span class="lag-lso">{max(0, lso - c)}</span>'),
              "pending (transactional)" if pending else ""]
             for t, p, c, hw, lso, pending in committed[start:start + limit]]
-    body = (f"{head}<h2>Members</h2>"
-            + table(member_header, members, id="members")
-            + (f"<p>{count - limit} more members not shown.</p>" if count > limit else "")
-            + "<h2>Committed offsets</h2><p class=\"note\">Lag (HW): high watermark − "
+    return ("<h2>Committed offsets</h2><p class=\"note\">Lag (HW): high watermark − "
             "committed, as kafka-consumer-groups.sh shows it. Lag (LSO): last stable "
             "offset − committed, what a read_committed consumer can read now; the rest is "
             "held back by open transactions.</p>"
             + table(["Partition", "Committed", "High watermark", "LSO", "Lag (HW)",
                      "Lag (LSO)", ""], rows, id="offsets")
             + pager(request, start, limit, len(committed)))
-    return layout(request, "Consumer group", body)
 
 
 def _consumer_group(broker, g, limit: int):

@@ -38,6 +38,7 @@ TOOLS = {
     "kafka-features": "org.apache.kafka.tools.FeatureCommand",
     "kafka-share-groups": "org.apache.kafka.tools.consumer.group.ShareGroupCommand",
     "kafka-console-share-consumer": "org.apache.kafka.tools.consumer.ConsoleShareConsumer",
+    "kafka-streams-groups": "org.apache.kafka.tools.streams.StreamsGroupCommand",
 }
 
 

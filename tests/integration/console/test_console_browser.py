@@ -267,3 +267,30 @@ def test_share_group_page_in_a_browser(txbroker, browser):
         _shot(d, "share-group")
     finally:
         c.close()
+
+
+@pytest.mark.parametrize("txbroker_config", [{
+    "admin.http.port": "0", "txbroker.streams.version": "1"}])
+def test_streams_group_page_in_a_browser(txbroker, browser):
+    """A streams group (KIP-1071) made by raw StreamsGroupHeartbeat requests: listed on
+    the groups page, and its page renders its topology and each member's tasks."""
+    from selenium.webdriver.common.by import By
+
+    from .test_console_streams_groups import stable_streams_group
+
+    owned = stable_streams_group(txbroker, "payments-app")
+    port = txbroker.call(lambda b: b.admin_http.port)
+    d = browser
+    d.get(f"http://127.0.0.1:{port}/console/groups")
+    link = d.find_element(By.CSS_SELECTOR, "#streams-groups a.streams-group")
+    assert link.text == "payments-app"
+    _navigate(d, link)
+    assert d.find_element(By.TAG_NAME, "h1").text == "Streams group"
+    assert d.find_element(By.ID, "topology-status").text == "ready"
+    rows = d.find_elements(By.CSS_SELECTOR, "#members tbody tr")
+    shown = {r.find_element(By.TAG_NAME, "td").text:
+             (r.find_element(By.CLASS_NAME, "current-active").text,
+              r.find_element(By.CLASS_NAME, "target-active").text) for r in rows}
+    assert shown == {m: (f"{s}_{p}", f"{s}_{p}") for m, [(s, p)] in
+                     ((m, sorted(ts)) for m, ts in owned.items())}
+    _shot(d, "streams-group")

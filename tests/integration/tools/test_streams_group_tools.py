@@ -23,6 +23,20 @@ def txbroker_config() -> dict[str, str]:
     return dict(ENABLED)
 
 
+def commit_offset(client, group: str, member: str, epoch: int, topic: str, partition: int,
+                  offset: int) -> None:
+    """OffsetCommit as a streams member commits (its member id and epoch)."""
+    cm = request_module(8, 9)
+    r = client.request(8, 9, build(
+        cm.OffsetCommitRequest, group_id=group, generation_id_or_member_epoch=epoch,
+        member_id=member, group_instance_id=None, topics=(build(
+            cm.OffsetCommitRequestTopic, name=topic, partitions=(build(
+                cm.OffsetCommitRequestPartition, partition_index=partition,
+                committed_offset=offset, committed_leader_epoch=-1,
+                committed_metadata=None),)),)))
+    assert r.topics[0].partitions[0].error_code == E.none
+
+
 def streams_group(txbroker, topic: str, group: str) -> tuple[object, dict[str, int]]:
     """Two members of ``group`` reading ``topic`` (the helpers' topology's "input": 3 partitions, 2 records each), Stable;
     m1 committed offset 1 of partition 0. Returns the connection and the epochs."""
@@ -33,14 +47,7 @@ def streams_group(txbroker, topic: str, group: str) -> tuple[object, dict[str, i
     assert p.flush(10) == 0
     client = connect(txbroker)
     epochs, _owned = settle(client, group, ["m1", "m2"])
-    cm = request_module(8, 9)
-    r = client.request(8, 9, build(
-        cm.OffsetCommitRequest, group_id=group, generation_id_or_member_epoch=epochs["m1"],
-        member_id="m1", group_instance_id=None, topics=(build(
-            cm.OffsetCommitRequestTopic, name=topic, partitions=(build(
-                cm.OffsetCommitRequestPartition, partition_index=0, committed_offset=1,
-                committed_leader_epoch=-1, committed_metadata=None),)),)))
-    assert r.topics[0].partitions[0].error_code == E.none
+    commit_offset(client, group, "m1", epochs["m1"], topic, 0, 1)
     return client, epochs
 
 
