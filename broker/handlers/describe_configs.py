@@ -83,7 +83,7 @@ def broker_config_entries(config):
 def group_config_entries(broker, group_id: str):
     """(name, value, source, doc, synonyms) of the group configs, as Kafka 4.4 lists
     them: every key but the internal ones the group has not set (Kafka's isInternal),
-    the refused streams.* ones with Kafka's defaults. Synonyms: the group's override,
+    the refused ones with Kafka's defaults. Synonyms: the group's override,
     the broker key as set, then the broker key (the key itself where Kafka has no broker
     key) with Kafka's default."""
     store = broker.groups.group_configs

@@ -64,7 +64,13 @@ from .state import (
     PersistRequest,
     SyncResult,
 )
-from .streams_coordinator import StreamsGroupShell, is_streams_record
+from .streams_coordinator import (
+    StreamsGroupShell,
+    is_streams_record,
+    streams_config_for,
+    streams_group_config_defaults,
+    streams_group_config_limits,
+)
 
 log = logging.getLogger(__name__)
 
@@ -108,17 +114,20 @@ class GroupCoordinator(ConsumerGroupShell, StreamsGroupShell):
         # Group configs (resource type 32): per-group consumer.session.timeout.ms and
         # consumer.heartbeat.interval.ms, which the consumer groups read.
         c = self.consumer.config
+        streams_config = config.streams or StreamsGroupConfig()
         self.group_configs = GroupConfigStore(getattr(logs, "data_dir", None), {
             SESSION_TIMEOUT: (c.session_timeout_ms, c.min_session_timeout_ms,
                               c.max_session_timeout_ms),
             HEARTBEAT_INTERVAL: (c.heartbeat_interval_ms, c.min_heartbeat_interval_ms,
                                  c.max_heartbeat_interval_ms),
-            **config.group_config_limits}, config.group_config_defaults)
+            **streams_group_config_limits(streams_config),
+            **config.group_config_limits},
+            {**streams_group_config_defaults(streams_config), **config.group_config_defaults})
         self.consumer.overrides = self.group_configs.overrides
-        # KIP-1071 streams groups, in the same partitions and group-id namespace. Their
-        # per-group streams.* configs are refused for now: the broker keys apply.
-        streams_config = config.streams or StreamsGroupConfig()
-        self.streams = StreamsGroups(lambda _group_id: streams_config)
+        # KIP-1071 streams groups, in the same partitions and group-id namespace, each
+        # with the broker's group.streams.* keys overridden by its streams.* configs.
+        self.streams = StreamsGroups(
+            lambda group_id: streams_config_for(self.group_configs, group_id, streams_config))
         self._streams_creating: dict[str, int] = {}
         # Classic members' LeaveGroup of a consumer group: (log, last offset) to wait for.
         self._unflushed_leaves: dict[str, tuple[PartitionLog, int]] = {}

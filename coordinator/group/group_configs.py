@@ -3,9 +3,8 @@ overrides of the broker's ``group.consumer.*`` and ``group.share.*`` keys, set w
 IncrementalAlterConfigs / AlterConfigs and listed by DescribeConfigs.
 
 txbroker takes the consumer-protocol keys ``consumer.session.timeout.ms`` and
-``consumer.heartbeat.interval.ms``, every ``share.*`` key and the two
-``errors.deadletterqueue.*`` keys. The ``streams.*`` keys (the streams group protocol
-does not read group configs here) and ``consumer.assignment.interval.ms`` /
+``consumer.heartbeat.interval.ms``, every ``share.*`` and ``streams.*`` key and the two
+``errors.deadletterqueue.*`` keys. ``consumer.assignment.interval.ms`` /
 ``consumer.assignor.offload.enable`` are refused with INVALID_CONFIG and a message that
 says so.
 
@@ -14,8 +13,9 @@ directory (``group-configs.json``, written durably, typed JSON values; a file of
 older txbroker holds ints only), owned by :class:`GroupConfigStore`. Validation is Kafka
 4.4's ``GroupConfig.validate``, with its messages and order: names, then each value's
 type and floor in definition order, then the range given by the broker's
-``group.*.min.*`` / ``group.*.max.*`` keys, then session timeout > heartbeat interval,
-then the dead-letter topic name.
+``group.*.min.*`` / ``group.*.max.*`` keys (for ``streams.*``: Kafka's defaults of
+``group.streams.min/max.*``, which txbroker has no broker keys for), then session timeout
+> heartbeat interval, then the dead-letter topic name.
 """
 
 from __future__ import annotations
@@ -33,6 +33,8 @@ from txbroker.storage.durable_file import write_durably
 __all__ = ["GROUP_CONFIGS_FILE", "GroupConfigKey", "GroupConfigStore", "KEYS", "SESSION_TIMEOUT",
            "HEARTBEAT_INTERVAL", "SHARE_SESSION_TIMEOUT", "SHARE_HEARTBEAT_INTERVAL",
            "DLQ_TOPIC_NAME", "DLQ_COPY_RECORD_ENABLE", "KAFKA_LIMITS", "Value",
+           "STREAMS_SESSION_TIMEOUT", "STREAMS_HEARTBEAT_INTERVAL",
+           "STREAMS_NUM_STANDBY_REPLICAS", "STREAMS_TASK_OFFSET_INTERVAL", "STREAMS_ASSIGNORS",
            "config_text", "by_duration_ms"]
 
 log = logging.getLogger(__name__)
@@ -44,12 +46,15 @@ SHARE_SESSION_TIMEOUT = "share.session.timeout.ms"
 SHARE_HEARTBEAT_INTERVAL = "share.heartbeat.interval.ms"
 DLQ_TOPIC_NAME = "errors.deadletterqueue.topic.name"
 DLQ_COPY_RECORD_ENABLE = "errors.deadletterqueue.copy.record.enable"
+STREAMS_SESSION_TIMEOUT = "streams.session.timeout.ms"
+STREAMS_HEARTBEAT_INTERVAL = "streams.heartbeat.interval.ms"
+STREAMS_NUM_STANDBY_REPLICAS = "streams.num.standby.replicas"
+STREAMS_TASK_OFFSET_INTERVAL = "streams.task.offset.interval.ms"
+STREAMS_RACK_TAGS = "streams.rack.aware.assignment.tags"
 
 Value = int | bool | str
 
 _NOT_YET = "not supported by txbroker yet"
-_STREAMS = ("not supported by txbroker: the streams group protocol does not read group "
-            "configs here")
 
 
 @dataclass(frozen=True)
@@ -119,44 +124,42 @@ KEYS: dict[str, GroupConfigKey] = {k.name: k for k in (
        "assignment to a group coordinator background thread.",
        "group.share.assignor.offload.enable", internal=True),
     _k("streams.session.timeout.ms", "INT", "45000", "The timeout to detect client failures "
-       "when using the streams group protocol.", "group.streams.session.timeout.ms", 1,
-       refused=_STREAMS),
+       "when using the streams group protocol.", "group.streams.session.timeout.ms", 1),
     _k("streams.heartbeat.interval.ms", "INT", "5000", "The heartbeat interval given to the "
-       "members.", "group.streams.heartbeat.interval.ms", 1, refused=_STREAMS),
+       "members.", "group.streams.heartbeat.interval.ms", 1),
     _k("streams.num.standby.replicas", "INT", "0", "The number of standby replicas for each "
-       "task.", "group.streams.num.standby.replicas", 0, refused=_STREAMS),
+       "task.", "group.streams.num.standby.replicas", 0),
     _k("streams.initial.rebalance.delay.ms", "INT", "3000", "The amount of time the group "
        "coordinator will wait for more streams clients to join a new group before "
        "performing the first rebalance. A longer delay means potentially fewer rebalances.",
-       "group.streams.initial.rebalance.delay.ms", 0, refused=_STREAMS),
+       "group.streams.initial.rebalance.delay.ms", 0),
     _k("streams.assignment.interval.ms", "INT", "1000", "The interval between assignment "
-       "updates for a streams group.", "group.streams.assignment.interval.ms", 0,
-       refused=_STREAMS),
+       "updates for a streams group.", "group.streams.assignment.interval.ms", 0),
     _k("streams.assignor.offload.enable", "BOOLEAN", "true", "Whether to offload streams "
        "group assignment to a group coordinator background thread.",
-       "group.streams.assignor.offload.enable", internal=True, refused=_STREAMS),
+       "group.streams.assignor.offload.enable", internal=True),
     _k("streams.task.offset.interval.ms", "INT", "60000", "The interval in which the warmup "
        "task changelog offsets on a client are updated on the broker. The offsets are sent "
        "with the next heartbeat after this time has passed.",
-       "group.streams.task.offset.interval.ms", 1, internal=True, refused=_STREAMS),
+       "group.streams.task.offset.interval.ms", 1, internal=True),
     _k("streams.num.warmup.replicas", "INT", "2", "The maximum number of warmup task "
-       "replicas.", "group.streams.num.warmup.replicas", 0, internal=True, refused=_STREAMS),
+       "replicas.", "group.streams.num.warmup.replicas", 0, internal=True),
     _k("streams.rack.aware.assignment.tags", "LIST", "", "List of client tag keys used to "
        "distribute standby replicas across Kafka Streams instances. When configured, and the "
        "used broker-side assignor supports it, it will make a best-effort to distribute "
        "standby tasks over each client tag dimension.",
-       "group.streams.rack.aware.assignment.tags", refused=_STREAMS),
+       "group.streams.rack.aware.assignment.tags"),
     _k("streams.acceptable.recovery.lag", "LONG", "10000", "The maximum acceptable lag "
        "(number of offsets to catch up) for a client to be considered caught-up enough to "
        "receive an active task assignment.", "group.streams.acceptable.recovery.lag", 0,
-       internal=True, refused=_STREAMS),
+       internal=True),
     # Kafka lists the first of group.streams.assignors, its synonym, as the default.
     _k("streams.assignor.name", "STRING", "sticky", "The task assignor to use for this streams "
        "group, selected by short name from the assignors registered via the broker "
        "configuration group.streams.assignors. When unset, the group defaults to the first "
        "assignor configured in the broker's group.streams.assignors setting. Changing the "
        "assignor does not trigger a rebalance for the group; the new assignor takes effect "
-       "on the next rebalance.", "group.streams.assignors", refused=_STREAMS),
+       "on the next rebalance.", "group.streams.assignors"),
     _k(DLQ_TOPIC_NAME, "STRING", "", "The name of the topic to be used as the dead-letter "
        "queue (DLQ) topic for this share group. If blank (the default), the group does not "
        "have a DLQ topic."),
@@ -177,9 +180,27 @@ KAFKA_LIMITS: dict[str, tuple[int, int, int]] = {
     "share.delivery.count.limit": (5, 2, 10),
     "share.partition.max.record.locks": (2000, 100, 4000),
     "share.assignment.interval.ms": (1000, 0, 15000),
+    STREAMS_SESSION_TIMEOUT: (45000, 45000, 60000),
+    STREAMS_HEARTBEAT_INTERVAL: (5000, 5000, 15000),
+    "streams.assignment.interval.ms": (1000, 0, 15000),
 }
+# Keys with one bound only (group.streams.max.standby.replicas,
+# group.streams.min.task.offset.interval.ms, group.streams.max.warmup.replicas).
+_KAFKA_MAXIMA = {STREAMS_NUM_STANDBY_REPLICAS: 2, "streams.num.warmup.replicas": 20}
+_KAFKA_MINIMA = {STREAMS_TASK_OFFSET_INTERVAL: 15000}
+# The order of Kafka's GroupConfig.validateValues (the first failing check answers).
+_BOUND_ORDER = (HEARTBEAT_INTERVAL, SESSION_TIMEOUT, SHARE_HEARTBEAT_INTERVAL,
+                SHARE_SESSION_TIMEOUT, "share.record.lock.duration.ms",
+                "share.delivery.count.limit", "share.partition.max.record.locks",
+                "share.assignment.interval.ms", STREAMS_HEARTBEAT_INTERVAL,
+                STREAMS_SESSION_TIMEOUT, STREAMS_NUM_STANDBY_REPLICAS,
+                "streams.assignment.interval.ms", STREAMS_TASK_OFFSET_INTERVAL,
+                "streams.num.warmup.replicas")
+# Kafka 4.4's only built-in task assignor (group.streams.assignors), the one txbroker has.
+STREAMS_ASSIGNORS = ("sticky",)
 _SESSION_PAIRS = ((SESSION_TIMEOUT, HEARTBEAT_INTERVAL),
-                  (SHARE_SESSION_TIMEOUT, SHARE_HEARTBEAT_INTERVAL))
+                  (SHARE_SESSION_TIMEOUT, SHARE_HEARTBEAT_INTERVAL),
+                  (STREAMS_SESSION_TIMEOUT, STREAMS_HEARTBEAT_INTERVAL))
 _ISOLATION_LEVELS = ("read_committed", "read_uncommitted")
 _INT_RANGE = (-2**31, 2**31 - 1)
 
@@ -249,6 +270,16 @@ def _parse(key: GroupConfigKey, raw: str) -> Value:
     elif name == "share.isolation.level" and text not in _ISOLATION_LEVELS:
         raise _invalid(name, text, "String must be one of: read_committed, read_uncommitted")
     return text
+
+
+def _check_rack_tags(text: str | None) -> None:
+    """Kafka checks the tag list for duplicates before it parses any value."""
+    if text is None or not text.strip():
+        return
+    tags = re.split(r"\s*,\s*", text.strip())
+    if len(set(tags)) != len(tags):
+        raise KafkaError(f"{STREAMS_RACK_TAGS} must not contain duplicate tag keys.",
+                         ErrorCode.invalid_config)
 
 
 def _load(stored: Mapping[str, object]) -> dict[str, Value]:
@@ -342,11 +373,15 @@ class GroupConfigStore:
             if text is None:
                 raise KafkaError(f"Null value not supported for : {name}",
                                  ErrorCode.invalid_request)
+        _check_rack_tags(new.get(STREAMS_RACK_TAGS))
         parsed = {name: _parse(key, new[name]) for name, key in KEYS.items() if name in new}
-        for name, (_value, lo, hi) in self.limits.items():
-            if name in parsed and not lo <= parsed[name] <= hi:  # type: ignore[operator]
-                raise KafkaError(f"{name} must be in the range {lo} to {hi} inclusive.",
-                                 ErrorCode.invalid_config)
+        for name in _BOUND_ORDER:
+            self._check_bounds(name, parsed.get(name))
+        assignor = parsed.get("streams.assignor.name")
+        if assignor is not None and assignor not in STREAMS_ASSIGNORS:
+            raise KafkaError(f"streams.assignor.name '{assignor}' is not a registered task "
+                             f"assignor. Registered assignors are: [{', '.join(STREAMS_ASSIGNORS)}].",
+                             ErrorCode.invalid_config)
         for session_key, heartbeat_key in _SESSION_PAIRS:
             if session_key in parsed or heartbeat_key in parsed:
                 session = parsed.get(session_key, self.defaults[session_key])
@@ -359,6 +394,21 @@ class GroupConfigStore:
             raise KafkaError(f"{DLQ_TOPIC_NAME}: DLQ topic name must not start with '__'",
                              ErrorCode.invalid_config)
         return parsed
+
+    def _check_bounds(self, name: str, value: Value | None) -> None:
+        if not isinstance(value, int):
+            return
+        if name in self.limits:
+            _value, lo, hi = self.limits[name]
+            if not lo <= value <= hi:
+                raise KafkaError(f"{name} must be in the range {lo} to {hi} inclusive.",
+                                 ErrorCode.invalid_config)
+        elif name in _KAFKA_MAXIMA and value > _KAFKA_MAXIMA[name]:
+            raise KafkaError(f"{name} must be less than or equal to {_KAFKA_MAXIMA[name]}",
+                             ErrorCode.invalid_config)
+        elif name in _KAFKA_MINIMA and value < _KAFKA_MINIMA[name]:
+            raise KafkaError(f"{name} must be greater than or equal to {_KAFKA_MINIMA[name]}",
+                             ErrorCode.invalid_config)
 
     def _save(self) -> None:
         if self.path is None:

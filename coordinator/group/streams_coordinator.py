@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import replace
 from typing import Any
 
 from kio.schema.errors import ErrorCode
@@ -30,6 +31,7 @@ from txbroker.coordinator.streams.groups import StreamsGroups
 from txbroker.coordinator.streams.offsets import validate_offset_commit, validate_offset_fetch
 from txbroker.coordinator.streams.results import (
     JOIN_EPOCH,
+    StreamsGroupConfig,
     StreamsHeartbeat,
     StreamsHeartbeatResult,
 )
@@ -42,6 +44,8 @@ from ..internal_topic import (
     partition_for,
 )
 from ..shell import now_ms
+from . import group_configs as GC
+from .group_configs import KAFKA_LIMITS, GroupConfigStore
 from .offsets import ExpiryRule
 from .records import encode_group_metadata_key
 
@@ -50,6 +54,38 @@ log = logging.getLogger("txbroker.coordinator.group.coordinator")
 _E = ErrorCode
 Record = tuple[bytes, bytes | None]
 TOPIC_RETRY_MS = 60_000
+
+
+def streams_group_config_limits(base: StreamsGroupConfig) -> dict[str, tuple[int, int, int]]:
+    """The broker's values of the range-checked streams.* group configs, with Kafka's
+    default bounds (txbroker has no group.streams.min/max.* keys)."""
+    return {name: (value, *KAFKA_LIMITS[name][1:]) for name, value in (
+        (GC.STREAMS_SESSION_TIMEOUT, base.session_timeout_ms),
+        (GC.STREAMS_HEARTBEAT_INTERVAL, base.heartbeat_interval_ms))}
+
+
+def streams_group_config_defaults(base: StreamsGroupConfig) -> dict[str, int]:
+    """The broker's values of the other streams.* group configs it has keys for."""
+    return {GC.STREAMS_NUM_STANDBY_REPLICAS: base.num_standby_replicas,
+            GC.STREAMS_TASK_OFFSET_INTERVAL: base.task_offset_interval_ms}
+
+
+def streams_config_for(store: GroupConfigStore, group_id: str,
+                       base: StreamsGroupConfig) -> StreamsGroupConfig:
+    """``base`` (the broker's keys) with the group's own streams.* configs; the keys
+    txbroker takes but does not act on are not read (docs/compatibility.md)."""
+    overrides = store.get(group_id)
+    if not overrides:
+        return base
+    return replace(
+        base,
+        session_timeout_ms=overrides.get(GC.STREAMS_SESSION_TIMEOUT, base.session_timeout_ms),
+        heartbeat_interval_ms=overrides.get(GC.STREAMS_HEARTBEAT_INTERVAL,
+                                            base.heartbeat_interval_ms),
+        num_standby_replicas=overrides.get(GC.STREAMS_NUM_STANDBY_REPLICAS,
+                                           base.num_standby_replicas),
+        task_offset_interval_ms=overrides.get(GC.STREAMS_TASK_OFFSET_INTERVAL,
+                                              base.task_offset_interval_ms))
 
 
 def is_streams_record(key: bytes) -> bool:
@@ -267,4 +303,5 @@ class StreamsGroupShell:
                 if self.streams.get(gid) is not None]
 
 
-__all__ = ["StreamsGroupShell", "PartitionCounts", "is_streams_record"]
+__all__ = ["StreamsGroupShell", "PartitionCounts", "is_streams_record", "streams_config_for",
+           "streams_group_config_defaults", "streams_group_config_limits"]

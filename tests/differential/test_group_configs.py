@@ -3,8 +3,9 @@
 and errors.deadletterqueue.* group configs, checked against the broker's min/max keys
 with Kafka's errors, listed by DescribeConfigs as Kafka lists them (values, sources,
 types, synonyms, internal keys), and applied: to a consumer group's next heartbeats, and
-to a share group's deliveries with confluent-kafka's ShareConsumer (issue 38: txbroker
-refused every group config, saying it did not implement KIP-848)."""
+to a share group's deliveries with confluent-kafka's ShareConsumer; the streams.* ones
+are checked and listed (issue 38: txbroker refused every group config, saying it did not
+implement KIP-848)."""
 
 from __future__ import annotations
 
@@ -283,6 +284,60 @@ def test_share_and_dead_letter_group_configs_checked_as_kafka(broker):
         assert _alter(client, group, [(LOCK, APPEND, "20000")]) == (
             INVALID_CONFIG, f"Can't APPEND to key {LOCK} because its type is not LIST.")
         assert _describe_all(client, group, (LOCK,))[LOCK][:2] == ("30000", DEFAULT_SOURCE)
+    finally:
+        client.close()
+
+
+@pytest.mark.kafka_ci
+def test_streams_group_configs_checked_as_kafka(broker):
+    """The streams.* values Kafka 4.4 refuses (the broker's group.streams.min/max.* keys
+    at Kafka's defaults), in its order, and the ones it takes, listed as it lists them."""
+    group = f"gct-{uuid.uuid4().hex[:8]}"
+    tags = "streams.rack.aware.assignment.tags"
+    client = broker.raw()
+    try:
+        bad = [
+            ([("streams.heartbeat.interval.ms", SET, "4999")],
+             "streams.heartbeat.interval.ms must be in the range 5000 to 15000 inclusive."),
+            ([("streams.session.timeout.ms", SET, "60001")],
+             "streams.session.timeout.ms must be in the range 45000 to 60000 inclusive."),
+            # Heartbeat interval before session timeout, as Kafka checks them.
+            ([("streams.session.timeout.ms", SET, "1"), ("streams.heartbeat.interval.ms", SET, "1")],
+             "streams.heartbeat.interval.ms must be in the range 5000 to 15000 inclusive."),
+            ([("streams.num.standby.replicas", SET, "3")],
+             "streams.num.standby.replicas must be less than or equal to 2"),
+            ([("streams.num.standby.replicas", SET, "-1")], "Invalid value -1 for configuration "
+             "streams.num.standby.replicas: Value must be at least 0"),
+            ([("streams.assignment.interval.ms", SET, "15001")],
+             "streams.assignment.interval.ms must be in the range 0 to 15000 inclusive."),
+            ([("streams.task.offset.interval.ms", SET, "14999")],
+             "streams.task.offset.interval.ms must be greater than or equal to 15000"),
+            ([("streams.num.warmup.replicas", SET, "21")],
+             "streams.num.warmup.replicas must be less than or equal to 20"),
+            ([("streams.acceptable.recovery.lag", SET, "x")], "Invalid value x for configuration "
+             "streams.acceptable.recovery.lag: Not a number of type LONG"),
+            ([("streams.assignor.offload.enable", SET, "no")], "Invalid value no for "
+             "configuration streams.assignor.offload.enable: Expected value to be either true "
+             "or false"),
+            ([("streams.assignor.name", SET, "range")], "streams.assignor.name 'range' is not "
+             "a registered task assignor. Registered assignors are: [sticky]."),
+            ([(tags, SET, "zone, rack,zone"), ("streams.num.standby.replicas", SET, "x")],
+             f"{tags} must not contain duplicate tag keys."),
+            ([("streams.initial.rebalance.delay.ms", SET, "-1")], "Invalid value -1 for "
+             "configuration streams.initial.rebalance.delay.ms: Value must be at least 0"),
+        ]
+        for ops, message in bad:
+            assert _alter(client, group, ops) == (INVALID_CONFIG, message), ops
+        good = {"streams.session.timeout.ms": "50000", "streams.heartbeat.interval.ms": "6000",
+                "streams.num.standby.replicas": "2", "streams.initial.rebalance.delay.ms": "0",
+                "streams.assignment.interval.ms": "0", tags: "zone,rack",
+                "streams.task.offset.interval.ms": "15000", "streams.assignor.name": "sticky",
+                "streams.acceptable.recovery.lag": "20000000000"}
+        assert _alter(client, group, [(k, SET, v) for k, v in good.items()]) == (0, None)
+        _describe_settled(client, group, "streams.num.standby.replicas", "2")
+        listed = _describe_all(client, group)
+        assert {k: listed[k][:2] for k in good} == {k: (v, GROUP_SOURCE) for k, v in good.items()}
+        assert "streams.num.warmup.replicas" not in listed  # internal, not set
     finally:
         client.close()
 

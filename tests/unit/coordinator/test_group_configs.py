@@ -65,7 +65,7 @@ def test_dlq_keys_typed_with_broker_defaults(tmp_path):
 
 def test_a_file_of_an_older_txbroker_loads(tmp_path):
     (tmp_path / GROUP_CONFIGS_FILE).write_text(json.dumps(
-        {"g": {SESSION_TIMEOUT: 50000, "streams.session.timeout.ms": 1}, "h": {"x.y": 1}}))
+        {"g": {SESSION_TIMEOUT: 50000, "consumer.assignment.interval.ms": 1}, "h": {"x.y": 1}}))
     store = GroupConfigStore(str(tmp_path), LIMITS)
     assert store.overrides == {"g": {SESSION_TIMEOUT: 50000}}
     assert store.value("g", "share.delivery.count.limit") == 5
@@ -98,10 +98,24 @@ SHARE_LIMITS = {**LIMITS, "share.delivery.count.limit": (5, 3, 6),
      "configuration share.auto.offset.reset: Invalid value `by_duration:-PT1H` for "
      "configuration share.auto.offset.reset. The value must be either 'earliest', 'latest' "
      "or of the format 'by_duration:<PnDTnHnMn.nS>'."),
-    ({"streams.session.timeout.ms": "45000"}, "Group config streams.session.timeout.ms is not "
-     "supported by txbroker: the streams group protocol does not read group configs here."),
+    # Kafka checks the bounds in its own order: streams heartbeat before session.
+    ({"streams.session.timeout.ms": "1000", "streams.heartbeat.interval.ms": "1000"},
+     "streams.heartbeat.interval.ms must be in the range 5000 to 15000 inclusive."),
+    ({"streams.num.standby.replicas": "3"},
+     "streams.num.standby.replicas must be less than or equal to 2"),
+    ({"streams.num.warmup.replicas": "21"},
+     "streams.num.warmup.replicas must be less than or equal to 20"),
+    ({"streams.task.offset.interval.ms": "14999"},
+     "streams.task.offset.interval.ms must be greater than or equal to 15000"),
+    ({"streams.acceptable.recovery.lag": "-1"}, "Invalid value -1 for configuration "
+     "streams.acceptable.recovery.lag: Value must be at least 0"),
+    ({"streams.assignor.name": "range"}, "streams.assignor.name 'range' is not a registered "
+     "task assignor. Registered assignors are: [sticky]."),
+    # The duplicate-tag check comes before any value is parsed.
+    ({"streams.rack.aware.assignment.tags": "a,b , a", "streams.num.standby.replicas": "x"},
+     "streams.rack.aware.assignment.tags must not contain duplicate tag keys."),
 ])
-def test_share_and_dlq_checks_as_kafka(tmp_path, new, message):
+def test_share_dlq_and_streams_checks_as_kafka(tmp_path, new, message):
     store = GroupConfigStore(str(tmp_path), SHARE_LIMITS)
     with pytest.raises(KafkaError) as e:
         store.replace("g", new)
@@ -129,3 +143,16 @@ def test_share_values_typed(tmp_path):
         False, "by_duration:PT10M", "read_committed", 5]
     assert store.value("h", "share.auto.offset.reset") == "earliest"
     assert GroupConfigStore(str(tmp_path), SHARE_LIMITS).get("g") == store.get("g")
+
+
+def test_streams_configs_are_taken_typed():
+    store = GroupConfigStore(None, LIMITS)
+    parsed = store.replace("app", {"streams.num.standby.replicas": " 1",
+                                   "streams.acceptable.recovery.lag": "20000000000",
+                                   "streams.assignor.offload.enable": "FALSE",
+                                   "streams.rack.aware.assignment.tags": "zone,rack"})
+    assert parsed == {"streams.num.standby.replicas": 1,
+                      "streams.acceptable.recovery.lag": 20_000_000_000,
+                      "streams.assignor.offload.enable": False,
+                      "streams.rack.aware.assignment.tags": "zone,rack"}
+    assert store.value("other", "streams.initial.rebalance.delay.ms") == 3000
