@@ -390,7 +390,7 @@ BROKER_KEYS: dict[str, BrokerKey] = {
                   "most members a streams group may have (GROUP_MAX_SIZE_REACHED)"),
         BrokerKey("group.streams.task.offset.interval.ms", "60000", _int_in(1, 2**31 - 1),
                   "how often streams-group members are asked to send their task offsets"),
-        # Share groups (KIP-932, a preview: off until share.version is 1).
+        # Share groups (KIP-932; on at share.version 1 and 2, the default).
         BrokerKey("group.share.session.timeout.ms", "45000", _int_in(1, 2**31 - 1),
                   "a share-group member without a heartbeat for this long is removed"),
         BrokerKey("group.share.heartbeat.interval.ms", "5000", _int_in(1, 2**31 - 1),
@@ -471,12 +471,13 @@ BROKER_KEYS: dict[str, BrokerKey] = {
                   "partitions added by Produce); clients of transactions v1 work at every "
                   "level. Once UpdateFeatures (`kafka-features upgrade/downgrade`) changed "
                   "the level, the level it stored in the data dir wins over this key"),
-        BrokerKey("txbroker.share.version", "0", _int_in(0, 2),
+        BrokerKey("txbroker.share.version", "2", _int_in(0, 2),
                   "the first finalized level of Kafka's share.version feature: 1 turns on "
-                  "share groups (KIP-932, a preview: ShareGroupHeartbeat, "
-                  "ShareGroupDescribe, ShareFetch, ShareAcknowledge advertised and served), "
-                  "2 also their dead-letter topics (KIP-1191); "
-                  "0 (the default) leaves them off. Once UpdateFeatures changed the level, "
+                  "share groups (KIP-932: ShareGroupHeartbeat, ShareGroupDescribe, "
+                  "ShareFetch, ShareAcknowledge and the share-group offsets APIs "
+                  "advertised and served), 2 (the default, as on a new Kafka 4.4 cluster) "
+                  "also their dead-letter topics (KIP-1191); 0 leaves them off. "
+                  "Once UpdateFeatures changed the level, "
                   "the level it stored in the data dir wins over this key"),
         BrokerKey("txbroker.streams.version", "0", _int_in(0, 1),
                   "the first finalized level of Kafka's streams.version feature: 1 turns on "

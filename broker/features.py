@@ -5,7 +5,7 @@ ConsumerGroupHeartbeat and ConsumerGroupDescribe; finalized at 1 as Kafka 4.3.1 
 a new cluster), and ``share.version`` (0-2: level 1 enables share groups of KIP-932,
 ShareGroupHeartbeat, ShareGroupDescribe, ShareFetch and ShareAcknowledge, which are
 advertised only then; level 2, as in Kafka 4.4, also their dead-letter topics of
-KIP-1191; finalized at 0 by default: share groups are a preview here), and
+KIP-1191; finalized at 2 by default, as a new Kafka 4.4 cluster does), and
 ``streams.version`` (0-1: level 1 enables the streams group protocol of KIP-1071,
 StreamsGroupHeartbeat and StreamsGroupDescribe; finalized at 0 by default, a preview
 here, where a new Kafka 4.4 cluster finalizes 1).

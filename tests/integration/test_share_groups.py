@@ -4,8 +4,8 @@ confluent-kafka's ShareConsumer (librdkafka 2.16) against the in-process broker.
 Each record of a share group goes to one member at a time: acknowledged (ACCEPT) it is
 never delivered again, released (RELEASE) or left past its acquisition lock it comes
 back with a higher delivery count, and the delivery state survives a crash
-(``__share_group_state``). With share.version 0 (the default) the APIs are neither
-advertised nor served."""
+(``__share_group_state``). share.version is 2 by default, as on a new Kafka 4.4
+cluster; at 0 the APIs are neither advertised nor served."""
 
 from __future__ import annotations
 
@@ -224,8 +224,22 @@ def advertised(broker) -> set[int]:
         client.close()
 
 
-def test_off_by_default_not_advertised_and_refused(tmp_path):
-    with BrokerThread(str(tmp_path / "d"), {"txbroker.share.auto.offset.reset": "earliest"}) as b:
+def test_on_by_default_at_share_version_2_as_a_new_kafka_44_cluster(tmp_path):
+    with BrokerThread(str(tmp_path / "d"), {}) as b:
+        client = connect(b)
+        try:
+            r = client.request(API_VERSIONS, 3, api_versions_request(3))
+        finally:
+            client.close()
+        assert SHARE_APIS | {90, 91, 92} <= {k.api_key for k in r.api_keys}
+        finalized = {f.name: (f.min_version_level, f.max_version_level)
+                     for f in r.finalized_features}
+        assert finalized["share.version"] == (2, 2)
+
+
+def test_off_at_share_version_0_not_advertised_and_refused(tmp_path):
+    with BrokerThread(str(tmp_path / "d"), {"txbroker.share.version": "0",
+                                            "txbroker.share.auto.offset.reset": "earliest"}) as b:
         assert not SHARE_APIS & advertised(b)
         b.create_topic("t")
         produce(b.bootstrap, "t", 3)
@@ -250,14 +264,15 @@ def test_off_by_default_not_advertised_and_refused(tmp_path):
 def test_enabled_by_update_features(tmp_path):
     from tests.integration.test_update_features import UPGRADE, update
 
-    with BrokerThread(str(tmp_path / "d"), {}) as b:
+    off = {"txbroker.share.version": "0"}
+    with BrokerThread(str(tmp_path / "d"), off) as b:
         client = connect(b)
         try:
             assert update(client, [("share.version", 1, UPGRADE)]).error_code == 0
         finally:
             client.close()
         assert SHARE_APIS <= advertised(b)
-    with BrokerThread(str(tmp_path / "d"), {}) as b:  # the stored level survives a restart
+    with BrokerThread(str(tmp_path / "d"), off) as b:  # the stored level survives a restart
         assert SHARE_APIS <= advertised(b)
 
 

@@ -41,10 +41,13 @@ def update(client: RawClient, updates: list[tuple[str, int, int]], *, version: i
 
 
 def finalized(client: RawClient) -> tuple[dict[str, int], int]:
-    """The finalized levels but group.version (always 1 here, as on Kafka 4.3.1)."""
+    """The finalized levels but group.version (always 1 here, as on Kafka 4.3.1) and
+    share.version (2 by default, as on a new Kafka 4.4 cluster; these tests change
+    transaction.version)."""
     r = client.request(API_VERSIONS, 4, api_versions_request(4))
     levels = {f.name: f.max_version_level for f in r.finalized_features}
     assert levels.pop("group.version") == 1
+    assert levels.pop("share.version") == 2
     return levels, r.finalized_features_epoch
 
 
@@ -73,7 +76,8 @@ def test_upgrade_downgrade_dry_run_and_errors(txbroker):
         (TV, 3, UPGRADE): "Local controller 1 only supports versions 0-2",
         (TV, 3, SAFE): "Local controller 1 only supports versions 0-2",
         (TV, -1, SAFE): "A feature version cannot be less than 0.",
-        ("streams.version", 1, UPGRADE): "Local controller 1 does not support this feature.",
+        ("eligible.leader.replicas.version", 1, UPGRADE):
+            "Local controller 1 does not support this feature.",
         ("nosuch", 0, SAFE): "Feature nosuch not found.",  # `kafka-features disable`
     }
     for (name, level, kind), reason in refused.items():
@@ -120,8 +124,8 @@ def test_finalized_level_survives_restart_and_wins_over_the_config_key(tmp_path)
         client = connect(broker)
         assert update(client, [(TV, 1, SAFE)]).error_code == 0
         client.close()
-    assert json.loads((tmp_path / "data" / FEATURES_FILE).read_text())["levels"] == {TV: 1,
-                                                                             "group.version": 1}
+    assert json.loads((tmp_path / "data" / FEATURES_FILE).read_text())["levels"] == {
+        TV: 1, "group.version": 1, "share.version": 2}
     # The config key is the level of a new data directory only (Kafka's `kafka-storage
     # format --feature`): the level UpdateFeatures stored wins.
     with BrokerThread(data, {"txbroker.transaction.version": "2"}) as broker:

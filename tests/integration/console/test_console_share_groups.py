@@ -80,7 +80,7 @@ def test_share_group_pages_show_members_windows_states_and_lag(txbroker, client)
     assert 'class="empty">none' in body.split('id="members"')[1].split("</table>")[0]
 
 
-@pytest.mark.parametrize("txbroker_config", [{"admin.http.port": "0"}])
+@pytest.mark.parametrize("txbroker_config", [{"admin.http.port": "0", "txbroker.share.version": "0"}])
 def test_the_groups_page_says_share_groups_are_off(txbroker, client):
     status, body = client.get("/console/groups")
     assert status == 200 and 'id="share-groups-off"' in body
