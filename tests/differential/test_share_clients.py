@@ -30,13 +30,14 @@ def test_java_share_consumer(share_broker, jvm_classes):
     ten = ",".join(f"{i}:1" for i in range(10))
     assert {name: detail for name, (_, detail) in steps.items()} == {
         "admin.setup": "",
-        # Implicit mode: the next poll (or commitSync) accepts; nothing comes back.
-        "consumer.implicit": f"first={ten} after=",
-        # Offset 0 RELEASEd comes back with delivery count 2; offset 1 REJECTed never.
-        "consumer.explicit": f"first={ten} again=0:2 more=",
+        # Implicit mode: commitSync accepts; a record produced afterwards comes alone.
+        "consumer.implicit": f"first={ten} after=10:1",
+        # Offset 0 RELEASEd comes back with delivery count 2; offset 1 REJECTed never (a
+        # record produced afterwards comes alone).
+        "consumer.explicit": f"first={ten} again=0:2 more=10:1",
         "admin.describeShareGroups": "state=Empty members=0",
         "admin.listShareGroupOffsets": "lag=0",
-        "admin.alterShareGroupOffsets": "after=" + ",".join(f"{i}:1" for i in range(5, 10)),
+        "admin.alterShareGroupOffsets": "after=" + ",".join(f"{i}:1" for i in range(5, 11)),
         "admin.deleteShareGroups": "deleted=2",
     }
 

@@ -13,6 +13,7 @@ from collections.abc import Iterator
 import pytest
 
 from tests.differential.conftest import BROKER_PARAMS, COMMON_CONFIG, Broker, running_broker
+from tests.integration.share_progress import wait_start_offset
 
 ck = pytest.importorskip("confluent_kafka")
 if not hasattr(ck, "ShareConsumer"):
@@ -68,11 +69,23 @@ def _setup(broker: Broker, copy: bool, enabled: bool | None = True,
     _group_configs(broker, group, {"share.auto.offset.reset": "earliest",
                                    "errors.deadletterqueue.topic.name": dlq,
                                    "errors.deadletterqueue.copy.record.enable": str(copy).lower()})
+    _produce(broker, topic, range(2))
+    return topic, dlq, group
+
+
+def _produce(broker: Broker, topic: str, numbers) -> None:
     p = ck.Producer({"bootstrap.servers": broker.bootstrap})
-    for i in range(2):
+    for i in numbers:
         p.produce(topic, key=f"k{i}".encode(), value=f"v{i}".encode(), headers=[("h", b"x")])
     assert p.flush(30) == 0
-    return topic, dlq, group
+
+
+def _high_watermark(broker: Broker, topic: str) -> int:
+    c = ck.Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "unused"})
+    try:
+        return c.get_watermark_offsets(ck.TopicPartition(topic, 0), timeout=10)[1]
+    finally:
+        c.close()
 
 
 def _poll(c, want: int, timeout: float = 60) -> list:
@@ -87,8 +100,8 @@ def _dead_letters(broker: Broker, dlq: str, want: int, timeout: float = 60) -> l
     """(key, value, timestamp type, headers) of the dead-letter records once ``want``
     arrived; the header of the group (its id differs per test) made generic."""
     c = ck.Consumer({"bootstrap.servers": broker.bootstrap, "group.id": f"r-{uuid.uuid4()}",
-                     "auto.offset.reset": "earliest", "enable.auto.commit": False})
-    c.subscribe([dlq])
+                     "enable.auto.commit": False})
+    c.assign([ck.TopicPartition(dlq, 0, ck.OFFSET_BEGINNING)])  # no group join to wait for
     out: list[tuple] = []
     deadline = time.monotonic() + timeout
     try:
@@ -168,10 +181,22 @@ def test_a_refused_dead_letter_topic_gets_nothing(dlq_broker, enabled, prefix):
         assert [(m.offset(), m.delivery_count()) for m in again] == [(1, 2)]
         c.acknowledge(again[0], ck.AcknowledgeType.ACCEPT)
         c.commit_sync(30)
-        assert _poll(c, 1, timeout=3) == []
+        # Never delivered again: a record produced now is delivered alone.
+        _produce(dlq_broker, topic, [2])
+        again = _poll(c, 1)
+        assert [(m.offset(), m.delivery_count()) for m in again] == [(2, 1)]
+        c.acknowledge(again[0], ck.AcknowledgeType.ACCEPT)
+        c.commit_sync(30)
     finally:
         c.close()
-    assert _dead_letters(dlq_broker, dlq, 1, timeout=5) == []
+    if dlq_broker.is_kafka:
+        # (Kafka's persisted start offset lags a state write behind: no sign to wait for.)
+        assert _dead_letters(dlq_broker, dlq, 1, timeout=5) == []
+    else:
+        # Every record ACKNOWLEDGED or ARCHIVED (never ARCHIVING: that waits for its
+        # dead-letter record) once the start offset is past them; then nothing written.
+        wait_start_offset(dlq_broker, group, topic, 3)
+        assert _high_watermark(dlq_broker, dlq) == 0
 
 
 def test_a_missing_dead_letter_topic_is_created_when_allowed(dlq_broker):

@@ -18,10 +18,10 @@ from tests.differential.share_util import (
     ck,
     describe_groups,
     new_group,
-    nothing_more,
     poll_once,
     poll_until,
     produce,
+    set_group_config,
     share_consumer,
     topic_id,
 )
@@ -94,13 +94,19 @@ def test_two_members_share_two_partitions_in_both_modes(share_broker):
             assert len(got) == N and all(offs == list(range(len(offs)))
                                          for offs in per_partition.values()), _offsets(got)
             assert {m.delivery_count() for m in got} == {1}
-            # Implicit mode acknowledges on the next poll: these polls accept the last ones.
-            assert all(nothing_more(c, 1.0) for c in members)
+            if not explicit:  # implicit mode accepts a poll's records at the next commit
+                assert all(v is None for c in members for v in c.commit_sync(10).values())
         finally:
             _close(*members)
+        # One record more per partition, after every record was accepted, is all a new
+        # member gets: an accepted record that came back would be acquired before it.
+        for p in (0, 1):
+            produce(b, topic, 1, start=N + p, partition=p)
         late = share_consumer(b, group, topic, explicit=explicit)
         try:
-            assert nothing_more(late, 3.0), f"explicit={explicit}: accepted records came back"
+            assert _offsets(poll_until(late, 2)) == [
+                (p, len(per_partition.get(p, []))) for p in (0, 1)], \
+                f"explicit={explicit}: accepted records came back"
         finally:
             late.close()
 
@@ -125,7 +131,10 @@ def test_release_redelivers_and_reject_never(share_broker):
         assert all(v is None for v in c.commit_sync(10).values())
         again = poll_until(c, 2, ack=accept)
         assert sorted((m.offset(), m.delivery_count()) for m in again) == [(0, 2), (2, 2)]
-        assert nothing_more(c)
+        # The REJECTed record never comes back: a record produced now is delivered alone.
+        produce(b, topic, 1, start=4)
+        assert [(m.offset(), m.delivery_count()) for m in poll_until(c, 1, ack=accept)] == \
+            [(4, 1)]
     finally:
         c.close()
 
@@ -133,12 +142,14 @@ def test_release_redelivers_and_reject_never(share_broker):
 def test_lock_expiry_redelivers_to_another_member(share_broker):
     b = share_broker
     topic, group = _filled(b, "sg-lock", 3)
+    # The group's own lock (the broker's is longer, for the other tests' slow polls).
+    set_group_config(b, group, "share.record.lock.duration.ms", str(LOCK_MS // 3))
     holder = share_consumer(b, group, topic, explicit=True)
     other = share_consumer(b, group, topic, explicit=True)
     try:
         held = poll_until(holder, 3)  # acquired, never acknowledged
         assert sorted(m.offset() for m in held) == [0, 1, 2]
-        again = poll_until(other, 3, timeout=LOCK_MS / 1000 + 30, ack=accept)
+        again = poll_until(other, 3, timeout=LOCK_MS / 3000 + 30, ack=accept)
         assert sorted((m.offset(), m.delivery_count()) for m in again) == [(0, 2), (1, 2), (2, 2)]
     finally:
         _close(other, holder)

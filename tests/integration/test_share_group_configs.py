@@ -10,6 +10,7 @@ import uuid
 
 import pytest
 from kio.schema.errors import ErrorCode as E
+from txbroker.protocol.messages import build, request_module
 
 from tests.integration.test_share_groups import (
     accept,
@@ -213,8 +214,23 @@ def test_heartbeat_interval_and_session_timeout_per_group(txbroker):
             E.none, datetime.timedelta(milliseconds=700)), r
         r2 = heartbeat(sock, "other", str(uuid.uuid4()), 0)
         assert r2.heartbeat_interval == datetime.timedelta(seconds=5)  # the broker's
-        time.sleep(4)  # past the group's session timeout, well within the broker's
+        # Removed by the group's session timeout: well before the broker's (45 s) is due.
+        deadline = time.monotonic() + 20
+        while members(sock, "g"):
+            assert time.monotonic() < deadline, "the group's session timeout was not applied"
+            time.sleep(0.1)
+        assert members(sock, "other")  # (the broker's timeout: still there)
         assert heartbeat(sock, "g", member, int(r.member_epoch)).error_code == \
             E.unknown_member_id
     finally:
         sock.close()
+
+
+def members(sock, group: str) -> tuple:
+    """ShareGroupDescribe's members of ``group`` (none once it is forgotten: an empty
+    group without delivery state is)."""
+    m = request_module(77, 1)
+    (g,) = sock.request(77, 1, build(m.ShareGroupDescribeRequest, group_ids=(group,),
+                                     include_authorized_operations=False)).groups
+    assert g.error_code in (E.none, E.group_id_not_found), g
+    return g.members

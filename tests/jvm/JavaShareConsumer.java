@@ -48,6 +48,14 @@ public class JavaShareConsumer {
         return got;
     }
 
+    // Records `from`..`to` - 1 (key k<i>, value v<i>) on `topic`.
+    static void produce(String bootstrap, String topic, int from, int to) {
+        try (KafkaProducer<String, String> p = JavaClients.producer(bootstrap, null)) {
+            for (int i = from; i < to; i++) p.send(new ProducerRecord<>(topic, "k" + i, "v" + i));
+            p.flush();
+        }
+    }
+
     static String summary(List<ConsumerRecord<String, String>> records) {
         StringBuilder s = new StringBuilder();
         records.stream().sorted(Comparator.comparingLong(ConsumerRecord::offset)).forEach(r ->
@@ -58,35 +66,37 @@ public class JavaShareConsumer {
 
     public static void main(String[] args) throws Exception {
         String bootstrap = args[0], prefix = args[1];
-        String topic = prefix + "-share", implicit = prefix + "-implicit",
-            explicit = prefix + "-explicit";
+        // One topic per group: a record produced after a step is that group's sentinel.
+        String topic = prefix + "-share", implicitTopic = prefix + "-share-implicit",
+            implicit = prefix + "-implicit", explicit = prefix + "-explicit";
         try (Admin admin = Admin.create(JavaClients.common(bootstrap))) {
             JavaClients.step("admin.setup", () -> {
-                admin.createTopics(List.of(new NewTopic(topic, 1, (short) 1))).all()
-                    .get(30, TimeUnit.SECONDS);
+                admin.createTopics(List.of(new NewTopic(topic, 1, (short) 1),
+                                           new NewTopic(implicitTopic, 1, (short) 1)))
+                    .all().get(30, TimeUnit.SECONDS);
                 Map<ConfigResource, Collection<AlterConfigOp>> configs = new HashMap<>();
                 for (String g : List.of(implicit, explicit))
                     configs.put(new ConfigResource(ConfigResource.Type.GROUP, g), List.of(
                         new AlterConfigOp(new ConfigEntry("share.auto.offset.reset", "earliest"),
                                           AlterConfigOp.OpType.SET)));
                 admin.incrementalAlterConfigs(configs).all().get(30, TimeUnit.SECONDS);
-                try (KafkaProducer<String, String> p = JavaClients.producer(bootstrap, null)) {
-                    for (int i = 0; i < N; i++) p.send(new ProducerRecord<>(topic, "k" + i, "v" + i));
-                    p.flush();
-                }
+                produce(bootstrap, topic, 0, N);
+                produce(bootstrap, implicitTopic, 0, N);
                 Thread.sleep(1000); // Kafka applies a group config through its metadata log
                 return null;
             });
             JavaClients.step("consumer.implicit", () -> {
                 String first, after;
                 try (KafkaShareConsumer<String, String> c = consumer(bootstrap, implicit, false)) {
-                    c.subscribe(List.of(topic));
+                    c.subscribe(List.of(implicitTopic));
                     first = summary(pollUntil(c, N, Map.of(), false, 30_000));
                     c.commitSync(); // implicit mode: accepts what the last poll returned
                 }
+                // A record produced now comes alone: an unaccepted one would come first.
+                produce(bootstrap, implicitTopic, N, N + 1);
                 try (KafkaShareConsumer<String, String> c = consumer(bootstrap, implicit, false)) {
-                    c.subscribe(List.of(topic));
-                    after = summary(pollUntil(c, 1, Map.of(), false, 5_000));
+                    c.subscribe(List.of(implicitTopic));
+                    after = summary(pollUntil(c, 1, Map.of(), false, 30_000));
                 }
                 return "first=" + first + " after=" + after;
             });
@@ -96,7 +106,8 @@ public class JavaShareConsumer {
                     String first = summary(pollUntil(c, N, Map.of(
                         0L, AcknowledgeType.RELEASE, 1L, AcknowledgeType.REJECT), true, 30_000));
                     String again = summary(pollUntil(c, 1, Map.of(), true, 30_000));
-                    String more = summary(pollUntil(c, 1, Map.of(), true, 5_000));
+                    produce(bootstrap, topic, N, N + 1); // alone, unless offset 1 came back
+                    String more = summary(pollUntil(c, 1, Map.of(), true, 30_000));
                     return "first=" + first + " again=" + again + " more=" + more;
                 }
             });
@@ -122,7 +133,7 @@ public class JavaShareConsumer {
                     .all().get(30, TimeUnit.SECONDS);
                 try (KafkaShareConsumer<String, String> c = consumer(bootstrap, explicit, true)) {
                     c.subscribe(List.of(topic));
-                    return "after=" + summary(pollUntil(c, N - 5, Map.of(), true, 30_000));
+                    return "after=" + summary(pollUntil(c, N + 1 - 5, Map.of(), true, 30_000));
                 }
             });
             JavaClients.step("admin.deleteShareGroups", () -> {
