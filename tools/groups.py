@@ -385,8 +385,9 @@ def add_parser(sub) -> None:
     view.add_argument("--state", action="store_true", help="the group's state")
     d.add_argument("--verbose", action="store_true",
                    help="with --members: each assignment (consumer protocol: member epoch, "
-                        "current and target assignment); with --state: the group's epochs; "
-                        "a share group's offsets: the leader epoch")
+                        "current and target assignment; streams: also the target tasks); "
+                        "with --state: the group's epochs; a share or streams group's "
+                        "offsets: the leader epoch")
     r = gsub.add_parser("reset-offsets", help="move a group's committed offsets (a dry run "
                                               "unless --execute)")
     groups_option(r)

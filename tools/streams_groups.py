@@ -10,6 +10,8 @@ described are those of the members' active tasks.
 
 from __future__ import annotations
 
+import sys
+
 from kio.schema.errors import ErrorCode
 from kio.schema.offset_delete.v0 import request as od
 from kio.schema.offset_fetch.v7 import request as of
@@ -102,6 +104,9 @@ def describe_members(g: GroupView, verbose: bool) -> None:
 
 
 def describe_state(cluster: Cluster, g: GroupView, verbose: bool) -> None:
+    if not g.members:
+        # Kafka's tool says so (on standard error) before the table.
+        print(f"Error: Streams group '{g.group_id}' has no active members.", file=sys.stderr)
     node = cluster.coordinator_id(g.group_id)
     epochs = [g.group_epoch, g.assignment_epoch] if verbose else []
     # StreamsGroupDescribe v0 names no assignor: Kafka's tool prints an empty cell.

@@ -96,16 +96,17 @@ def join_until_stable(client, group: str, member: str, topo=None) -> tuple[int, 
     raise AssertionError(f"member {member} never got its tasks: {r}")
 
 
-def settle(client, group: str, members: list[str]) -> tuple[dict[str, int], dict[str, set]]:
-    """Join ``members`` and heartbeat each in turn, with the tasks it was given, until
-    the group is Stable (a task moves only once its previous owner revoked it); returns
-    each member's epoch and tasks."""
+def settle(client, group: str, members: list[str], topo=None,
+           timeout: float = 20) -> tuple[dict[str, int], dict[str, set]]:
+    """Join ``members`` (with ``topo``, else the default topology) and heartbeat each in
+    turn, with the tasks it was given, until the group is Stable (a task moves only once
+    its previous owner revoked it); returns each member's epoch and tasks."""
     epochs, owned = {}, {}
     for m in members:
-        r = heartbeat(client, group, m, 0)
+        r = heartbeat(client, group, m, 0, topo=topo)
         assert r.error_code == 0, r.error_message
         epochs[m], owned[m] = r.member_epoch, active(r)
-    deadline = time.monotonic() + 20
+    deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         for m in members:
             r = heartbeat(client, group, m, epochs[m], owned=owned[m])

@@ -87,6 +87,10 @@ def test_streams_group_list_describe_reset_delete_offsets_and_delete(txbroker):
         assert [row[0], *row[-4:]] == [group, "Stable", str(epochs["m1"]), str(epochs["m1"]),
                                        "2"]
 
+        # --all-groups finds it by ListGroups and describes it as a streams group too.
+        r = groups(b, "describe", "--all-groups", "--state")
+        assert [group, "Stable", "2"] in [[row[0], *row[-2:]] for row in table_rows(r.stdout)]
+
         r = groups(b, "reset-offsets", "--group", group, "--all-input-topics", "--to-latest",
                    "--execute", ok=False)
         assert r.returncode == 1
@@ -97,6 +101,9 @@ def test_streams_group_list_describe_reset_delete_offsets_and_delete(txbroker):
         client.close()
 
     assert groups(b, "describe", "--group", group, "--members").stdout == ""
+    r = groups(b, "describe", "--group", group, "--state")
+    assert r.stderr.strip() == f"Error: Streams group '{group}' has no active members."
+    assert [table_rows(r.stdout)[0][0], *table_rows(r.stdout)[0][-2:]] == [group, "Empty", "0"]
     r = groups(b, "reset-offsets", "--group", group, "--all-input-topics", "--to-latest",
                "--execute")
     assert table_rows(r.stdout) == [[group, topic, "0", "2"]]
