@@ -10,7 +10,7 @@ import urllib.parse
 import confluent_kafka as ck
 import pytest
 
-from tests.integration.test_streams_groups_wire import ENABLED, settle
+from tests.integration.test_streams_groups_wire import ENABLED, heartbeat, settle
 from tests.integration.tools.test_streams_group_tools import commit_offset
 from tests.integration.wire_util import connect
 
@@ -71,3 +71,19 @@ def test_the_groups_page_says_streams_groups_are_off(txbroker, client):  # noqa:
     status, body = client.get("/console/groups")
     assert status == 200 and 'id="streams-groups-off"' in body
     assert 'id="streams-groups"' not in body
+
+
+def test_a_topology_that_is_not_ready_says_why(txbroker, client):  # noqa: F811
+    wire = connect(txbroker)
+    try:  # "input" does not exist: the member gets the MISSING_SOURCE_TOPICS status
+        r = heartbeat(wire, "waiting", "m1", 0)
+        assert r.error_code == 0 and r.status
+    finally:
+        wire.close()
+    status, body = client.get("/console/groups/waiting")
+    assert status == 200 and "<th>State</th><td>NotReady</td>" in body
+    assert '<span id="topology-status">Source topics input are missing.</span>' in body
+    [sub] = [[text(x) for x in r] for r in cells(body, "subtopologies")]
+    assert sub == ["0", "input", "-", "-", "app-store-changelog", "-"]
+    [member] = [[text(x) for x in r] for r in cells(body, "members")]
+    assert member[6:] == ["-"] * 7
