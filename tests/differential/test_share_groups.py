@@ -104,7 +104,7 @@ def test_two_members_share_two_partitions_in_both_modes(share_broker):
             produce(b, topic, 1, start=N + p, partition=p)
         late = share_consumer(b, group, topic, explicit=explicit)
         try:
-            assert _offsets(poll_until(late, 2)) == [
+            assert _offsets(poll_until(late, 2, ack=accept if explicit else None)) == [
                 (p, len(per_partition.get(p, []))) for p in (0, 1)], \
                 f"explicit={explicit}: accepted records came back"
         finally:
