@@ -2,7 +2,8 @@
 group made by raw StreamsGroupHeartbeat requests (two members, one stateful
 subtopology) is listed and described (offsets, members, state), refused a reset while
 Stable, then, once its members left, reset, its offsets deleted and deleted. The same
-lines on both brokers (the coordinator's address aside); on txbroker, ``txbroker
+lines on both brokers but the coordinator's address, the epochs and the ASSIGNOR cell
+of a StreamsGroupDescribe v0 broker (docs/compatibility.md); on txbroker, ``txbroker
 groups`` prints the same rows as Kafka's tool."""
 
 from __future__ import annotations
