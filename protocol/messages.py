@@ -8,6 +8,7 @@ version); bodies are decoded and encoded by kio.
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import io
 import struct
 from functools import cache
@@ -26,6 +27,7 @@ from .primitives import (
     read_nullable_string,
     skip_tagged_fields,
 )
+from .schemas import OWN_SCHEMAS
 
 API_VERSIONS_KEY = 18
 
@@ -52,10 +54,17 @@ def request_module(api_key: int, version: int) -> Any:
     Only "no such module" is an answer worth caching: any other failure (EMFILE while
     the import opens its file, say) is raised, so that a later call tries again
     instead of remembering "no schema" for the life of the process."""
+    if (api_key, version) in OWN_SCHEMAS:
+        return _own_module(api_key, version, "request")
     try:
         return load_payload_module(api_key, version, EntityType.request)
     except KioIndexError:
         return None
+
+
+def _own_module(api_key: int, version: int, entity: str) -> Any:
+    return importlib.import_module(f".schemas.{OWN_SCHEMAS[api_key, version]}_{entity}",
+                                   __package__)
 
 
 def preload_schemas(versions: Any) -> None:
@@ -70,6 +79,8 @@ def preload_schemas(versions: Any) -> None:
 
 @cache
 def response_module(api_key: int, version: int) -> Any:
+    if (api_key, version) in OWN_SCHEMAS:
+        return _own_module(api_key, version, "response")
     return load_payload_module(api_key, version, EntityType.response)
 
 

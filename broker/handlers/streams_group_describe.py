@@ -1,4 +1,4 @@
-"""StreamsGroupDescribe (key 89, v0): streams groups (KIP-1071) with their epochs,
+"""StreamsGroupDescribe (key 89, v0-1): streams groups (KIP-1071) with their epochs,
 topology, members, assignments and target assignments. A group that does not exist, or
 of another type, is GROUP_ID_NOT_FOUND; DESCRIBE on the group is required, and, as
 Kafka's KafkaApis, DESCRIBE on every topic of its topology (else
@@ -6,6 +6,7 @@ TOPIC_AUTHORIZATION_FAILED). Served only at streams.version >= 1."""
 
 from __future__ import annotations
 
+from txbroker.coordinator.group.group_configs import STREAMS_ASSIGNOR_NAME
 from txbroker.protocol.errors import ErrorCode
 from txbroker.protocol.messages import build
 
@@ -15,9 +16,12 @@ from ._streams import DISABLED, streams_enabled, task_ids, topology_topics
 
 API_KEY = 89
 MIN_VERSION = 0
-MAX_VERSION = 0
+MAX_VERSION = 1  # v1 (protocol/schemas/): TopologyDescription(Status), AssignorName
 
 _NO_OPS = -2147483648
+# TopologyDescriptionStatus: txbroker has no topology description plugin, so a described
+# group's description is NOT_STORED when asked for (as Kafka without the plugin).
+NOT_REQUESTED, NOT_STORED = 0, 1
 
 
 def _failed(schema, group_id: str, error: ErrorCode, message: str | None = None):
@@ -79,6 +83,8 @@ async def handle(ctx: RequestContext, request):
             _failed(schema, g, error, message) for g in request.group_ids))
     coordinator = ctx.broker.groups
     ops = bool(request.include_authorized_operations)
+    status = NOT_STORED if getattr(request, "include_topology_description", False) \
+        else NOT_REQUESTED
     out = []
     allowed = [g for g in request.group_ids if ctx.authorize(DESCRIBE, GROUP, g)]
     ready = [g for g in allowed if coordinator.is_ready(g)]
@@ -113,5 +119,7 @@ async def handle(ctx: RequestContext, request):
             assignment_epoch=d["assignment_epoch"],
             topology=_topology(schema, topology, ctx.broker.logs),
             members=tuple(_member(schema, m) for m in d["members"]),
-            authorized_operations=ctx.authorized_operations(GROUP, group_id) if ops else _NO_OPS))
+            authorized_operations=ctx.authorized_operations(GROUP, group_id) if ops else _NO_OPS,
+            topology_description=None, topology_description_status=status,
+            assignor_name=coordinator.group_configs.value(group_id, STREAMS_ASSIGNOR_NAME)))
     return build(ctx.response_type, throttle_time=ZERO, groups=tuple(out))

@@ -1,4 +1,4 @@
-"""StreamsGroupHeartbeat (key 88, v0): the streams group protocol of KIP-1071 (Kafka
+"""StreamsGroupHeartbeat (key 88, v0-1): the streams group protocol of KIP-1071 (Kafka
 Streams' ``group.protocol=streams``): join with member epoch 0 and the topology,
 heartbeat with the owned tasks, leave with -1 (or -2, static). The coordinator
 (coordinator/group/streams_coordinator.py) answers once the records of the change are
@@ -17,6 +17,7 @@ from __future__ import annotations
 import datetime
 import logging
 
+from txbroker.coordinator.group.group_configs import STREAMS_ACCEPTABLE_RECOVERY_LAG
 from txbroker.coordinator.streams.results import StreamsHeartbeat
 from txbroker.coordinator.streams.topology import MISSING_INTERNAL_TOPICS, Status
 from txbroker.protocol.acls import AclOperation, ResourceType
@@ -37,19 +38,27 @@ from ._streams import (
 
 API_KEY = 88
 MIN_VERSION = 0
-MAX_VERSION = 0
+MAX_VERSION = 1  # v1 (protocol/schemas/): the response's int64 AcceptableRecoveryLag,
+                 # TopologyDescriptionRequired and the MISSING_CLIENT_TAGS status
 
 log = logging.getLogger(__name__)
 
 # group.streams.acceptable.recovery.lag (v0 carries it as an int32).
 ACCEPTABLE_RECOVERY_LAG = 10_000
+MISSING_CLIENT_TAGS = 6
 
 
 def _answer(ctx, error: ErrorCode, message: str | None = None, **fields):
+    if ctx.header.api_version >= 1:
+        # The group's streams.acceptable.recovery.lag; an error answer keeps the
+        # field's default, -1, as Kafka's.
+        lag = fields.get("acceptable_recovery_lag", -1)
+    else:
+        lag = ACCEPTABLE_RECOVERY_LAG if not error else 0
     return build(ctx.response_type, throttle_time=ZERO, error_code=error, error_message=message,
                  member_id=fields.get("member_id", ""), member_epoch=fields.get("member_epoch", 0),
                  heartbeat_interval=fields.get("heartbeat_interval", ZERO),
-                 acceptable_recovery_lag=ACCEPTABLE_RECOVERY_LAG if not error else 0,
+                 acceptable_recovery_lag=lag, topology_description_required=False,
                  task_offset_interval=fields.get("task_offset_interval", ZERO),
                  status=fields.get("status"), active_tasks=fields.get("active_tasks"),
                  standby_tasks=fields.get("standby_tasks"),
@@ -117,10 +126,20 @@ async def handle(ctx: RequestContext, request):
                                             broker.config.get("txbroker.max.partitions"))
         if denied:
             statuses = _unauthorized(statuses, denied)
+    groups = broker.groups
+    if ctx.header.api_version >= 1:  # v0 clients do not know the status (KAFKA-20744)
+        missing = groups.streams_missing_client_tags(hb.group_id, result.member_id)
+        if missing:
+            statuses.append(Status(MISSING_CLIENT_TAGS, "Missing required client tags for "
+                                   f"rack-aware standby assignment: [{', '.join(missing)}]. "
+                                   "Configure them via 'client.tag.<tagKey>' in your Streams "
+                                   "config."))
     schema = ctx.schema
     a = result.assignment
     return _answer(
         ctx, ErrorCode.none, None, member_id=result.member_id, member_epoch=result.member_epoch,
+        acceptable_recovery_lag=groups.group_configs.value(hb.group_id,
+                                                           STREAMS_ACCEPTABLE_RECOVERY_LAG),
         heartbeat_interval=datetime.timedelta(milliseconds=result.heartbeat_interval_ms),
         task_offset_interval=datetime.timedelta(milliseconds=result.task_offset_interval_ms),
         status=tuple(build(schema.Status, status_code=s.code, status_detail=s.detail)

@@ -21,6 +21,7 @@ the ``__consumer_offsets`` partitions and the group-id namespace of the other gr
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import replace
 from typing import Any
@@ -201,6 +202,18 @@ class StreamsGroupShell:
         if plog is not None:
             await self.logs.flusher.wait_acked(plog, last + 1)
         return result
+
+    def streams_missing_client_tags(self, group_id: str, member_id: str) -> list[str]:
+        """The group's ``streams.rack.aware.assignment.tags`` the member sent no client
+        tag for (Kafka's MISSING_CLIENT_TAGS status, heartbeat v1+), in the config's
+        order."""
+        text = str(self.group_configs.value(group_id, GC.STREAMS_RACK_TAGS)).strip()
+        g = self.streams.get(group_id)
+        member = g.p.members.get(member_id) if g is not None and text else None
+        if member is None:
+            return []
+        have = {key for key, _value in member.client_tags}
+        return [tag for tag in re.split(r"\s*,\s*", text) if tag not in have]
 
     def streams_tick(self, now: int) -> None:
         """Session and rebalance timeouts: the fenced members' records appended."""

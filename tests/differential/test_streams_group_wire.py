@@ -116,3 +116,43 @@ def test_offset_commit_by_a_streams_member_as_kafka(streams_broker):  # noqa: F8
         assert commit("m1", epoch) == 0
     finally:
         client.close()
+
+
+def test_v1_fields_as_kafka(streams_broker):  # noqa: F811
+    """Version 1 of both APIs (Kafka 4.4 serves 0-1): the group's acceptable recovery
+    lag, MISSING_CLIENT_TAGS for a member without a tag of the group's
+    streams.rack.aware.assignment.tags, -1 in an error answer; describe v1's assignor
+    name and topology description status (no description plugin on either broker)."""
+    from tests.differential.test_group_configs import SET, _alter, _describe_settled
+    from tests.integration.test_streams_group_configs import DESCRIBE1, HB1, as_v1
+    from tests.integration.test_streams_groups_wire import heartbeat_request
+
+    broker = streams_broker
+    group, source = unique("sg"), unique("src")
+    ready(broker, group)
+    client = broker.raw()
+    try:
+        assert _alter(client, group, [("streams.rack.aware.assignment.tags", SET, "zone,rack"),
+                                      ("streams.acceptable.recovery.lag", SET, "12345")]) == (0, None)
+        _describe_settled(client, group, "streams.acceptable.recovery.lag", "12345")
+        request = as_v1(heartbeat_request(group, "m1", 0),
+                        topology=topology(source=source, changelog=f"{group}-changelog"),
+                        client_tags=(HB1.KeyValue(key="rack", value="r1"),))
+        r = client.request(88, 1, request)
+        assert (r.error_code, r.acceptable_recovery_lag, r.topology_description_required) == (
+            0, 12345, False), r
+        assert statuses(r) == [
+            (1, f"Source topics {source} are missing."),
+            (6, "Missing required client tags for rack-aware standby assignment: [zone]. "
+                "Configure them via 'client.tag.<tagKey>' in your Streams config.")]
+        r = client.request(88, 1, as_v1(request, member_id="nobody", member_epoch=3,
+                                        topology=None))
+        assert (r.error_code, r.acceptable_recovery_lag) == (E.unknown_member_id, -1)
+        for include, status in ((True, 1), (False, 0)):
+            (g,) = client.request(89, 1, DESCRIBE1.StreamsGroupDescribeRequest(
+                group_ids=(group,), include_authorized_operations=False,
+                include_topology_description=include)).groups
+            assert (g.error_code, g.assignor_name, g.topology_description_status,
+                    g.topology_description) == (0, "sticky", status, None)
+    finally:
+        client.close()

@@ -5,12 +5,21 @@ assignment holds (raw StreamsGroupHeartbeat, as tests/integration/test_streams_g
 
 from __future__ import annotations
 
+import dataclasses
 import time
 
 import pytest
+from kio.schema.errors import ErrorCode as E
+from txbroker.protocol.messages import request_module
 
-from tests.integration.test_streams_groups_wire import ENABLED, active, describe, heartbeat
-from tests.integration.wire_util import connect
+from tests.integration.test_streams_groups_wire import (
+    ENABLED,
+    active,
+    describe,
+    heartbeat,
+    heartbeat_request,
+)
+from tests.integration.wire_util import API_VERSIONS, api_versions_request, connect
 
 ck = pytest.importorskip("confluent_kafka")
 from confluent_kafka.admin import (  # noqa: E402
@@ -107,5 +116,53 @@ def test_a_groups_heartbeat_interval_and_standby_replicas_take_effect(txbroker):
         assert interval == {"m1": 7.0, "m2": 7.0}
         assert owned["m1"] | owned["m2"] == {("0", 0), ("0", 1)}, owned
         assert standbys == {"m1": owned["m2"], "m2": owned["m1"]}, (owned, standbys)
+    finally:
+        client.close()
+
+
+HB1, DESCRIBE1 = request_module(88, 1), request_module(89, 1)
+MISSING_CLIENT_TAGS = 6
+
+
+def as_v1(request, **changes):
+    """A v0 StreamsGroupHeartbeatRequest as v1 (the same fields), with ``changes``."""
+    values = {f.name: getattr(request, f.name) for f in dataclasses.fields(request)}
+    return HB1.StreamsGroupHeartbeatRequest(**{**values, **changes})
+
+
+def test_v1_tells_the_groups_recovery_lag_and_missing_client_tags(txbroker):
+    """v1 (Kafka 4.4): AcceptableRecoveryLag is the group's streams.acceptable.recovery.lag,
+    a member without a tag of streams.rack.aware.assignment.tags gets MISSING_CLIENT_TAGS
+    (never at v0), and describe v1 names the assignor and, asked for the topology
+    description, says it is not stored (no description plugin)."""
+    txbroker.create_topic("input", 1)
+    alter(txbroker.bootstrap, "app", streams_acceptable_recovery_lag="20000000000",
+          streams_rack_aware_assignment_tags="zone, rack")
+    client = connect(txbroker)
+    try:
+        versions = {k.api_key: (k.min_version, k.max_version) for k in client.request(
+            API_VERSIONS, 3, api_versions_request(3)).api_keys}
+        assert (versions[88], versions[89]) == ((0, 1), (0, 1))
+        v0 = heartbeat(client, "app", "m0", 0)
+        assert v0.error_code == 0 and MISSING_CLIENT_TAGS not in {s.status_code for s in v0.status}
+        request = heartbeat_request("app", "m1", 0)
+        request = as_v1(request, client_tags=(HB1.KeyValue(key="rack", value="r1"),))
+        r = client.request(88, 1, request)
+        assert (r.error_code, r.acceptable_recovery_lag, r.topology_description_required) == (
+            0, 20_000_000_000, False), r
+        assert [(s.status_code, s.status_detail) for s in r.status
+                if s.status_code == MISSING_CLIENT_TAGS] == [(MISSING_CLIENT_TAGS, (
+                    "Missing required client tags for rack-aware standby assignment: [zone]. "
+                    "Configure them via 'client.tag.<tagKey>' in your Streams config."))]
+        r = client.request(88, 1, as_v1(request, member_id="x", member_epoch=5, topology=None))
+        assert (r.error_code, r.acceptable_recovery_lag) == (E.unknown_member_id, -1), r
+        for include, status in ((True, 1), (False, 0)):
+            (g, unknown) = client.request(89, 1, DESCRIBE1.StreamsGroupDescribeRequest(
+                group_ids=("app", "nope"), include_authorized_operations=False,
+                include_topology_description=include)).groups
+            assert (g.error_code, g.assignor_name, g.topology_description_status,
+                    g.topology_description) == (0, "sticky", status, None)
+            assert (unknown.error_code, unknown.assignor_name,
+                    unknown.topology_description_status) == (E.group_id_not_found, None, 0)
     finally:
         client.close()

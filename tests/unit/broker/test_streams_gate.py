@@ -37,4 +37,4 @@ def test_streams_apis_advertised_only_at_streams_version_1(tmp_path):
     off = FinalizedFeatures(str(tmp_path), 2)
     assert not streams_apis & {k for k, _, _ in advertised_versions(off.levels)}
     on = FinalizedFeatures(str(tmp_path), 2, streams_version=1)
-    assert {(88, 0, 0), (89, 0, 0)} <= set(advertised_versions(on.levels))
+    assert {(88, 0, 1), (89, 0, 1)} <= set(advertised_versions(on.levels))
