@@ -53,7 +53,7 @@ broker/handlers/ and the group coordinator's part in
 * Group configs: ``StreamsGroups(config_for)`` where ``config_for(group_id)`` returns a
   :class:`results.StreamsGroupConfig` (broker defaults ``group.streams.*`` overridden by
   the group's ``streams.session.timeout.ms`` / ``streams.heartbeat.interval.ms`` /
-  ``streams.num.standby.replicas``).
+  ``streams.num.standby.replicas`` / ``streams.task.offset.interval.ms``).
 * A group id is one group type: the shell answers a StreamsGroupHeartbeat for a classic,
   consumer or share group's id with GROUP_ID_NOT_FOUND, as Kafka does.
 """

@@ -22,7 +22,7 @@ LEAVE_STATIC_EPOCH = -2  # a static member leaves and will rejoin with its insta
 class StreamsGroupConfig:
     """Kafka 4.4's broker defaults (GroupCoordinatorConfig); per group they are the group
     configs ``streams.session.timeout.ms``, ``streams.heartbeat.interval.ms``,
-    ``streams.num.standby.replicas`` (GroupConfig)."""
+    ``streams.num.standby.replicas``, ``streams.task.offset.interval.ms`` (GroupConfig)."""
 
     session_timeout_ms: int = 45_000  # group.streams.session.timeout.ms
     heartbeat_interval_ms: int = 5_000  # group.streams.heartbeat.interval.ms
