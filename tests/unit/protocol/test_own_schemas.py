@@ -9,7 +9,6 @@ import io
 
 import pytest
 from kio.serial import entity_reader, entity_writer
-
 from txbroker.protocol.messages import request_class, request_module, response_class
 
 GOLDEN = {
