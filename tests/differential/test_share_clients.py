@@ -136,20 +136,24 @@ def test_share_group_tools(share_broker, jvm_classes, tmp_path):
 GO_MODULE = ROOT / "tests" / "go"
 
 
-@pytest.fixture(scope="session")
-def franz_go_sharegroup(tmp_path_factory) -> Path:
-    """tests/go/sharegroup built with the franz-go version tests/go/go.mod pins (go.sum
-    checks it; `make franz-go` fetches the modules ahead)."""
+def go_build(tmp_path_factory: pytest.TempPathFactory, package: str) -> Path:
+    """tests/go/<package> built with the franz-go version tests/go/go.mod pins (go.sum
+    checks it; `make franz-go` fetches the modules ahead); skipped without go unless CI."""
     if shutil.which("go") is None:
         why = "no go toolchain (tests/go needs Go 1.26 for franz-go 1.22)"
         if os.environ.get("CI"):
             pytest.fail(why)
         pytest.skip(why)
-    out = tmp_path_factory.mktemp("go") / "sharegroup"
-    done = subprocess.run(["go", "build", "-mod=readonly", "-o", str(out), "./sharegroup"],
+    out = tmp_path_factory.mktemp("go") / package
+    done = subprocess.run(["go", "build", "-mod=readonly", "-o", str(out), f"./{package}"],
                           cwd=GO_MODULE, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, f"go build failed:\n{done.stdout}\n{done.stderr}"
     return out
+
+
+@pytest.fixture(scope="session")
+def franz_go_sharegroup(tmp_path_factory) -> Path:
+    return go_build(tmp_path_factory, "sharegroup")
 
 
 def test_franz_go_share_consumer(share_broker, franz_go_sharegroup):

@@ -1,14 +1,16 @@
 """``txbroker chaos --share``: a share-group worker pool (confluent-kafka ShareConsumer,
-and the Java KafkaShareConsumer 4.4 recipe) under instance kills, broker crashes and
-power losses checks clean; a worker that REJECTs records is caught losing them (marked
-``chaos``: `make test-chaos`)."""
+the Java KafkaShareConsumer 4.4 recipe and the franz-go one) under instance kills,
+broker crashes and power losses checks clean; a worker that REJECTs records is caught
+losing them (marked ``chaos``: `make test-chaos`)."""
 
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import pytest
 
+from tests.differential.test_share_clients import go_build
 from tests.integration.chaos.test_recipes import java_command
 from txbroker.chaos import run_share
 from txbroker.cli import main
@@ -44,6 +46,26 @@ def test_the_java_share_worker_survives_kills_crashes_and_power_losses(tmp_path,
     assert report.ok, report.text()
     assert {"instance kill", "broker crash"} <= set(report.counts), report.text()
     assert report.check.stats["deliveries"] >= report.records >= 250
+
+
+@pytest.fixture(scope="session")
+def franz_go_share_worker(tmp_path_factory) -> Path:
+    return go_build(tmp_path_factory, "chaosshare")
+
+
+@pytest.mark.chaos
+def test_the_franz_go_share_worker_survives_kills_crashes_and_power_losses(
+        tmp_path, franz_go_share_worker):
+    report = run_share([str(franz_go_share_worker)], input="jobs", instances=2, duration=20,
+                       records=300, interval=1.5, seed=11, data_dir=str(tmp_path),
+                       **KILLS_CRASHES_POWER)
+    assert report.ok, report.text()
+    # Under fire: which way the broker went down depends on when a power loss fires.
+    assert "instance kill" in report.counts, report.text()
+    assert {"broker crash", "power loss"} & set(report.counts), report.text()
+    stats = report.check.stats
+    assert stats["deliveries"] >= report.records >= 250
+    assert stats["accepts confirmed"] + stats["accepts unknown"] >= report.records
 
 
 @pytest.mark.chaos
