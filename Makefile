@@ -136,9 +136,11 @@ $(KAFKAJS_STAMP): tests/kafkajs/package.json tests/kafkajs/package-lock.json
 kafkajs: $(KAFKAJS_STAMP)
 
 # franz-go (Go modules, pinned by tests/go/go.mod and go.sum) for the franz-go share
-# consumer test (tests/differential/test_share_clients.py, which builds it; Go >= 1.26).
+# consumer test (tests/differential/test_share_clients.py, which builds it; Go >= 1.26),
+# and the franz-go chaos share worker into build/go/chaosshare (`txbroker chaos --share`).
 franz-go:
 	cd tests/go && go mod download && go build -mod=readonly -o /dev/null ./sharegroup
+	cd tests/go && go build -mod=readonly -o ../../build/go/chaosshare ./chaosshare
 
 install: $(STAMP) system-deps kafka-jars spark-kafka-jars kafkajs
 
