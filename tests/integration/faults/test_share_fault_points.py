@@ -102,11 +102,16 @@ def test_a_dropped_share_acknowledge_answer_loses_no_accept(txbroker):
     redelivered_once_more(txbroker, rest)
 
 
+@pytest.mark.parametrize("txbroker_config", [
+    {**ENABLED, "group.share.record.lock.duration.ms": "5000"}])
 def test_records_of_a_dropped_share_fetch_answer_come_back(txbroker):
     """The first ShareFetch acquires every record and its answer is lost: the member
-    never saw them. The client gives up on the silent connection and closes it; the
-    broker closes its share session with it and releases them at once (well within the
-    30 s acquisition lock): they come back, delivery count 2, each ACCEPTed once."""
+    never saw them. They come back, delivery count 2, each ACCEPTed once: released at
+    once if the client gives up on the silent connection and closes it (the broker
+    closes its share session with it), else when their acquisition lock runs out.
+    librdkafka does not always close the connection after a timed-out ShareFetch (it
+    did in about 2 runs of 3 on a loaded machine), so the lock is 5 s here: the test
+    proves the guarantee whichever way the client goes."""
     txbroker.create_topic("t")
     produce(txbroker.bootstrap, "t", 6)
     fault = txbroker.faults.add(api="ShareFetch", drop=True, count=1)
