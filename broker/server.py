@@ -21,7 +21,7 @@ from txbroker.coordinator.group.consumer_state import ConsumerGroupConfig
 from txbroker.coordinator.group.coordinator import GroupCoordinator, GroupCoordinatorConfig
 from txbroker.coordinator.group.state import GroupConfig
 from txbroker.coordinator.producer_ids import ProducerIdManager
-from txbroker.coordinator.streams.results import StreamsGroupConfig
+from txbroker.coordinator.streams.config import StreamsGroupConfig
 from txbroker.coordinator.transaction.coordinator import (
     TransactionCoordinator,
     TxnCoordinatorConfig,

@@ -38,8 +38,7 @@ from ..internal_topic import (
     partition_for,
 )
 from ..shell import CoordinatorShell, now_ms, read_batches
-from ..streams.groups import StreamsGroups
-from ..streams.results import StreamsGroupConfig
+from ..streams.config import StreamsGroupConfig
 from .consumer_classic import ClassicJoinRequest
 from .consumer_coordinator import ConsumerGroupShell
 from .consumer_records import ConsumerRecordKey
@@ -125,8 +124,9 @@ class GroupCoordinator(ConsumerGroupShell, StreamsGroupShell):
             {**streams_group_config_defaults(streams_config), **config.group_config_defaults})
         self.consumer.overrides = self.group_configs.overrides
         # KIP-1071 streams groups, in the same partitions and group-id namespace, each
-        # with the broker's group.streams.* keys overridden by its streams.* configs.
-        self.streams = StreamsGroups(
+        # with the broker's group.streams.* keys overridden by its streams.* configs
+        # (``self.streams``, built on first use: StreamsGroupShell).
+        self._streams_config_for = (
             lambda group_id: streams_config_for(self.group_configs, group_id, streams_config))
         self._streams_creating: dict[str, int] = {}
         # Classic members' LeaveGroup of a consumer group: (log, last offset) to wait for.
@@ -248,7 +248,7 @@ class GroupCoordinator(ConsumerGroupShell, StreamsGroupShell):
 
     def next_wake(self, effects: Effects | None = None) -> int | None:
         wakes = [w for w in (self.state.next_wake_ms(), self.consumer.next_wake_ms(),
-                             self.streams.next_deadline_ms()) if w is not None]
+                             self.streams_next_deadline_ms()) if w is not None]
         return min(wakes) if wakes else None
 
     def _reschedule(self) -> None:

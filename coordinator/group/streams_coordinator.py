@@ -24,19 +24,10 @@ import logging
 import re
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
-from txbroker.coordinator.streams import records as SR
-from txbroker.coordinator.streams.groups import StreamsGroups
-from txbroker.coordinator.streams.offsets import validate_offset_commit, validate_offset_fetch
-from txbroker.coordinator.streams.results import (
-    JOIN_EPOCH,
-    StreamsGroupConfig,
-    StreamsHeartbeat,
-    StreamsHeartbeatResult,
-)
-from txbroker.coordinator.streams.topology import InternalTopic
+from txbroker.coordinator.streams.config import RECORD_TYPES, StreamsGroupConfig
 from txbroker.protocol.errors import KafkaError
 
 from ..internal_topic import (
@@ -49,6 +40,11 @@ from . import group_configs as GC
 from .group_configs import KAFKA_LIMITS, GroupConfigStore
 from .offsets import ExpiryRule
 from .records import encode_group_metadata_key
+
+if TYPE_CHECKING:
+    from txbroker.coordinator.streams.groups import StreamsGroups
+    from txbroker.coordinator.streams.results import StreamsHeartbeat, StreamsHeartbeatResult
+    from txbroker.coordinator.streams.topology import InternalTopic
 
 log = logging.getLogger("txbroker.coordinator.group.coordinator")
 
@@ -93,7 +89,7 @@ def is_streams_record(key: bytes) -> bool:
     """A StreamsGroup* record of ``__consumer_offsets``: its key starts with an int16
     record type (Kafka's layout); the other records' keys are msgpack arrays, whose
     first byte is never 0."""
-    return len(key) >= 2 and key[0] == 0 and key[1] in SR.RECORD_TYPES
+    return len(key) >= 2 and key[0] == 0 and key[1] in RECORD_TYPES
 
 
 class PartitionCounts(Mapping[str, int]):
@@ -115,21 +111,42 @@ class PartitionCounts(Mapping[str, int]):
 
 class StreamsGroupShell:
     """Streams-group entry points of the group coordinator (see the module docstring).
-    ``self.streams`` is the StreamsGroups; ``self._streams_creating`` the internal
-    topics being created, or whose creation failed (name -> when it may be tried
-    again)."""
+    ``self.streams`` is the StreamsGroups, built (and the streams coordinator's modules
+    imported) on first use: a broker that never sees a streams group never loads them.
+    ``self._streams_creating``: the internal topics being created, or whose creation
+    failed (name -> when it may be tried again). ``self._streams_config_for``: a
+    group's StreamsGroupConfig."""
 
-    streams: StreamsGroups
+    _streams_groups: StreamsGroups | None = None
+
+    @property
+    def streams(self) -> StreamsGroups:
+        if self._streams_groups is None:
+            from txbroker.coordinator.streams.groups import StreamsGroups
+
+            self._streams_groups = StreamsGroups(self._streams_config_for)
+        return self._streams_groups
+
+    def _streams_get(self, group_id: str):
+        """The live streams group ``group_id`` (None, without building anything, when no
+        streams group was ever seen)."""
+        return None if self._streams_groups is None else self._streams_groups.get(group_id)
 
     def is_streams_group(self, group_id: str) -> bool:
-        return self.streams.get(group_id) is not None
+        return self._streams_get(group_id) is not None
 
     def replay_streams_record(self, key: bytes, value: bytes | None) -> None:
         """One StreamsGroup* record at load (ValueError: unreadable, the caller skips it)."""
+        from txbroker.coordinator.streams import records as SR
+
         self.streams.replay(*SR.decode_record(key, value))
 
     def streams_loaded(self, now: int) -> None:
-        self.streams.on_loaded(now)
+        if self._streams_groups is not None:
+            self._streams_groups.on_loaded(now)
+
+    def streams_next_deadline_ms(self) -> int | None:
+        return None if self._streams_groups is None else self._streams_groups.next_deadline_ms()
 
     def _append_streams_records(self, group_id: str, records: list[Record]):
         """Append now (in call order); returns (partition log, last offset, error)."""
@@ -139,6 +156,8 @@ class StreamsGroupShell:
     def _reload_streams_group(self, group_id: str) -> None:
         """Memory back to the log after a failed write: the group's records replayed (a
         scan of its partition, only on this rare path)."""
+        from txbroker.coordinator.streams import records as SR
+
         self.streams.groups.pop(group_id, None)
         n = self.logs.topics[OFFSETS_TOPIC].partitions if OFFSETS_TOPIC in self.logs.topics else 0
         plog = self.logs.get_log(OFFSETS_TOPIC, partition_for(group_id, n)) if n else None
@@ -178,6 +197,9 @@ class StreamsGroupShell:
 
     async def streams_heartbeat(self, hb: StreamsHeartbeat) -> StreamsHeartbeatResult:
         """StreamsGroupHeartbeat: answered once its records are durable."""
+        from txbroker.coordinator.streams import records as SR
+        from txbroker.coordinator.streams.results import JOIN_EPOCH, StreamsHeartbeatResult
+
         if not self.is_ready(hb.group_id):
             return StreamsHeartbeatResult(error=_E.coordinator_load_in_progress.value)
         try:
@@ -208,7 +230,7 @@ class StreamsGroupShell:
         tag for (Kafka's MISSING_CLIENT_TAGS status, heartbeat v1+), in the config's
         order."""
         text = str(self.group_configs.value(group_id, GC.STREAMS_RACK_TAGS)).strip()
-        g = self.streams.get(group_id)
+        g = self._streams_get(group_id)
         member = g.p.members.get(member_id) if g is not None and text else None
         if member is None:
             return []
@@ -217,7 +239,11 @@ class StreamsGroupShell:
 
     def streams_tick(self, now: int) -> None:
         """Session and rebalance timeouts: the fenced members' records appended."""
-        for group_id, expired in self.streams.expire(now).items():
+        if self._streams_groups is None:
+            return
+        from txbroker.coordinator.streams import records as SR
+
+        for group_id, expired in self._streams_groups.expire(now).items():
             log.info("streams group %r: member(s) %s removed on session or rebalance "
                      "timeout (group epoch bumped)", group_id, ", ".join(expired.member_ids))
             self._append_streams_records(group_id,
@@ -260,24 +286,32 @@ class StreamsGroupShell:
                              transactional: bool, api_version: int, entries) -> int | None:
         """The OffsetCommit/TxnOffsetCommit check for a streams group; None if
         ``group_id`` is not one."""
-        g = self.streams.get(group_id)
+        g = self._streams_get(group_id)
         if g is None:
             return None
+        from txbroker.coordinator.streams.offsets import validate_offset_commit
+
         return validate_offset_commit(g, member_id, member_epoch, transactional, api_version,
                                       [(e.topic, e.partition) for e in entries])
 
     def streams_fetch_error(self, group_id: str, member_id: str | None, member_epoch: int) -> int:
         """OffsetFetch v9+ with a member id and epoch, for a streams group."""
-        g = self.streams.get(group_id)
-        return _E.none.value if g is None else validate_offset_fetch(g, member_id, member_epoch)
+        g = self._streams_get(group_id)
+        if g is None:
+            return _E.none.value
+        from txbroker.coordinator.streams.offsets import validate_offset_fetch
+
+        return validate_offset_fetch(g, member_id, member_epoch)
 
     async def delete_streams_group(self, group_id: str) -> int:
         """DeleteGroups of a streams group: only an Empty one (tombstones of its records)."""
-        g = self.streams.get(group_id)
+        g = self._streams_get(group_id)
         if g is None:
             return _E.group_id_not_found.value
         if g.p.members:
             return _E.non_empty_group.value
+        from txbroker.coordinator.streams import records as SR
+
         records = [SR.encode_record(r) for r in self.streams.delete(group_id)]
         del self.streams.groups[group_id]
         plog, last, error = self._append_streams_records(group_id, records)
@@ -289,7 +323,7 @@ class StreamsGroupShell:
         """How a streams group's offsets expire (None: not a streams group): retention
         counts from each commit, but a group with members keeps its topology's source
         topics' offsets (Kafka's StreamsGroup.isSubscribedToTopic)."""
-        g = self.streams.get(group_id)
+        g = self._streams_get(group_id)
         if g is None:
             return None
         topology = g.p.topology
@@ -300,6 +334,8 @@ class StreamsGroupShell:
     async def cleanup_streams_groups(self) -> list[str]:
         """Remove the Empty streams groups without offsets (Kafka's periodic cleanup,
         after offsets expiry: maybeDeleteGroup of every group type); returns their ids."""
+        if self._streams_groups is None:
+            return []
         doomed = [gid for gid, g in self.streams.groups.items()
                   if self.streams.get(gid) is not None and not g.p.members
                   and not self.offsets.has_offsets(gid)]
@@ -308,10 +344,14 @@ class StreamsGroupShell:
         return doomed
 
     def streams_describe(self, group_ids: Iterable[str]) -> dict[str, dict | None]:
-        return self.streams.describe(group_ids)
+        if self._streams_groups is None:
+            return dict.fromkeys(group_ids)
+        return self._streams_groups.describe(group_ids)
 
     def streams_listing(self) -> list[tuple[str, str]]:
         """(group id, state) of every streams group."""
+        if self._streams_groups is None:
+            return []
         return [(gid, g.state) for gid, g in self.streams.groups.items()
                 if self.streams.get(gid) is not None]
 

@@ -30,6 +30,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from txbroker.coordinator.streams.assignor import TaskId
+from txbroker.coordinator.streams.config import (
+    CURRENT_MEMBER_ASSIGNMENT,
+    GROUP_METADATA,
+    MEMBER_METADATA,
+    RECORD_TYPES,
+    TARGET_ASSIGNMENT_MEMBER,
+    TARGET_ASSIGNMENT_METADATA,
+    TOPOLOGY,
+)
 from txbroker.coordinator.streams.reconcile import MemberAssignment, TasksTuple
 from txbroker.coordinator.streams.topology import (
     CopartitionGroup,
@@ -61,15 +70,9 @@ __all__ = ["GROUP_METADATA", "MEMBER_METADATA", "TARGET_ASSIGNMENT_METADATA",
            "StreamsRecord", "encode_key", "decode_key", "encode_value", "decode_value",
            "encode_record", "decode_record"]
 
-GROUP_METADATA = 17
-MEMBER_METADATA = 19
-TARGET_ASSIGNMENT_METADATA = 20
-TARGET_ASSIGNMENT_MEMBER = 21
-CURRENT_MEMBER_ASSIGNMENT = 22
-TOPOLOGY = 23
 _GROUP_KEYS = (GROUP_METADATA, TARGET_ASSIGNMENT_METADATA, TOPOLOGY)
 _MEMBER_KEYS = (MEMBER_METADATA, TARGET_ASSIGNMENT_MEMBER, CURRENT_MEMBER_ASSIGNMENT)
-RECORD_TYPES = _GROUP_KEYS + _MEMBER_KEYS
+assert set(RECORD_TYPES) == set(_GROUP_KEYS + _MEMBER_KEYS)
 
 
 @dataclass(frozen=True, order=True)

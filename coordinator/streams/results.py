@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from txbroker.coordinator.streams.assignor import TaskId
+from txbroker.coordinator.streams.config import StreamsGroupConfig
 from txbroker.coordinator.streams.reconcile import TasksTuple
 from txbroker.coordinator.streams.records import StreamsRecord
 from txbroker.coordinator.streams.topology import InternalTopic, Status, StreamsTopology
@@ -16,23 +17,6 @@ __all__ = ["StreamsGroupConfig", "StreamsHeartbeat", "StreamsHeartbeatResult", "
 JOIN_EPOCH = 0
 LEAVE_EPOCH = -1
 LEAVE_STATIC_EPOCH = -2  # a static member leaves and will rejoin with its instance id
-
-
-@dataclass(frozen=True)
-class StreamsGroupConfig:
-    """Kafka 4.4's broker defaults (GroupCoordinatorConfig); per group they are the group
-    configs ``streams.session.timeout.ms``, ``streams.heartbeat.interval.ms``,
-    ``streams.num.standby.replicas``, ``streams.task.offset.interval.ms`` (GroupConfig)."""
-
-    session_timeout_ms: int = 45_000  # group.streams.session.timeout.ms
-    heartbeat_interval_ms: int = 5_000  # group.streams.heartbeat.interval.ms
-    num_standby_replicas: int = 0  # group.streams.num.standby.replicas (max 2)
-    max_size: int = 2**31 - 1  # group.streams.max.size
-    task_offset_interval_ms: int = 60_000  # group.streams.task.offset.interval.ms
-
-    def assignment_configs(self) -> tuple[tuple[str, str], ...]:
-        """LastAssignmentConfigs: a change of them triggers a new assignment."""
-        return (("num.standby.replicas", str(self.num_standby_replicas)),)
 
 
 @dataclass(frozen=True)
