@@ -263,7 +263,7 @@ bench-share: install
 	$(PY) -m bench.share_groups
 
 # Streams groups (KIP-1071): a Kafka Streams 4.4.0 exactly_once_v2 app's rebalance times
-# and records/s, group.protocol=streams on txbroker and Apache Kafka 4.4.0, classic on txbroker.
+# and records/s, group.protocol=streams and classic, on txbroker and Apache Kafka 4.4.0.
 bench-streams: install
 	$(PY) -m bench.streams_groups
 
