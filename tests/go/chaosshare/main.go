@@ -5,7 +5,7 @@
 //	txbroker chaos --share --input jobs --instances 3 --duration 60 -- build/go/chaosshare
 //
 // The franz-go twin of testing/chaos/recipes/confluent_share_worker.py and
-// tests/jvm/chaos/ChaosShareWorker.java: each polled record ACCEPTed after its work,
+// tests/jvm/chaos/ChaosShareWorker.java: a poll's records ACCEPTed after their work,
 // FlushAcks after each poll; every delivery (with its delivery count), ACCEPT sent and
 // answer written as a JSON line into TXBROKER_HISTORY for the chaos checker.
 //
@@ -42,7 +42,10 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
-const flushTimeout = 10 * time.Second
+const (
+	flushTimeout = 10 * time.Second
+	maxRecords   = 50
+)
 
 const (
 	shareFetchKey       = 78
@@ -177,6 +180,11 @@ func main() {
 		kgo.ConsumeTopics(env("TXBROKER_INPUT", "jobs")),
 		kgo.ShareAckCallback(func(_ *kgo.Client, results kgo.ShareAckResults) { got.add(results) }),
 		kgo.WithHooks(lostAnswerHook{&lostAnswers}),
+		// A poll's work (maxRecords x the work per record) well inside the 10 s lock,
+		// records fetched when polled (no prefetch holding locks meanwhile): a poll's
+		// ACCEPTs then rarely outlive its locks or its share session (a broker restart
+		// makes franz-go drop acks of records fetched in the old session).
+		kgo.ShareMaxRecords(maxRecords), kgo.ShareMaxRecordsStrict(),
 		// A lost answer (a broker crash or hang, a dropped response) is given up on after 5 s.
 		kgo.RequestTimeoutOverhead(5*time.Second),
 	)
@@ -189,6 +197,7 @@ func main() {
 		fetches := cl.PollFetches(ctx)
 		lostBefore := lostAnswers.Load()
 		var all []int
+		var done []*kgo.Record
 		byPartition := map[partition][]int{}
 		fetches.EachRecord(func(r *kgo.Record) {
 			seq := h.delivered(r)
@@ -198,7 +207,7 @@ func main() {
 				return
 			}
 			time.Sleep(time.Duration(*workMs * float64(time.Millisecond))) // the work, before the ACCEPT
-			r.Ack(kgo.AckAccept)
+			done = append(done, r)
 			tp := partition{r.Topic, r.Partition}
 			byPartition[tp] = append(byPartition[tp], seq)
 			all = append(all, seq)
@@ -206,7 +215,10 @@ func main() {
 		if len(all) == 0 {
 			continue // (only REJECTs: flushed with the next poll's)
 		}
+		// "sent" before the first Ack: franz-go may send an Ack at once (piggybacked on a
+		// ShareFetch), and a kill before the line would hide an applied ACCEPT.
 		h.answered("sent", all, nil)
+		cl.MarkAcks(kgo.AckAccept, done...)
 		flushCtx, cancel := context.WithTimeout(ctx, flushTimeout)
 		err := cl.FlushAcks(flushCtx)
 		cancel()
