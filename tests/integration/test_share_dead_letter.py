@@ -17,6 +17,7 @@ from tests.integration.test_share_groups import (
     ck,
     offsets,
     poll_until,
+    release_each_delivery,
     share_consumer,
 )
 
@@ -99,11 +100,7 @@ def test_a_record_over_the_delivery_count_limit_is_written_without_its_data(txbr
     produce_keyed(txbroker.bootstrap, 1)
     c = share_consumer(txbroker.bootstrap, "g", "t", explicit=True)
     try:
-        for count in (1, 2):
-            (m,) = poll_until(c, 1)
-            assert (m.offset(), m.delivery_count()) == (0, count)
-            c.acknowledge(m, ck.AcknowledgeType.RELEASE)
-            c.commit_sync(10)
+        release_each_delivery(c, 2)
         (dead,) = read_dead_letters(txbroker.bootstrap, 1)
         assert headers(dead)["__dlq.errors.delivery.count"] == b"2"
         assert headers(dead)["__dlq.errors.message"] == \

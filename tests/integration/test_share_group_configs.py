@@ -18,6 +18,7 @@ from tests.integration.test_share_groups import (
     offsets,
     poll_until,
     produce,
+    release_each_delivery,
     share_consumer,
 )
 from tests.integration.wire_util import connect
@@ -122,11 +123,7 @@ def release_twice_then(bootstrap: str, group: str, topic: str) -> list:
     the group gets until record 1 arrives (offset 0 first if it is still available)."""
     c = share_consumer(bootstrap, group, topic, explicit=True)
     try:
-        for count in (1, 2):
-            (m,) = poll_until(c, 1)
-            assert (m.offset(), m.delivery_count()) == (0, count)
-            c.acknowledge(m, ck.AcknowledgeType.RELEASE)
-            c.commit_sync(10)
+        release_each_delivery(c, 2)
         produce(bootstrap, topic, 1, start=1)
         got: list = []
         while 1 not in offsets(got):

@@ -86,6 +86,16 @@ def nothing_more(c, seconds: float = 2.0) -> bool:
     return True
 
 
+def release_each_delivery(c, deliveries: int) -> None:
+    """Offset 0, the only record, delivered ``deliveries`` times (delivery counts 1, 2,
+    ...), each delivery RELEASEd."""
+    for count in range(1, deliveries + 1):
+        (m,) = poll_until(c, 1)
+        assert (m.offset(), m.delivery_count()) == (0, count)
+        c.acknowledge(m, ck.AcknowledgeType.RELEASE)
+        c.commit_sync(10)
+
+
 def test_explicit_accept_delivers_each_record_once(txbroker):
     txbroker.create_topic("t")
     produce(txbroker.bootstrap, "t")
@@ -605,11 +615,7 @@ def test_a_record_released_up_to_the_delivery_count_limit_is_archived(txbroker):
     produce(txbroker.bootstrap, "t", 1)
     c = share_consumer(txbroker.bootstrap, "g", "t", explicit=True)
     try:
-        for count in (1, 2):
-            (m,) = poll_until(c, 1)
-            assert (m.offset(), m.delivery_count()) == (0, count)
-            c.acknowledge(m, ck.AcknowledgeType.RELEASE)
-            c.commit_sync(10)
+        release_each_delivery(c, 2)
         assert nothing_more(c)  # archived after its second delivery
         produce(txbroker.bootstrap, "t", 1, start=1)
         assert offsets(poll_until(c, 1, ack=accept)) == [1]
