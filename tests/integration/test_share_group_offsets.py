@@ -190,8 +190,8 @@ def test_delete_removes_the_share_state(txbroker):
     assert delete(txbroker, "missing", ["t"]).error_code == E.group_id_not_found
 
 
-def test_off_by_default_not_advertised_and_refused(tmp_path):
-    with BrokerThread(str(tmp_path / "d"), {}) as b:
+def test_off_at_share_version_0_not_advertised_and_refused(tmp_path):
+    with BrokerThread(str(tmp_path / "d"), {"txbroker.share.version": "0"}) as b:
         assert not OFFSET_APIS & advertised(b)
         b.create_topic("t")
         assert describe(b, "g").error_code == E.unsupported_version
@@ -201,6 +201,11 @@ def test_off_by_default_not_advertised_and_refused(tmp_path):
 
 def test_advertised_at_share_version_1(txbroker):
     assert OFFSET_APIS <= advertised(txbroker)
+
+
+def test_advertised_by_default(tmp_path):
+    with BrokerThread(str(tmp_path / "d"), {}) as b:
+        assert OFFSET_APIS <= advertised(b)
 
 
 def test_acls_as_kafka_checks_them(tmp_path):
