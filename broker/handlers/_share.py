@@ -1,14 +1,28 @@
 """Helpers shared by the share-group handlers (KIP-932): the feature gate and the
-coordinator lookup."""
+coordinator lookup, the offsets APIs' answer."""
 
 from __future__ import annotations
 
+import uuid
+
 from txbroker.protocol.errors import ErrorCode
+from txbroker.protocol.messages import build
 
 from ..features import SHARE_VERSION
+from ._groups import ZERO
 
 # What Kafka's handlers answer while share.version is 0 (Errors.UNSUPPORTED_VERSION).
 DISABLED = (ErrorCode.unsupported_version, "The version of API is not supported.")
+# The share-group offsets APIs (90-92): a topic id not known, and the group-level
+# message Kafka gives with NON_EMPTY_GROUP.
+NO_TOPIC_ID = uuid.UUID(int=0)
+OFFSETS_MESSAGES = {ErrorCode.non_empty_group: "The group is not empty."}
+
+
+def offsets_response(ctx, error, message=None, topics=()):
+    """An Alter/DeleteShareGroupOffsets answer (their responses have the same top)."""
+    return build(ctx.response_type, throttle_time=ZERO, error_code=error,
+                 error_message=message, responses=tuple(topics))
 
 
 def share_enabled(ctx) -> bool:

@@ -18,22 +18,19 @@ from txbroker.protocol.errors import ErrorCode
 from txbroker.protocol.messages import build
 
 from ..context import RequestContext
-from ._groups import GROUP, READ, TOPIC, ZERO
-from ._share import DISABLED, other_group_type, share_enabled
+from ._groups import GROUP, READ, TOPIC
+from ._share import (
+    DISABLED,
+    NO_TOPIC_ID,
+    OFFSETS_MESSAGES,
+    offsets_response,
+    other_group_type,
+    share_enabled,
+)
 
 API_KEY = 91
 MIN_VERSION = 0
 MAX_VERSION = 0
-
-_NO_UUID = uuid.UUID(int=0)
-
-_MESSAGES = {ErrorCode.non_empty_group: "The group is not empty."}
-
-
-def _response(ctx, error, message=None, topics=()):
-    return build(ctx.response_type, throttle_time=ZERO, error_code=error,
-                 error_message=message, responses=tuple(topics))
-
 
 def _topic(schema, name, topic_id, parts):
     return build(schema.AlterShareGroupOffsetsResponseTopic, topic_name=name,
@@ -45,12 +42,12 @@ def _topic(schema, name, topic_id, parts):
 async def handle(ctx: RequestContext, request):
     schema = ctx.schema
     if not share_enabled(ctx):
-        return _response(ctx, *DISABLED)
+        return offsets_response(ctx, *DISABLED)
     group_id = request.group_id
     if not ctx.authorize(READ, GROUP, group_id):
-        return _response(ctx, ErrorCode.group_authorization_failed, "Group authorization failed.")
+        return offsets_response(ctx, ErrorCode.group_authorization_failed, "Group authorization failed.")
     if other_group_type(ctx, group_id):
-        return _response(ctx, ErrorCode.group_id_not_found,
+        return offsets_response(ctx, ErrorCode.group_id_not_found,
                          f"Group {group_id} is not a share group.")
     topics_info = ctx.broker.logs.topics
     allowed = ctx.authorized(READ, TOPIC, {t.topic_name for t in request.topics})
@@ -69,13 +66,13 @@ async def handle(ctx: RequestContext, request):
             else:
                 offsets[(info.topic_id, p.partition_index)] = p.start_offset
                 parts.append((p.partition_index, ErrorCode.none, None))
-        answers.append((t.topic_name, info.topic_id if info is not None else _NO_UUID, parts))
+        answers.append((t.topic_name, info.topic_id if info is not None else NO_TOPIC_ID, parts))
     error = await ctx.broker.shares.alter_offsets(group_id, offsets)
     if error != ErrorCode.none.value:  # the top-level error alone, as Kafka
         code = ErrorCode(error)
-        return _response(ctx, code, _MESSAGES.get(code))
+        return offsets_response(ctx, code, OFFSETS_MESSAGES.get(code))
     # Kafka 4.4's order: the topics it does not know (or may not read) first, then the
     # others, each group in the request's order.
     answers.sort(key=lambda a: a[0] in allowed and a[0] in topics_info)
-    return _response(ctx, ErrorCode.none, None,
+    return offsets_response(ctx, ErrorCode.none, None,
                      [_topic(schema, name, tid, parts) for name, tid, parts in answers])
