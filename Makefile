@@ -151,7 +151,7 @@ lint: install
 # (Kafka starts once for them); `make test-kafka` runs every differential test on both,
 # and the Spark tests against Apache Kafka (the ingestion job's third place).
 test: install lint
-	$(PY) -m pytest -q -p no:cacheprovider -m "(not kafka or kafka_ci) and not cluster and not chaos and not long"
+	$(PY) -m pytest -q -p no:cacheprovider --durations=25 -m "(not kafka or kafka_ci) and not cluster and not chaos and not long"
 
 # The subset `make test-latest` and `make test-python` run: every dependency is exercised
 # (about 5 minutes on two cores): kio, crc32c, msgpack, cramjam and hypothesis by the unit
@@ -197,9 +197,10 @@ test-python: system-deps kafka-jars
 	$(call locked-venv,$(PY_VENV),$(PYTHON_BIN))
 	$(PY_VENV)/bin/python -m pytest -q -p no:cacheprovider -m "$(SUBSET_MARKS)" $(TESTS)
 
-# Tests over a minute each on two cores (marker long) whose ground a faster test in
-# `make test` covers in part: the Spark driver's SIGTERM stop and the SIGKILL of a
-# driver reading with Spark's Kafka connector (the txbroker source's kill stays in).
+# Slow tests on two cores (marker long) whose ground a faster test in `make test`
+# covers in part: the Spark driver's SIGTERM stop, the SIGKILL of a driver reading with
+# Spark's Kafka connector (the txbroker source's kill stays in), a read-only data
+# directory (a failing one stays in).
 test-long: install
 	$(PY) -m pytest -q -p no:cacheprovider -m long
 

@@ -31,7 +31,7 @@ from tests.fuzz.frames import (
 )
 
 CASES = sorted(REGRESSIONS.glob("*.json"))
-FRAMES = int(os.environ.get("FUZZ_TEST_FRAMES", "30000"))
+FRAMES = int(os.environ.get("FUZZ_TEST_FRAMES", "15000"))
 SEED = int(os.environ.get("FUZZ_TEST_SEED", "14"))
 
 
@@ -127,7 +127,7 @@ def test_regression_case(path: Path) -> None:
 
 
 def test_bounded_fuzz(tmp_path: Path) -> None:
-    """~30,000 mutated frames (seeded, deterministic frames) against a broker process:
+    """~15,000 mutated frames (`make fuzz` runs more) (seeded, deterministic frames) against a broker process:
     no crash, traceback, ERROR line or stalled normal client; clean SIGTERM; all data
     acknowledged to the normal client intact after a restart."""
     result = fuzz(FRAMES, seed=SEED, save_dir=tmp_path, max_seconds=300,
