@@ -294,8 +294,14 @@ class GroupCoordinator(ConsumerGroupShell, StreamsGroupShell):
         if not self.is_ready(group_id):
             return JoinResult(_E.coordinator_load_in_progress.value, member_id=member_id)
         if self.is_streams_group(group_id):
-            # One id names one group type (Kafka: "is not a classic group").
-            return JoinResult(_E.group_id_not_found.value, member_id=member_id)
+            # One id names one group type: a streams group with members refuses a classic
+            # member; an Empty one is deleted (its offsets stay) and the id becomes a
+            # classic group, as Kafka's maybeDeleteEmptyStreamsGroup.
+            if self.streams.groups[group_id].p.members:
+                return JoinResult(_E.inconsistent_group_protocol.value, member_id=member_id)
+            if await self.delete_streams_group(group_id) != _E.none.value:
+                return JoinResult(_E.coordinator_not_available.value, member_id=member_id)
+            log.info("empty streams group %r converted to a classic group", group_id)
         if self.is_consumer_group(group_id):
             if self.consumer.groups[group_id].members:
                 # A classic member of a consumer group (online migration, consumer_classic).

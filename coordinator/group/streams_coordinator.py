@@ -14,8 +14,9 @@ the ``__consumer_offsets`` partitions and the group-id namespace of the other gr
   background, once at a time per name (``create_streams_topics``).
 * One group id names one group type: a classic group with members, a consumer group or
   a share group (checked by the handler) is not a streams group (GROUP_ID_NOT_FOUND); an
-  Empty classic group (offsets only) becomes a streams group when a member joins, as in
-  Kafka.
+  Empty classic group (offsets only) becomes a streams group when a member joins, and an
+  Empty streams group a classic group when a classic member joins (``join`` of the
+  coordinator), offsets kept, as in Kafka.
 """
 
 from __future__ import annotations

@@ -216,8 +216,8 @@ def test_unknown_member_fenced_epoch_and_another_group_type(txbroker):
                                                    "Group classic is not a streams group.")
         (g,) = describe(client, "classic")
         assert g.error_code == E.group_id_not_found
-        # ... and a JoinGroup for the streams group's id is refused too.
-        assert join_group(client, "app").error_code == E.group_id_not_found
+        # ... and a JoinGroup for the id of a streams group with members is refused too.
+        assert join_group(client, "app").error_code == E.inconsistent_group_protocol
     finally:
         client.close()
 
