@@ -379,7 +379,7 @@ BROKER_KEYS: dict[str, BrokerKey] = {
                   "online migration between classic and consumer groups: upgrade a classic "
                   "group when a consumer-protocol member joins, downgrade it when the last "
                   "one leaves (bidirectional, upgrade, downgrade or disabled)"),
-        # Streams groups (KIP-1071, a preview: off until streams.version is 1).
+        # Streams groups (KIP-1071: served while streams.version is 1, the default).
         BrokerKey("group.streams.session.timeout.ms", "45000", _int_in(1, 2**31 - 1),
                   "a streams-group member without a heartbeat for this long is removed"),
         BrokerKey("group.streams.heartbeat.interval.ms", "5000", _int_in(1, 2**31 - 1),
@@ -479,12 +479,12 @@ BROKER_KEYS: dict[str, BrokerKey] = {
                   "also their dead-letter topics (KIP-1191); 0 leaves them off. "
                   "Once UpdateFeatures changed the level, "
                   "the level it stored in the data dir wins over this key"),
-        BrokerKey("txbroker.streams.version", "0", _int_in(0, 1),
-                  "the first finalized level of Kafka's streams.version feature: 1 turns on "
-                  "streams groups (KIP-1071, a preview: StreamsGroupHeartbeat and "
-                  "StreamsGroupDescribe advertised and served); 0 (the default) leaves them "
-                  "off. Once UpdateFeatures changed the level, the level it stored in the "
-                  "data dir wins over this key"),
+        BrokerKey("txbroker.streams.version", "1", _int_in(0, 1),
+                  "the first finalized level of Kafka's streams.version feature: 1 (the "
+                  "default, as on a new Kafka 4.4 cluster) turns on streams groups "
+                  "(KIP-1071: StreamsGroupHeartbeat and StreamsGroupDescribe advertised "
+                  "and served); 0 leaves them off. Once UpdateFeatures changed the level, "
+                  "the level it stored in the data dir wins over this key"),
         BrokerKey("txbroker.fault.points", "", _fault_points,
                   "fault injection for tests: point[=action],... with points "
                   "before_end_txn, after_prepare_durable, before_markers, after_first_marker, "

@@ -7,8 +7,8 @@ ShareGroupHeartbeat, ShareGroupDescribe, ShareFetch and ShareAcknowledge, which 
 advertised only then; level 2, as in Kafka 4.4, also their dead-letter topics of
 KIP-1191; finalized at 2 by default, as a new Kafka 4.4 cluster does), and
 ``streams.version`` (0-1: level 1 enables the streams group protocol of KIP-1071,
-StreamsGroupHeartbeat and StreamsGroupDescribe; finalized at 0 by default, a preview
-here, where a new Kafka 4.4 cluster finalizes 1).
+StreamsGroupHeartbeat and StreamsGroupDescribe; finalized at 1 by default, as a new
+Kafka 4.4 cluster does).
 
 Kafka keeps the finalized levels in its metadata log: ``kafka-storage format
 --feature transaction.version=N`` writes the first level, and UpdateFeatures

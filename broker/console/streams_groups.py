@@ -5,7 +5,7 @@ ready, its members with their active, standby and warm-up tasks (current and tar
 and the group's committed offsets and lag (rendered by ``groups.py``).
 
 Reads the group coordinator's streams groups through ``coordinator/streams/view.py``;
-while streams groups are off (``streams.version`` 0) the page says so.
+while streams groups are turned off (``streams.version`` 0) the page says so.
 """
 
 from __future__ import annotations

@@ -537,7 +537,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--max-seconds", type=float, default=float("inf"))
     p.add_argument("--broker-config", action="append", default=[], metavar="KEY=VALUE",
                    help="a broker config key for the fuzzed broker (repeatable), e.g. "
-                        "txbroker.streams.version=1")
+                        "txbroker.streams.version=0")
     p.add_argument("--require-coverage", action="store_true",
                    help="refuse to start if an advertised API version has no corpus frame; "
                         "fail if an advertised API got no frame")

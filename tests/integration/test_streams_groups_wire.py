@@ -17,6 +17,7 @@ from txbroker.testing.broker_thread import BrokerThread
 from tests.integration.wire_util import API_VERSIONS, api_versions_request, connect
 
 ENABLED = {"txbroker.streams.version": "1"}
+OFF = {"txbroker.streams.version": "0"}
 STREAMS_APIS = {88, 89}
 HB = request_module(88, 0)
 DESCRIBE = request_module(89, 0)
@@ -139,8 +140,13 @@ def advertised(broker) -> set[int]:
         client.close()
 
 
-def test_off_by_default_not_advertised_and_refused(tmp_path):
-    with BrokerThread(str(tmp_path / "d"), {}) as b:
+def test_on_by_default_as_kafka(tmp_path):
+    with BrokerThread(str(tmp_path / "d"), {}) as b:  # Kafka 4.4 finalizes streams.version 1
+        assert STREAMS_APIS <= advertised(b)
+
+
+def test_off_at_streams_version_0_not_advertised_and_refused(tmp_path):
+    with BrokerThread(str(tmp_path / "d"), OFF) as b:
         assert not STREAMS_APIS & advertised(b)
         client = connect(b)
         try:
@@ -155,7 +161,7 @@ def test_off_by_default_not_advertised_and_refused(tmp_path):
 def test_enabled_by_update_features_and_disabled_again(tmp_path):
     from tests.integration.test_update_features import SAFE, UPGRADE, update
 
-    with BrokerThread(str(tmp_path / "d"), {}) as b:
+    with BrokerThread(str(tmp_path / "d"), OFF) as b:
         client = connect(b)
         try:
             assert update(client, [("streams.version", 1, UPGRADE)]).error_code == 0
@@ -164,7 +170,7 @@ def test_enabled_by_update_features_and_disabled_again(tmp_path):
             assert r.error_code == E.invalid_update_version  # Kafka 4.4 knows 0-1
         finally:
             client.close()
-    with BrokerThread(str(tmp_path / "d"), {}) as b:  # the stored level survives a restart
+    with BrokerThread(str(tmp_path / "d"), OFF) as b:  # the stored level survives a restart
         assert STREAMS_APIS <= advertised(b)
         client = connect(b)
         try:
@@ -493,7 +499,7 @@ def test_streams_groups_on_metrics(tmp_path):
         finally:
             client.close()
         assert value(scrape(b), "txbroker_groups", protocol="streams", state="NotReady") == 1
-    with BrokerThread(str(tmp_path / "off"), {"admin.http.port": "0"}) as b:
+    with BrokerThread(str(tmp_path / "off"), {**OFF, "admin.http.port": "0"}) as b:
         assert not [s for s in scrape(b)["txbroker_groups"][1]
                     if s[1]["protocol"] == "streams"]
 

@@ -41,13 +41,14 @@ def update(client: RawClient, updates: list[tuple[str, int, int]], *, version: i
 
 
 def finalized(client: RawClient) -> tuple[dict[str, int], int]:
-    """The finalized levels but group.version (always 1 here, as on Kafka 4.3.1) and
-    share.version (2 by default, as on a new Kafka 4.4 cluster; these tests change
-    transaction.version)."""
+    """The finalized levels but group.version (always 1 here, as on Kafka 4.3.1),
+    share.version (2 by default) and streams.version (1 by default, both as on a new
+    Kafka 4.4 cluster; these tests change transaction.version)."""
     r = client.request(API_VERSIONS, 4, api_versions_request(4))
     levels = {f.name: f.max_version_level for f in r.finalized_features}
     assert levels.pop("group.version") == 1
     assert levels.pop("share.version") == 2
+    assert levels.pop("streams.version") == 1
     return levels, r.finalized_features_epoch
 
 
@@ -125,7 +126,7 @@ def test_finalized_level_survives_restart_and_wins_over_the_config_key(tmp_path)
         assert update(client, [(TV, 1, SAFE)]).error_code == 0
         client.close()
     assert json.loads((tmp_path / "data" / FEATURES_FILE).read_text())["levels"] == {
-        TV: 1, "group.version": 1, "share.version": 2}
+        TV: 1, "group.version": 1, "share.version": 2, "streams.version": 1}
     # The config key is the level of a new data directory only (Kafka's `kafka-storage
     # format --feature`): the level UpdateFeatures stored wins.
     with BrokerThread(data, {"txbroker.transaction.version": "2"}) as broker:

@@ -66,7 +66,8 @@ def test_streams_group_pages_show_topology_tasks_and_offsets(txbroker, client): 
     assert offsets[:6] == ["input-0", "1", "3", "3", "2", "2"]
 
 
-@pytest.mark.parametrize("txbroker_config", [{"admin.http.port": "0"}])
+@pytest.mark.parametrize("txbroker_config", [{"admin.http.port": "0",
+                                              "txbroker.streams.version": "0"}])
 def test_the_groups_page_says_streams_groups_are_off(txbroker, client):  # noqa: F811
     status, body = client.get("/console/groups")
     assert status == 200 and 'id="streams-groups-off"' in body

@@ -1,4 +1,5 @@
-"""streams.version (KIP-1071): Kafka 4.4's levels 0-1, off unless configured or upgraded."""
+"""streams.version (KIP-1071): Kafka 4.4's levels 0-1, 1 by default as on a new Kafka 4.4
+cluster; 0 (configured or downgraded) turns streams groups off."""
 
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ def test_streams_version_levels_and_updates(tmp_path):
 
 def test_streams_broker_keys_have_kafka_defaults():
     config = BrokerConfig({})
-    assert config.get("txbroker.streams.version") == 0
+    assert config.get("txbroker.streams.version") == 1
     assert config.get("group.streams.session.timeout.ms") == 45000
     assert config.get("group.streams.heartbeat.interval.ms") == 5000
     assert config.get("group.streams.num.standby.replicas") == 0
