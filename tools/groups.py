@@ -123,11 +123,16 @@ def _groups_of(cluster: Cluster, args) -> list[str]:
 
 
 def cmd_describe(cluster: Cluster, args) -> int:
+    failed = 0
     for i, group in enumerate(_groups_of(cluster, args)):
         if i:
             echo("")
         g = describe_group(cluster, group)
-        if g.share or g.is_streams:
+        if args.topology:
+            if not g.is_streams:
+                raise ToolError(f"--topology: group {group!r} is not a streams group")
+            failed |= streams_groups.describe_topology(cluster, g)
+        elif g.share or g.is_streams:
             _describe_by(share_groups if g.share else streams_groups, cluster, g, args)
         elif args.state:
             _describe_state(cluster, g, args.verbose)
@@ -135,7 +140,7 @@ def cmd_describe(cluster: Cluster, args) -> int:
             _describe_members(g, args.verbose)
         else:
             _describe_offsets(cluster, g)
-    return 0
+    return failed
 
 
 def _describe_by(tool, cluster: Cluster, g: GroupView, args) -> None:
@@ -279,6 +284,9 @@ def cmd_reset_offsets(cluster: Cluster, args) -> int:
     plans = []
     for group in groups:
         g = describe_group(cluster, group)
+        if (args.delete_internal_topic or args.delete_all_internal_topics) and not g.is_streams:
+            raise ToolError(f"group {group!r} is not a streams group: only a streams group "
+                            "has internal topics to delete")
         if g.share:
             share_groups.check_resettable(g, args)
             current = {tp: o[0] for tp, o in share_groups.share_offsets(cluster, group).items()}
@@ -296,17 +304,22 @@ def cmd_reset_offsets(cluster: Cluster, args) -> int:
             raise ToolError(f"group {group!r} has no committed offsets to reset "
                             "(name the partitions with --topic)")
         plans.append((g, _new_offsets(cluster, args, partitions, current)))
+    failed = 0
     for g, new in plans:
         if args.execute and g.share:
             share_groups.alter_offsets(cluster, g.group_id, new)
         elif args.execute:
             _commit(cluster, g.group_id, new)
+            if g.is_streams and (args.delete_internal_topic or args.delete_all_internal_topics):
+                failed |= streams_groups.delete_after_reset(
+                    cluster, g.group_id, streams_groups.internal_topics(g)
+                    if args.delete_all_internal_topics else args.delete_internal_topic)
     table([[g.group_id, t, p, offset] for g, new in plans for (t, p), offset in sorted(new.items())],
           ["GROUP", "TOPIC", "PARTITION", "NEW-OFFSET"])
     if not args.execute and not args.dry_run:
         print("note: dry run (nothing changed); add --execute to reset the offsets",
               file=sys.stderr)
-    return 0
+    return failed
 
 
 def _commit(cluster: Cluster, group: str, offsets: dict[tuple[str, int], int]) -> None:
@@ -345,6 +358,9 @@ def cmd_delete(cluster: Cluster, args) -> int:
     groups = _groups_of(cluster, args)
     types = {g: t for g, _state, t in _listed(cluster, (), ())} if groups else {}
     for group in groups:
+        # The internal topics are found before the group (and its topology) is gone.
+        internal = streams_groups.internal_topics(describe_group(cluster, group)) \
+            if args.delete_all_internal_topics and types.get(group) == "streams" else None
         resp = cluster.coordinator(group).request(42, 2, dg.DeleteGroupsRequest(
             groups_names=(group,)))
         [result] = resp.results
@@ -352,6 +368,8 @@ def cmd_delete(cluster: Cluster, args) -> int:
             print(f"error: cannot delete group {group!r}: {error_name(result.error_code)}",
                   file=sys.stderr)
             failed = 1
+        elif internal is not None:
+            failed |= streams_groups.delete_with_group(cluster, group, internal)
         else:
             kind = {"share": "share", "streams": "streams"}.get(types.get(group, ""), "consumer")
             echo(f"Deletion of requested {kind} groups ('{group}') was successful.")
@@ -383,6 +401,9 @@ def add_parser(sub) -> None:
     view.add_argument("--offsets", action="store_true", help="per partition (the default)")
     view.add_argument("--members", action="store_true", help="per member")
     view.add_argument("--state", action="store_true", help="the group's state")
+    view.add_argument("--topology", action="store_true",
+                      help="a streams group's topology description (stored by a broker's "
+                           "topology description plugin: none on txbroker)")
     d.add_argument("--verbose", action="store_true",
                    help="with --members: each assignment (consumer protocol: member epoch, "
                         "current and target assignment; streams: also the target tasks); "
@@ -405,6 +426,12 @@ def add_parser(sub) -> None:
     to.add_argument("--shift-by", type=int, metavar="N", help="move by N (may be negative)")
     r.add_argument("--dry-run", action="store_true", help="show the new offsets (the default)")
     r.add_argument("--execute", action="store_true", help="commit the new offsets")
+    r.add_argument("--delete-internal-topic", action="append", metavar="TOPIC", default=[],
+                   help="streams groups, with --execute: delete this topic after the reset "
+                        "(repeatable)")
+    r.add_argument("--delete-all-internal-topics", action="store_true",
+                   help="streams groups, with --execute: delete the group's internal topics "
+                        "(its topology's changelog and repartition topics) after the reset")
     do = gsub.add_parser("delete-offsets", help="delete a share or streams group's offsets "
                                                 "of topics (no active members)")
     do.add_argument("--group", required=True)
@@ -413,6 +440,9 @@ def add_parser(sub) -> None:
                     help="streams groups: every partition the group has an offset for")
     rm = gsub.add_parser("delete", help="delete groups (no active members) and their offsets")
     groups_option(rm)
+    rm.add_argument("--delete-all-internal-topics", action="store_true",
+                    help="streams groups: delete the group's internal topics too (its "
+                         "topology's changelog and repartition topics)")
     add_client_options_to_subcommands(ls, d, r, do, rm)
 
 

@@ -10,17 +10,29 @@ described are those of the members' active tasks.
 
 from __future__ import annotations
 
+import datetime
+import re
 import sys
 
+from kio.schema.delete_topics.v5 import request as dt
 from kio.schema.errors import ErrorCode
 from kio.schema.offset_delete.v0 import request as od
 from kio.schema.offset_fetch.v7 import request as of
+from txbroker.protocol.messages import request_module
 
 from .cluster_client import LATEST, Cluster, ToolError, echo, error_name, table
 from .group_view import TP, GroupView
 
 _KINDS = (("ACTIVE", "active_tasks"), ("STANDBY", "standby_tasks"),
           ("WARMUP", "warmup_tasks"))
+# StreamsGroupDescribe v1's TopologyDescriptionStatus.
+_STATUS = {0: "NOT_REQUESTED", 1: "NOT_STORED", 2: "ERROR", 3: "AVAILABLE"}
+# The names kafka-streams-groups takes for a group's internal topics (besides the prefix
+# "<group>-"): changelog, repartition and foreign-key-join subscription topics.
+_INTERNAL_SUFFIXES = ("-changelog", "-repartition", "-subscription-registration-topic",
+                      "-subscription-response-topic")
+_FK_JOIN = re.compile(r".+-KTABLE-FK-JOIN-SUBSCRIPTION-(REGISTRATION|RESPONSE)-\d+-topic")
+_DELETE_TIMEOUT = datetime.timedelta(seconds=30)
 
 
 def committed(cluster: Cluster, group: str) -> dict[TP, tuple[int, int]]:
@@ -146,3 +158,98 @@ def delete_offsets(cluster: Cluster, group: str, topics: list[str] | None) -> in
         echo(f"Request succeeded for deleting offsets from group {group}.")
     table(rows, ["TOPIC", "PARTITION", "STATUS"])
     return int(failed)
+
+
+def describe_topology(cluster: Cluster, g: GroupView) -> int:
+    """``--describe --topology``: the topology description a broker's description plugin
+    stored (StreamsGroupDescribe v1); Kafka's tool's error (exit 1) when there is none
+    (always on txbroker and on a Kafka without the plugin)."""
+    m = request_module(89, 1)
+    [d] = cluster.coordinator(g.group_id).request(89, 1, m.StreamsGroupDescribeRequest(
+        group_ids=(g.group_id,), include_authorized_operations=False,
+        include_topology_description=True)).groups
+    status = int(d.topology_description_status)
+    if status == 3:
+        raise ToolError(f"streams group {g.group_id!r} has a topology description, which "
+                        "txbroker groups does not print (kafka-streams-groups.sh "
+                        "--describe --topology does)")
+    if status == 1:
+        why = f"No topology description is stored for streams group '{g.group_id}'."
+    elif status == 2:
+        why = (f"The broker failed to fetch the topology description for streams group "
+               f"'{g.group_id}'. See the broker logs for details.")
+    else:
+        why = (f"No topology description is available for streams group '{g.group_id}' "
+               f"(status: {_STATUS.get(status, status)}).")
+    print(f"Error: {why}", file=sys.stderr)
+    return 1
+
+
+def is_inferred_internal(topic: str, group: str) -> bool:
+    """Whether kafka-streams-groups takes ``topic`` for one of ``group``'s internal topics."""
+    return topic.startswith(f"{group}-") and (
+        topic.endswith(_INTERNAL_SUFFIXES) or _FK_JOIN.fullmatch(topic) is not None)
+
+
+def internal_topics(g: GroupView) -> list[str]:
+    """The group's internal topics as kafka-streams-groups finds them: the repartition and
+    changelog topics of its topology that are not source topics, if named as the group's
+    (the others are said and kept)."""
+    topology = getattr(g.streams, "topology", None)
+    subtopologies = (topology.subtopologies or ()) if topology is not None else ()
+    sources = {t for s in subtopologies for t in s.source_topics}
+    found: list[str] = []
+    for s in subtopologies:
+        for topic in [*(t.name for t in s.repartition_source_topics),
+                      *(t.name for t in s.state_changelog_topics)]:
+            if topic in sources or topic in found:
+                continue
+            if is_inferred_internal(topic, g.group_id):
+                found.append(topic)
+            else:
+                print(f"Error: The internal topic '{topic}' is not inferred as internal and "
+                      f"thus will not be deleted with the group '{g.group_id}'.",
+                      file=sys.stderr)
+    return found
+
+
+def delete_topics(cluster: Cluster, topics: list[str]) -> dict[str, int]:
+    """DeleteTopics; the topics it refused -> error code."""
+    if not topics:
+        return {}
+    resp = cluster.bootstrap.request(20, 5, dt.DeleteTopicsRequest(
+        topic_names=tuple(topics), timeout=_DELETE_TIMEOUT))
+    return {r.name: r.error_code for r in resp.responses if r.error_code != ErrorCode.none}
+
+
+def delete_after_reset(cluster: Cluster, group: str, topics: list[str]) -> int:
+    """reset-offsets --execute with --delete-internal-topic / --delete-all-internal-topics:
+    the topics deleted after the reset, Kafka's tool's errors (1 if any)."""
+    failed = delete_topics(cluster, topics)
+    if not failed:
+        return 0
+    if ErrorCode.unknown_topic_or_partition in failed.values():
+        why = f"Deleting internal topics for group '{group}' failed because the topics do not exist."
+    else:
+        why = (f"Deleting internal topics for group '{group}' failed due to "
+               f"{', '.join(sorted({error_name(c) for c in failed.values()}))}")
+    print(f"Error: {why}", file=sys.stderr)
+    return 1
+
+
+def delete_with_group(cluster: Cluster, group: str, topics: list[str]) -> int:
+    """delete --delete-all-internal-topics, once the group is deleted: its internal topics
+    (found before), with Kafka's tool's lines in its order (1 if any failed)."""
+    failed = delete_topics(cluster, topics)
+    for topic in failed:
+        echo(f"Failed to delete internal topic: {topic}")
+    echo(f"Deletion of requested streams groups ('{group}') was successful.")
+    if not failed:
+        if topics:
+            echo(f"Deletion of associated internal topics of the streams groups ('{group}') "
+                 "was successful.")
+        return 0
+    echo("Deletion of some associated internal topics failed:")
+    echo(f"* Internal topics of the streams group '{group}' could not be deleted due to: "
+         f"{', '.join(sorted({error_name(c) for c in failed.values()}))}")
+    return 1

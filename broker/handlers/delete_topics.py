@@ -64,7 +64,10 @@ async def handle(ctx: RequestContext, request):
                 logs.delete_topic(name or "")
                 deleted.add(name or "")
             except KafkaError as e:
-                error, message = e.code, str(e)
+                # Kafka's controller names no message for a topic it does not know (its
+                # clients print UNKNOWN_TOPIC_OR_PARTITION's own).
+                error = e.code
+                message = None if error == ErrorCode.unknown_topic_or_partition else str(e)
                 log.info("delete topic %r refused: %s", name, e)
         results.append(build(schema.DeletableTopicResult, name=name,
                              topic_id=info.topic_id if info else (topic_id or _NO_UUID),

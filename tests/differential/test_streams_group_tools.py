@@ -70,6 +70,7 @@ def test_streams_group_tools(streams_broker, jvm_classes, tmp_path):
     ready(b, group)
     client, epochs = stable_group(b, group, topic)
     sg = ["kafka-streams-groups", "--bootstrap-server", b.bootstrap]
+    changelog = f"{group}-store-changelog"
     try:
         commit_offset(client, group, "m1", epochs["m1"], topic, 0, 1)
         if not b.is_kafka:
@@ -84,6 +85,8 @@ def test_streams_group_tools(streams_broker, jvm_classes, tmp_path):
             [*sg, "--describe", "--group", group, "--members"],
             [*sg, "--describe", "--group", group, "--members", "--verbose"],
             [*sg, "--describe", "--group", group, "--state", "--verbose"],
+            [*sg, "--describe", "--group", group, "--topology"],
+            [*sg, "--delete", "--group", group, "--delete-all-internal-topics"],
             [*sg, "--reset-offsets", "--group", group, "--all-input-topics", "--to-latest",
              "--execute"],
         ])
@@ -99,11 +102,16 @@ def test_streams_group_tools(streams_broker, jvm_classes, tmp_path):
         [*sg, "--reset-offsets", "--group", group, "--input-topic", topic, "--to-earliest",
          "--execute"],
         [*sg, "--delete-offsets", "--group", group, "--input-topic", topic],
-        [*sg, "--delete", "--group", group],
+        # The changelog topic is deleted with the reset; so "all" finds it gone.
+        [*sg, "--reset-offsets", "--group", group, "--all-input-topics", "--to-earliest",
+         "--execute", "--delete-internal-topic", changelog],
+        [*sg, "--delete", "--group", group, "--delete-all-internal-topics"],
         [*sg, "--list"],
     ])
-    assert [r.exit for r in live + gone] == [0] * 14, live + gone
-    listed, offsets, verbose, members, members_verbose, state, refused = live
+    assert [r.exit for r in live + gone] == [0] * 6 + [1] + [0] * 10, live + gone
+    assert changelog not in b.admin.list_topics(timeout=10).topics
+    listed, offsets, verbose, members, members_verbose, state, topology_view, not_empty, \
+        refused = live
     assert [group, "Stable"] in listed.table()
     expected_offsets = [[group, topic, "0", "1"], [group, topic, "1", "2"],
                         [group, topic, "2", "2"]]
@@ -139,6 +147,13 @@ def test_streams_group_tools(streams_broker, jvm_classes, tmp_path):
     assert [row[0], row[2], *row[3:]] == [group, "(1)", *assignor, "Stable", epoch, epoch, "2"]
     assert refused.lines()[0] == (f"Error: Assignments can only be reset if the group "
                                   f"'{group}' is inactive, but the current state is Stable.")
+    # Neither broker has a topology description plugin.
+    assert topology_view.lines() == [
+        f"Error: No topology description is stored for streams group '{group}'."]
+    assert not_empty.lines() == [
+        "Error: Deletion of some streams groups failed:",
+        f"* Group '{group}' could not be deleted due to: org.apache.kafka.common.errors."
+        f"GroupNotEmptyException: Streams group '{group}' is not EMPTY."]
 
     if not b.is_kafka:
         # txbroker groups prints the rows Kafka's tool prints (it asks with
@@ -147,7 +162,7 @@ def test_streams_group_tools(streams_broker, jvm_classes, tmp_path):
             assert sorted(line.split() for line in mine if line) == sorted(
                 [cell for cell in row if cell != "sticky"] for row in theirs.table())
 
-    empty_offsets, empty_state, dry_run, not_part, delete_offsets, delete, after = gone
+    empty_offsets, empty_state, dry_run, not_part, delete_offsets, reset, delete, after = gone
     assert empty_offsets.lines() == []
     assert empty_state.lines()[0] == f"Error: Streams group '{group}' has no active members."
     assert empty_state.table()[2][-2:] == ["Empty", "0"]
@@ -156,5 +171,13 @@ def test_streams_group_tools(streams_broker, jvm_classes, tmp_path):
     assert not_part.lines()[0] == f"Error: One or more topics are not part of the group '{group}'."
     assert delete_offsets.lines()[0] == f"Request succeeded for deleting offsets from group {group}."
     assert delete_offsets.table()[2:] == [[topic, str(p), "Successful"] for p in range(3)]
-    assert delete.lines() == [f"Deletion of requested streams groups ('{group}') was successful."]
+    # (no offsets left to reset: an empty table)
+    assert reset.table() == [["GROUP", "TOPIC", "PARTITION", "NEW-OFFSET"]]
+    assert delete.lines() == [
+        f"Failed to delete internal topic: {changelog}",
+        f"Deletion of requested streams groups ('{group}') was successful.",
+        "Deletion of some associated internal topics failed:",
+        f"* Internal topics of the streams group '{group}' could not be deleted due to: "
+        "org.apache.kafka.common.errors.UnknownTopicOrPartitionException: This server does "
+        "not host this topic-partition."]
     assert group not in after.output.split()

@@ -12,7 +12,7 @@ from kio.schema.errors import ErrorCode as E
 from txbroker.protocol.messages import build, request_module
 
 from ..clients import unique_topic
-from ..test_streams_groups_wire import ENABLED, heartbeat, settle
+from ..test_streams_groups_wire import ENABLED, heartbeat, settle, topology
 from ..wire_util import connect
 from .test_share_group_tools import groups
 from .test_tools import table_rows
@@ -46,7 +46,8 @@ def streams_group(txbroker, topic: str, group: str) -> tuple[object, dict[str, i
         p.produce(topic, value=b"v%d" % i, partition=i % 3)
     assert p.flush(10) == 0
     client = connect(txbroker)
-    epochs, _owned = settle(client, group, ["m1", "m2"])
+    epochs, _owned = settle(client, group, ["m1", "m2"], topo=topology(
+        source=topic, changelog=f"{group}-store-changelog"))
     commit_offset(client, group, "m1", epochs["m1"], topic, 0, 1)
     return client, epochs
 
@@ -95,6 +96,10 @@ def test_streams_group_list_describe_reset_delete_offsets_and_delete(txbroker):
                    "--execute", ok=False)
         assert r.returncode == 1
         assert "inactive, but the current state is Stable" in r.stderr
+        # No topology description plugin: Kafka's tool's error, exit 1.
+        r = groups(b, "describe", "--group", group, "--topology", ok=False)
+        assert (r.returncode, r.stdout, r.stderr.strip()) == (
+            1, "", f"Error: No topology description is stored for streams group '{group}'.")
         for m in ("m1", "m2"):
             assert heartbeat(client, group, m, -1).error_code == E.none
     finally:
@@ -104,13 +109,23 @@ def test_streams_group_list_describe_reset_delete_offsets_and_delete(txbroker):
     r = groups(b, "describe", "--group", group, "--state")
     assert r.stderr.strip() == f"Error: Streams group '{group}' has no active members."
     assert [table_rows(r.stdout)[0][0], *table_rows(r.stdout)[0][-2:]] == [group, "Empty", "0"]
+    # The reset is done, then the named topic (there is none) is deleted.
     r = groups(b, "reset-offsets", "--group", group, "--all-input-topics", "--to-latest",
-               "--execute")
+               "--execute", "--delete-internal-topic", f"{group}-nope-changelog", ok=False)
     assert table_rows(r.stdout) == [[group, topic, "0", "2"]]
+    assert (r.returncode, r.stderr.strip()) == (1, (
+        f"Error: Deleting internal topics for group '{group}' failed because the topics do "
+        "not exist."))
     r = groups(b, "delete-offsets", "--group", group, "--input-topic", topic)
     assert r.stdout.splitlines()[0] == f"Request succeeded for deleting offsets from group {group}."
     assert table_rows(r.stdout[r.stdout.index("\n") + 1:]) == [
         [topic, str(p), "Successful"] for p in range(3)]
-    r = groups(b, "delete", "--group", group)
-    assert r.stdout.strip() == f"Deletion of requested streams groups ('{group}') was successful."
+    changelog = f"{group}-store-changelog"
+    assert txbroker.call(lambda broker: changelog in broker.logs.topics)
+    r = groups(b, "delete", "--group", group, "--delete-all-internal-topics")
+    assert r.stdout.splitlines() == [
+        f"Deletion of requested streams groups ('{group}') was successful.",
+        f"Deletion of associated internal topics of the streams groups ('{group}') was "
+        "successful."]
+    assert not txbroker.call(lambda broker: changelog in broker.logs.topics)
     assert group not in groups(b, "list").stdout.split()
