@@ -24,12 +24,11 @@ scenario runs on a fresh application id and fresh topics:
   topic has received every record.
 
 Legs: ``group.protocol=streams`` on txbroker (``txbroker.streams.version=1``) and on
-Apache Kafka 4.4.0 (which finalizes ``streams.version`` 1 on a new cluster), and
+Apache Kafka 4.4.0 (both finalize ``streams.version`` 1 on a new cluster), and
 ``group.protocol=classic`` on both (on Kafka it tells the client's share of a
 streams/classic difference from the broker's), alternating the order across ``--runs``. Group settings, the same on both brokers: ``group.streams.heartbeat.interval.ms``
 500 and ``group.streams.session.timeout.ms`` 6000 (Kafka's minimums of both lowered to
-allow it, and ``group.streams.initial.rebalance.delay.ms`` 0: txbroker has no such
-delay); classic members ``heartbeat.interval.ms`` 500, ``session.timeout.ms`` 6000,
+allow it), ``group.streams.initial.rebalance.delay.ms`` 0; classic members ``heartbeat.interval.ms`` 500, ``session.timeout.ms`` 6000,
 ``group.initial.rebalance.delay.ms`` 0.
 
 Results: bench/results/streams_groups.json and streams_groups.md.
@@ -65,11 +64,11 @@ SETTLE = 1.0  # after a stable group: no reconciliation left in flight
 COMMON = {"offsets.topic.num.partitions": "4", "transaction.state.log.num.partitions": "4",
           "group.initial.rebalance.delay.ms": "0",
           "group.streams.heartbeat.interval.ms": "500",
-          "group.streams.session.timeout.ms": "6000"}
+          "group.streams.session.timeout.ms": "6000",
+          "group.streams.initial.rebalance.delay.ms": "0"}
 TXBROKER_SETTINGS = {**COMMON, "txbroker.streams.version": "1"}
 KAFKA_SETTINGS = {**COMMON, "group.streams.min.session.timeout.ms": "1000",
-                  "group.streams.min.heartbeat.interval.ms": "100",
-                  "group.streams.initial.rebalance.delay.ms": "0"}
+                  "group.streams.min.heartbeat.interval.ms": "100"}
 LEGS = (("txbroker", "streams"), ("kafka", "streams"), ("txbroker", "classic"),
         ("kafka", "classic"))
 SCENARIOS = ("join_s", "leave_s", "eos-1", "eos-3")

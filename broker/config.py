@@ -386,6 +386,13 @@ BROKER_KEYS: dict[str, BrokerKey] = {
                   "the heartbeat interval given to the members of a streams group"),
         BrokerKey("group.streams.num.standby.replicas", "0", _int_in(0, 2),
                   "standby replicas of each stateful task of a streams group"),
+        BrokerKey("group.streams.initial.rebalance.delay.ms", "3000", _int_in(0, 2**31 - 1),
+                  "the first task assignment of a streams group that a member joins while "
+                  "Empty waits this long for more members (meanwhile the heartbeat answers "
+                  "the ASSIGNMENT_DELAYED status); 0 assigns at once"),
+        BrokerKey("group.streams.assignment.interval.ms", "1000", _int_in(0, 15000),
+                  "a streams group computes a new task assignment at most this often (a "
+                  "change within it waits, with the ASSIGNMENT_DELAYED status); 0: at once"),
         BrokerKey("group.streams.max.size", "2147483647", _int_in(1, 2**31 - 1),
                   "most members a streams group may have (GROUP_MAX_SIZE_REACHED)"),
         BrokerKey("group.streams.task.offset.interval.ms", "60000", _int_in(1, 2**31 - 1),

@@ -238,7 +238,10 @@ class Broker:
                 heartbeat_interval_ms=config.get("group.streams.heartbeat.interval.ms"),
                 num_standby_replicas=config.get("group.streams.num.standby.replicas"),
                 max_size=config.get("group.streams.max.size"),
-                task_offset_interval_ms=config.get("group.streams.task.offset.interval.ms")),
+                task_offset_interval_ms=config.get("group.streams.task.offset.interval.ms"),
+                initial_rebalance_delay_ms=config.get(
+                    "group.streams.initial.rebalance.delay.ms"),
+                assignment_interval_ms=config.get("group.streams.assignment.interval.ms")),
             group_config_limits=share_group_config_limits(config),
             group_config_defaults=share_group_config_defaults(config),
         ))

@@ -19,9 +19,11 @@ from __future__ import annotations
 import pytest
 
 # What differs from the broker's defaults in tests: a group's first rebalance does not
-# wait group.initial.rebalance.delay.ms (3 s) for more members to join, as a test
-# rarely has more than one arriving at once (Kafka's own test configs do the same).
-FIXTURE_DEFAULTS: dict[str, str] = {"group.initial.rebalance.delay.ms": "0"}
+# wait group.initial.rebalance.delay.ms (3 s) for more members to join, nor a streams
+# group's first task assignment group.streams.initial.rebalance.delay.ms (3 s), as a
+# test rarely has more than one arriving at once (Kafka's own test configs do the same).
+FIXTURE_DEFAULTS: dict[str, str] = {"group.initial.rebalance.delay.ms": "0",
+                                    "group.streams.initial.rebalance.delay.ms": "0"}
 
 
 def pytest_configure(config) -> None:

@@ -35,6 +35,7 @@ __all__ = ["GROUP_CONFIGS_FILE", "GroupConfigKey", "GroupConfigStore", "KEYS", "
            "DLQ_TOPIC_NAME", "DLQ_COPY_RECORD_ENABLE", "KAFKA_LIMITS", "Value",
            "STREAMS_SESSION_TIMEOUT", "STREAMS_HEARTBEAT_INTERVAL",
            "STREAMS_NUM_STANDBY_REPLICAS", "STREAMS_TASK_OFFSET_INTERVAL", "STREAMS_ASSIGNORS",
+           "STREAMS_INITIAL_REBALANCE_DELAY", "STREAMS_ASSIGNMENT_INTERVAL",
            "STREAMS_RACK_TAGS", "STREAMS_ACCEPTABLE_RECOVERY_LAG", "STREAMS_ASSIGNOR_NAME",
            "config_text", "by_duration_ms"]
 
@@ -51,6 +52,8 @@ STREAMS_SESSION_TIMEOUT = "streams.session.timeout.ms"
 STREAMS_HEARTBEAT_INTERVAL = "streams.heartbeat.interval.ms"
 STREAMS_NUM_STANDBY_REPLICAS = "streams.num.standby.replicas"
 STREAMS_TASK_OFFSET_INTERVAL = "streams.task.offset.interval.ms"
+STREAMS_INITIAL_REBALANCE_DELAY = "streams.initial.rebalance.delay.ms"
+STREAMS_ASSIGNMENT_INTERVAL = "streams.assignment.interval.ms"
 STREAMS_RACK_TAGS = "streams.rack.aware.assignment.tags"
 STREAMS_ACCEPTABLE_RECOVERY_LAG = "streams.acceptable.recovery.lag"
 STREAMS_ASSIGNOR_NAME = "streams.assignor.name"

@@ -7,7 +7,8 @@ the ``__consumer_offsets`` partitions and the group-id namespace of the other gr
 * A heartbeat's records are appended to the group's partition and the answer waits until
   they are durable; a failed append reloads the group from the log (memory never runs
   ahead of it).
-* Session and rebalance timeouts fire on the coordinator's wake timer (``streams_tick``).
+* Session and rebalance timeouts, and the end of a group's initial rebalance delay
+  (its first assignment), fire on the coordinator's wake timer (``streams_tick``).
 * Loading replays the StreamsGroup* records (``replay_streams_record``), then re-arms
   the timers (``streams_loaded``).
 * Internal topics (repartition, changelog) a heartbeat asks for are created in the
@@ -59,13 +60,15 @@ def streams_group_config_limits(base: StreamsGroupConfig) -> dict[str, tuple[int
     default bounds (txbroker has no group.streams.min/max.* keys)."""
     return {name: (value, *KAFKA_LIMITS[name][1:]) for name, value in (
         (GC.STREAMS_SESSION_TIMEOUT, base.session_timeout_ms),
-        (GC.STREAMS_HEARTBEAT_INTERVAL, base.heartbeat_interval_ms))}
+        (GC.STREAMS_HEARTBEAT_INTERVAL, base.heartbeat_interval_ms),
+        (GC.STREAMS_ASSIGNMENT_INTERVAL, base.assignment_interval_ms))}
 
 
 def streams_group_config_defaults(base: StreamsGroupConfig) -> dict[str, int]:
     """The broker's values of the other streams.* group configs it has keys for."""
     return {GC.STREAMS_NUM_STANDBY_REPLICAS: base.num_standby_replicas,
-            GC.STREAMS_TASK_OFFSET_INTERVAL: base.task_offset_interval_ms}
+            GC.STREAMS_TASK_OFFSET_INTERVAL: base.task_offset_interval_ms,
+            GC.STREAMS_INITIAL_REBALANCE_DELAY: base.initial_rebalance_delay_ms}
 
 
 def streams_config_for(store: GroupConfigStore, group_id: str,
@@ -83,7 +86,11 @@ def streams_config_for(store: GroupConfigStore, group_id: str,
         num_standby_replicas=overrides.get(GC.STREAMS_NUM_STANDBY_REPLICAS,
                                            base.num_standby_replicas),
         task_offset_interval_ms=overrides.get(GC.STREAMS_TASK_OFFSET_INTERVAL,
-                                              base.task_offset_interval_ms))
+                                              base.task_offset_interval_ms),
+        initial_rebalance_delay_ms=overrides.get(GC.STREAMS_INITIAL_REBALANCE_DELAY,
+                                                 base.initial_rebalance_delay_ms),
+        assignment_interval_ms=overrides.get(GC.STREAMS_ASSIGNMENT_INTERVAL,
+                                             base.assignment_interval_ms))
 
 
 def is_streams_record(key: bytes) -> bool:
@@ -239,14 +246,20 @@ class StreamsGroupShell:
         return [tag for tag in re.split(r"\s*,\s*", text) if tag not in have]
 
     def streams_tick(self, now: int) -> None:
-        """Session and rebalance timeouts: the fenced members' records appended."""
+        """Session and rebalance timeouts, and the assignments the initial rebalance
+        delay held back: their records appended."""
         if self._streams_groups is None:
             return
         from txbroker.coordinator.streams import records as SR
 
         for group_id, expired in self._streams_groups.expire(now).items():
-            log.info("streams group %r: member(s) %s removed on session or rebalance "
-                     "timeout (group epoch bumped)", group_id, ", ".join(expired.member_ids))
+            if expired.member_ids:
+                log.info("streams group %r: member(s) %s removed on session or rebalance "
+                         "timeout (group epoch bumped)", group_id,
+                         ", ".join(expired.member_ids))
+            else:
+                log.info("streams group %r: initial rebalance delay over, tasks assigned",
+                         group_id)
             self._append_streams_records(group_id,
                                          [SR.encode_record(r) for r in expired.records])
 

@@ -65,6 +65,12 @@ DLQ_COPY_RECORD_ENABLE = "errors.deadletterqueue.copy.record.enable"
 GroupConfigLookup = Callable[[str, str], object]  # (group id, config name) -> its value
 
 
+# The most a share-partition's log read takes at once: whole batches from the next
+# acquirable offset (at least one, however large), enough for a ShareFetch's
+# max_records of small records; more windows are read while nothing was acquired.
+READ_WINDOW_BYTES = 1 << 20
+
+
 @dataclass(frozen=True)
 class ShareCoordinatorConfig:
     group: ShareGroupConfig = ShareGroupConfig()
@@ -452,31 +458,54 @@ class ShareCoordinator:
 
     def _acquire_one(self, sp: SPKey, plog: PartitionLog, member_id: str, effects: _Effects,
                      token: int | None, max_records: int, max_bytes: int) -> PartitionFetch:
+        """Read from the share-partition's next acquirable offset in windows of at most
+        READ_WINDOW_BYTES (a read of the whole max_bytes would copy megabytes to deliver
+        a batch), acquire, and answer only the batches the acquired records are in, as
+        Kafka slices its fetched records: a client parses what it is sent."""
         part = self._share_partition(sp, plog, effects, token)
         cfg = part.config
         limit = plog.last_stable_offset if cfg.read_committed else plog.high_watermark
-        offset = part.next_fetch_offset()
-        if offset >= limit or not part.can_acquire_records():
-            return PartitionFetch()
-        read = plog.read(offset, max_bytes, max_offset=limit, min_one=True)
-        if not read.data:
-            return PartitionFetch()
-        data = bytes(read.data)
+        budget = max_bytes
+        while budget > 0:
+            offset = part.next_fetch_offset()
+            if offset >= limit or not part.can_acquire_records():
+                return PartitionFetch()
+            read = plog.read(offset, min(budget, READ_WINDOW_BYTES), max_offset=limit,
+                             min_one=True)
+            if not read.data:
+                return PartitionFetch()
+            budget -= len(read.data)
+            got = self._acquire_read(sp, part, plog, read, offset, member_id, effects,
+                                     token, max_records, limit)
+            if got is not None:
+                return got
+            if part.next_fetch_offset() <= offset:  # nothing moved: no progress to make
+                return PartitionFetch()
+        return PartitionFetch()
+
+    def _acquire_read(self, sp: SPKey, part: SharePartition, plog: PartitionLog, read,
+                      offset: int, member_id: str, effects: _Effects, token: int | None, max_records: int,
+                      limit: int) -> PartitionFetch | None:
+        """Acquire among the batches of one read; None if none was acquired (the read
+        was control batches, aborted or over the delivery limit)."""
+        cfg = part.config
+        data = read.data
         headers = []
         pos = 0
         while pos < len(data):
             h = read_header(data, pos)
-            headers.append(h)
+            headers.append((pos, h))
             pos += h.size
         # Control batches (transaction markers) are never delivered: left out of what the
         # share-partition sees, they are archived as offsets with no record.
-        fetched = [FetchedBatch(h.base_offset, h.last_offset) for h in headers if not h.is_control]
+        fetched = [FetchedBatch(h.base_offset, h.last_offset) for _, h in headers
+                   if not h.is_control]
         if not fetched:
-            return PartitionFetch()
+            return None
         aborted: list[tuple[int, int]] = []
         if cfg.read_committed:
             for txn in plog.aborted_transactions(offset, read.next_offset):
-                aborted += [(h.base_offset, h.last_offset) for h in headers
+                aborted += [(h.base_offset, h.last_offset) for _, h in headers
                             if h.is_transactional and not h.is_control
                             and h.producer_id == txn.producer_id
                             and txn.first_offset <= h.base_offset <= txn.last_offset]
@@ -485,8 +514,11 @@ class ShareCoordinator:
                            aborted_ranges=aborted)
         self._persist_write(effects, sp, res.write, token)
         if not res.acquired:
-            return PartitionFetch()
-        return PartitionFetch(records=data, acquired=res.acquired)
+            return None
+        lo, hi = res.acquired[0].first_offset, res.acquired[-1].last_offset
+        begin = next(p for p, h in headers if h.last_offset >= lo)
+        end = next((p for p, h in headers if h.base_offset > hi), len(data))
+        return PartitionFetch(records=bytes(data[begin:end]), acquired=res.acquired)
 
     # -- dead-letter topics (KIP-1191) ----------------------------------------------------------
 

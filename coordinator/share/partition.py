@@ -299,8 +299,10 @@ class SharePartition(InFlightRuns):
         count = 0
         limit = cfg.delivery_count_limit
 
+        new_run_last = False  # the last range acquired is of records new to the window
+
         def take(lo: int, hi: int, b: InFlightBatch | None) -> None:
-            nonlocal count
+            nonlocal count, new_run_last
             for x, y, is_aborted in split_by(lo, hi, aborted):
                 if b is None:
                     run = InFlightBatch(x, y, _AVAILABLE, 0)
@@ -318,7 +320,14 @@ class SharePartition(InFlightRuns):
                     continue
                 run.delivery_count += 1
                 self._set(run, _ACQUIRED, member_id, deadline)
-                acquired.append(AcquiredRecords(x, y, run.delivery_count))
+                last = acquired[-1] if acquired else None
+                if b is None and new_run_last and last is not None and last.last_offset + 1 == x \
+                        and last.delivery_count == run.delivery_count:
+                    # New records of consecutive batches are one range, as Kafka answers.
+                    acquired[-1] = AcquiredRecords(last.first_offset, y, last.delivery_count)
+                else:
+                    acquired.append(AcquiredRecords(x, y, run.delivery_count))
+                new_run_last = b is None
                 count += y - x + 1
                 self.stats.acquired_records += y - x + 1
                 if run.delivery_count > 1:

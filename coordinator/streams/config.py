@@ -26,13 +26,19 @@ RECORD_TYPES = (GROUP_METADATA, TARGET_ASSIGNMENT_METADATA, TOPOLOGY,
 class StreamsGroupConfig:
     """Kafka 4.4's broker defaults (GroupCoordinatorConfig); per group they are the group
     configs ``streams.session.timeout.ms``, ``streams.heartbeat.interval.ms``,
-    ``streams.num.standby.replicas``, ``streams.task.offset.interval.ms`` (GroupConfig)."""
+    ``streams.num.standby.replicas``, ``streams.task.offset.interval.ms``,
+    ``streams.initial.rebalance.delay.ms``, ``streams.assignment.interval.ms``
+    (GroupConfig)."""
 
     session_timeout_ms: int = 45_000  # group.streams.session.timeout.ms
     heartbeat_interval_ms: int = 5_000  # group.streams.heartbeat.interval.ms
     num_standby_replicas: int = 0  # group.streams.num.standby.replicas (max 2)
     max_size: int = 2**31 - 1  # group.streams.max.size
     task_offset_interval_ms: int = 60_000  # group.streams.task.offset.interval.ms
+    # The first assignment of a group a member joins while Empty waits this long.
+    initial_rebalance_delay_ms: int = 3_000  # group.streams.initial.rebalance.delay.ms
+    # A new target assignment at most this often (0: at once).
+    assignment_interval_ms: int = 1_000  # group.streams.assignment.interval.ms
 
     def assignment_configs(self) -> tuple[tuple[str, str], ...]:
         """LastAssignmentConfigs: a change of them triggers a new assignment."""

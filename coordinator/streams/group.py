@@ -7,8 +7,10 @@ applies each through :meth:`StreamsGroup.replay`, the same function that rebuild
 group from ``__consumer_offsets`` after a restart, so a rebuilt group equals the one
 that wrote the records (:meth:`persisted_view`). What is not in records is soft state,
 as in Kafka: session and rebalance deadlines (re-armed by :meth:`on_loaded`), the
-configured topology (recomputed at the next heartbeat) and a member's request to shut
-the application down.
+initial rebalance delay (Kafka's timer: when a member joins the group while it is
+Empty, the first target assignment waits ``initial_rebalance_delay_ms``; not re-armed
+after a load, the next heartbeat assigns), the configured topology (recomputed at the
+next heartbeat) and a member's request to shut the application down.
 
 Group states (StreamsGroup.StreamsGroupState): EMPTY without members; NOT_READY while
 the topology is not validated against the topics (missing source or internal topics,
@@ -24,7 +26,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from txbroker.coordinator.streams import records as R
-from txbroker.coordinator.streams.assignor import TaskId
+from txbroker.coordinator.streams.assignor import AssignorMember, TaskId, assign
 from txbroker.coordinator.streams.reconcile import (
     EMPTY_TASKS,
     MemberAssignment,
@@ -54,14 +56,16 @@ EMPTY, NOT_READY, ASSIGNING, RECONCILING, STABLE_GROUP, DEAD = (
 
 @dataclass
 class _Persisted:
-    """Everything the records hold."""
+    """Everything the records hold. A new group is at group epoch 1 with a target
+    assignment of epoch 1 (Kafka 4.4's StreamsGroup and TargetAssignmentMetadata.INITIAL):
+    the first member's join makes the group epoch 2."""
 
-    group_epoch: int = 0
+    group_epoch: int = 1
     metadata_hash: int = 0
     validated_topology_epoch: int = -1
     last_assignment_configs: tuple[tuple[str, str], ...] | None = None
     topology: StreamsTopology | None = None
-    assignment_epoch: int = 0
+    assignment_epoch: int = 1
     assignment_timestamp: int = 0
     members: dict[str, MemberMetadata] = field(default_factory=dict)
     target: dict[str, TasksTuple] = field(default_factory=dict)
@@ -83,6 +87,8 @@ class StreamsGroup:
         self.configured: ConfiguredTopology | None = None
         self.session_deadlines: dict[str, int] = {}
         self.rebalance_deadlines: dict[str, int] = {}
+        # When the initial rebalance delay ends (None: not running).
+        self.initial_delay_deadline: int | None = None
         self.shutdown_requester: str | None = None
         self._out: list[StreamsRecord] = []
 
@@ -105,7 +111,7 @@ class StreamsGroup:
             p.topology = value
         elif kind == R.TARGET_ASSIGNMENT_METADATA:
             if value is None:
-                p.assignment_epoch = p.assignment_timestamp = 0
+                p.assignment_epoch, p.assignment_timestamp = 1, 0  # Kafka's INITIAL
             else:
                 p.assignment_epoch = value.assignment_epoch
                 p.assignment_timestamp = value.assignment_timestamp
@@ -246,16 +252,57 @@ class StreamsGroup:
         self.rebalance_deadlines.pop(member_id, None)
 
     def expire(self, now_ms: int) -> Expired:
-        """Fence the members whose session or rebalance (revocation) timeout passed."""
+        """Fence the members whose session or rebalance (revocation) timeout passed;
+        then, if the initial rebalance delay ended, compute the delayed assignment."""
         gone = sorted(m for m in self.p.members
                       if self.session_deadlines.get(m, now_ms + 1) <= now_ms
                       or self.rebalance_deadlines.get(m, now_ms + 1) <= now_ms)
         for mid in gone:
             self.fence(mid)
+        if self.initial_delay_deadline is not None and self.initial_delay_deadline <= now_ms:
+            self.end_initial_delay(now_ms)
         return Expired(tuple(gone), self._take())
+
+    def end_initial_delay(self, now_ms: int) -> None:
+        """Kafka's computeDelayedTargetAssignment: nothing for a group that became Empty
+        or whose topology was not configured yet (after a load); otherwise the target
+        assignment at the group epoch, unless the assignment interval holds it back."""
+        self.initial_delay_deadline = None
+        p = self.p
+        if (p.members and self.configured is not None and p.group_epoch > p.assignment_epoch
+                and self.can_assign(now_ms)):
+            self.update_target(now_ms)
+
+    def can_assign(self, now_ms: int) -> bool:
+        """Kafka's canComputeNextTargetAssignment: no assignment yet (timestamp 0), no
+        interval, or the interval since the last assignment has passed."""
+        last, interval = self.p.assignment_timestamp, self.config.assignment_interval_ms
+        return last == 0 or interval == 0 or now_ms >= last + interval
+
+    def update_target(self, now_ms: int) -> None:
+        """A new target assignment at the group epoch (the sticky assignor over the
+        configured topology's tasks); only members whose target changed get a record
+        (Kafka's TargetAssignmentBuilder writes the delta)."""
+        p, configured = self.p, self.configured
+        members = [AssignorMember(mid, m.process_id, p.target.get(mid, EMPTY_TASKS).active,
+                                  p.target.get(mid, EMPTY_TASKS).standby)
+                   for mid, m in sorted(p.members.items())]
+        if configured is not None and configured.is_ready:
+            result = assign(members, configured.tasks or {}, configured.stateful,
+                            self.config.num_standby_replicas)
+        else:
+            result = {}
+        for m in members:
+            tasks = result.get(m.member_id)
+            new = TasksTuple(tasks.active, tasks.standby) if tasks else EMPTY_TASKS
+            if p.target.get(m.member_id) != new:
+                self._write(R.TARGET_ASSIGNMENT_MEMBER, new, m.member_id)
+        self._write(R.TARGET_ASSIGNMENT_METADATA, TargetAssignmentMetadata(p.group_epoch, now_ms))
 
     def next_deadline_ms(self) -> int | None:
         deadlines = list(self.session_deadlines.values()) + list(self.rebalance_deadlines.values())
+        if self.initial_delay_deadline is not None:
+            deadlines.append(self.initial_delay_deadline)
         return min(deadlines, default=None)
 
     def delete(self) -> tuple[StreamsRecord, ...]:

@@ -66,11 +66,12 @@ class StreamsGroups:
             g.on_loaded(now_ms)
 
     def expire(self, now_ms: int) -> dict[str, Expired]:
-        """Session / rebalance timeouts of every group: group id -> what was fenced."""
+        """Session / rebalance timeouts and ended initial rebalance delays of every
+        group: group id -> what was fenced and the records to persist."""
         out = {}
         for gid, g in self.groups.items():
             e = g.expire(now_ms)
-            if e.member_ids:
+            if e.records:
                 out[gid] = e
         return out
 

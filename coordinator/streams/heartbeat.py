@@ -12,7 +12,11 @@
    ("Topology updates are not supported yet." in Kafka 4.4);
 4. the topology is configured against the topics; validating it, a new metadata hash or
    changed assignment configs bump the group epoch;
-5. if the group epoch is ahead, the sticky assignor computes the new target assignment;
+5. if the group epoch is ahead, the sticky assignor computes the new target assignment,
+   unless the initial rebalance delay runs (a member joined the group while it was
+   Empty: members reconcile towards no tasks, ASSIGNMENT_DELAYED) or the last
+   assignment is more recent than the assignment interval (the current target stays,
+   ASSIGNMENT_DELAYED);
 6. the member is reconciled towards its target (``reconcile.py``).
 
 Any error leaves the group as it was and writes nothing (Kafka's write operation fails
@@ -25,7 +29,6 @@ from typing import TYPE_CHECKING
 
 from kio.schema.errors import ErrorCode
 from txbroker.coordinator.streams import records as R
-from txbroker.coordinator.streams.assignor import AssignorMember, assign
 from txbroker.coordinator.streams.reconcile import (
     UNKNOWN,
     UNREVOKED_TASKS,
@@ -33,7 +36,7 @@ from txbroker.coordinator.streams.reconcile import (
     TasksTuple,
     reconcile,
 )
-from txbroker.coordinator.streams.records import MemberMetadata, TargetAssignmentMetadata
+from txbroker.coordinator.streams.records import MemberMetadata
 from txbroker.coordinator.streams.results import (
     JOIN_EPOCH,
     LEAVE_EPOCH,
@@ -56,7 +59,13 @@ from txbroker.coordinator.streams.topology import (
 if TYPE_CHECKING:
     from txbroker.coordinator.streams.group import StreamsGroup
 
-__all__ = ["heartbeat", "validate_request"]
+__all__ = ["heartbeat", "validate_request", "ASSIGNMENT_DELAYED", "INITIAL_DELAY_DETAIL",
+           "INTERVAL_DETAIL"]
+
+# Kafka 4.4's ASSIGNMENT_DELAYED status and its two details.
+ASSIGNMENT_DELAYED = 5
+INITIAL_DELAY_DETAIL = "Assignment delayed due to the configured initial rebalance delay."
+INTERVAL_DETAIL = "Assignment delayed due to the configured assignment interval."
 
 _E = ErrorCode
 
@@ -104,14 +113,16 @@ def heartbeat(g: StreamsGroup, hb: StreamsHeartbeat, topics: TopicImage, now_ms:
     problem = validate_request(hb)
     if problem is not None:
         return StreamsHeartbeatResult(error=problem[0].value, message=problem[1])
-    saved = g.p.copy(), dict(g.session_deadlines), dict(g.rebalance_deadlines), g.configured
+    saved = (g.p.copy(), dict(g.session_deadlines), dict(g.rebalance_deadlines), g.configured,
+             g.initial_delay_deadline)
     try:
         if hb.member_epoch in (LEAVE_EPOCH, LEAVE_STATIC_EPOCH):
             result = _leave(g, hb)
         else:
             result = _heartbeat(g, hb, topics, now_ms)
     except _Error as exc:
-        g.p, g.session_deadlines, g.rebalance_deadlines, g.configured = saved
+        (g.p, g.session_deadlines, g.rebalance_deadlines, g.configured,
+         g.initial_delay_deadline) = saved
         g._out = []
         return StreamsHeartbeatResult(error=exc.code.value, message=exc.message)
     return StreamsHeartbeatResult(**{**result.__dict__, "records": g._take()})
@@ -209,6 +220,7 @@ def _find_member(g: StreamsGroup, hb: StreamsHeartbeat) -> tuple[MemberMetadata 
 def _heartbeat(g: StreamsGroup, hb: StreamsHeartbeat, topics: TopicImage, now_ms: int) -> StreamsHeartbeatResult:
     p, cfg = g.p, g.config
     joining = hb.member_epoch == JOIN_EPOCH
+    was_empty = not p.members
     is_new = hb.member_id not in p.members and (hb.instance_id is None
                                                 or g.static_member(hb.instance_id) is None)
     if joining and is_new and len(p.members) >= cfg.max_size:
@@ -270,17 +282,29 @@ def _heartbeat(g: StreamsGroup, hb: StreamsHeartbeat, topics: TopicImage, now_ms
     if bump:
         g._write(R.GROUP_METADATA, g.group_metadata(p.group_epoch + 1, mhash, validated, configs))
 
-    # 5. The target assignment.
+    # 5. The target assignment (Kafka's maybeUpdateStreamsTargetAssignment), after the
+    # initial rebalance delay that a member joining an Empty group starts.
+    if was_empty and cfg.initial_rebalance_delay_ms > 0 and g.initial_delay_deadline is None:
+        g.initial_delay_deadline = now_ms + cfg.initial_rebalance_delay_ms
+    elif g.initial_delay_deadline is not None and g.initial_delay_deadline <= now_ms:
+        g.end_initial_delay(now_ms)  # its timer is due: as if it had fired just before
+    target = p.target.get(hb.member_id, TasksTuple())
     if p.group_epoch > p.assignment_epoch:
-        _update_target(g, now_ms)
+        if g.initial_delay_deadline is not None:
+            statuses.append(Status(ASSIGNMENT_DELAYED, INITIAL_DELAY_DETAIL))
+            target = TasksTuple()
+        elif not g.can_assign(now_ms):
+            statuses.append(Status(ASSIGNMENT_DELAYED, INTERVAL_DETAIL))
+        else:
+            g.update_target(now_ms)
+            target = p.target.get(hb.member_id, TasksTuple())
 
     # 6. Reconcile the member.
     cur = g.member_assignment(hb.member_id)
     if cur.state == UNKNOWN:
         raise _Error(_E.fenced_member_epoch, "The streams group member is in a unknown state. "
                      "The member must abandon all its tasks and rejoin.")
-    new = reconcile(cur, meta.process_id, p.assignment_epoch,
-                    p.target.get(hb.member_id, TasksTuple()), g.owners(), hb.owned())
+    new = reconcile(cur, meta.process_id, p.assignment_epoch, target, g.owners(), hb.owned())
     if new != cur or hb.member_id not in p.current:
         g._write(R.CURRENT_MEMBER_ASSIGNMENT, new, hb.member_id)
         if new.state == UNREVOKED_TASKS:
@@ -314,23 +338,3 @@ def _check_tasks(tasks: dict[str, int], owned) -> None:
         if not 0 <= part < tasks[s]:
             raise _Error(_E.invalid_request, f"Task {part} for subtopology {s} is invalid. "
                          f"Number of tasks for this subtopology: {tasks[s]}")
-
-
-def _update_target(g: StreamsGroup, now_ms: int) -> None:
-    """A new target assignment at the group epoch; only members whose target changed
-    get a record (Kafka's TargetAssignmentBuilder writes the delta)."""
-    p, configured = g.p, g.configured
-    members = [AssignorMember(mid, m.process_id, p.target.get(mid, TasksTuple()).active,
-                              p.target.get(mid, TasksTuple()).standby)
-               for mid, m in sorted(p.members.items())]
-    if configured is not None and configured.is_ready:
-        result = assign(members, configured.tasks or {}, configured.stateful,
-                        g.config.num_standby_replicas)
-    else:
-        result = {}
-    for m in members:
-        tasks = result.get(m.member_id)
-        new = TasksTuple(tasks.active, tasks.standby) if tasks else TasksTuple()
-        if p.target.get(m.member_id) != new:
-            g._write(R.TARGET_ASSIGNMENT_MEMBER, new, m.member_id)
-    g._write(R.TARGET_ASSIGNMENT_METADATA, TargetAssignmentMetadata(p.group_epoch, now_ms))

@@ -31,6 +31,9 @@ COMMON_CONFIG = {
     "offsets.topic.num.partitions": "4",
     "transaction.state.log.num.partitions": "4",
     "group.initial.rebalance.delay.ms": "0",
+    # Streams groups (KIP-1071) assign a new group's tasks at once (Kafka's 3 s delay
+    # has its own test, with a group config).
+    "group.streams.initial.rebalance.delay.ms": "0",
     "group.min.session.timeout.ms": "1000",
     # Consumer-protocol (KIP-848) members heartbeat every 0.5 s instead of 5 s.
     "group.consumer.heartbeat.interval.ms": "500",

@@ -208,7 +208,9 @@ def test_group_config_listing_as_kafka(broker):
         listed = _describe_all(client, group)
         expected = {name: (value, DEFAULT_SOURCE, False, type_, [(synonym, value, DEFAULT_SOURCE)])
                     for name, (value, type_, synonym) in KAFKA_LISTING.items()}
-        for name, value, default in ((SESSION, session, "45000"), (INTERVAL, interval, "5000")):
+        delay = COMMON_CONFIG["group.streams.initial.rebalance.delay.ms"]
+        for name, value, default in ((SESSION, session, "45000"), (INTERVAL, interval, "5000"),
+                                     ("streams.initial.rebalance.delay.ms", delay, "3000")):
             expected[name] = (value, BROKER_SOURCE, False, INT, [
                 (f"group.{name}", value, BROKER_SOURCE), (f"group.{name}", default, DEFAULT_SOURCE)])
         assert {n: (v, s, ro, t, syn) for n, (v, s, ro, t, _doc, syn) in listed.items()} == expected

@@ -16,6 +16,8 @@ from collections.abc import Iterator
 
 from kio.schema.errors import ErrorCode as E
 
+from txbroker.protocol.records import read_header
+
 from tests.differential import share_util
 from tests.differential.share_util import (
     ACCEPT,
@@ -172,6 +174,33 @@ def test_fetch_lists_the_partitions_with_records(share_broker):
         r = share_fetch(client, group, member, 1, unknown, max_wait_ms=0)
         assert [(t.topic_id, p.partition_index, p.error_code) for t in r.responses
                 for p in t.partitions] == [(unknown, 0, E.unknown_topic_id)]
+
+
+def _batches(records: bytes | None) -> list[tuple[int, int]]:
+    """(base offset, last offset) of each record batch in a ShareFetch answer."""
+    data, pos, out = bytes(records or b""), 0, []
+    while pos < len(data):
+        h = read_header(data, pos)
+        out.append((h.base_offset, h.last_offset))
+        pos += h.size
+    return out
+
+
+def test_an_answer_carries_only_the_batches_of_its_acquired_records(share_broker):
+    """Whole batches are acquired (max_records is soft) and the answer's records are
+    those batches, not the rest of the log that was read."""
+    b = share_broker
+    with _member(b, "sgw-slice") as (client, group, topic, tid, member):
+        for first in (0, 4, 8):
+            produce(b, topic, 4, start=first)  # a batch each (flushed)
+        r = share_fetch(client, group, member, 0, tid, max_records=2, max_wait_ms=5000)
+        assert acquired(r) == [(0, 0, 3, 1)]
+        [part] = [p for t in r.responses for p in t.partitions]
+        assert _batches(part.records) == [(0, 3)]
+        r = share_fetch(client, group, member, 1, tid, max_records=5, max_wait_ms=5000)
+        assert acquired(r) == [(0, 4, 11, 1)]  # a second batch begun below max_records
+        [part] = [p for t in r.responses for p in t.partitions]
+        assert _batches(part.records) == [(4, 7), (8, 11)]
 
 
 def test_fetch_of_a_topic_the_group_never_subscribed_to(share_broker):

@@ -11,6 +11,7 @@ from kio.schema.errors import ErrorCode as E
 from txbroker.protocol.messages import build, request_module
 
 from tests.integration.test_streams_groups_wire import (
+    active,
     describe,
     heartbeat,
     join_group,
@@ -154,5 +155,71 @@ def test_v1_fields_as_kafka(streams_broker):  # noqa: F811
                 include_topology_description=include)).groups
             assert (g.error_code, g.assignor_name, g.topology_description_status,
                     g.topology_description) == (0, "sticky", status, None)
+    finally:
+        client.close()
+
+
+def test_initial_rebalance_delay_and_assignment_interval_as_kafka(streams_broker):  # noqa: F811
+    """A member joining an Empty group starts the group's streams.initial.rebalance.delay.ms
+    (here 500 ms): until it ends the members are at the group's first assignment epoch
+    (1) with no tasks and the ASSIGNMENT_DELAYED status (5); then the tasks are
+    assigned. A member joining within the group's streams.assignment.interval.ms (here
+    2 s) of that assignment waits for the interval the same way, with its own detail."""
+    from tests.differential.test_group_configs import SET, _alter, _describe_settled
+
+    broker = streams_broker
+    group, source = unique("sgd"), unique("src")
+    ready(broker, group)
+    broker.create_topic(source, 2)
+    broker.create_topic(f"{group}-changelog", 2)
+    client = broker.raw()
+    try:
+        assert _alter(client, group, [("streams.initial.rebalance.delay.ms", SET, "500"),
+                                      ("streams.assignment.interval.ms", SET, "2000")]) == (0, None)
+        _describe_settled(client, group, "streams.assignment.interval.ms", "2000")
+        topo = topology(source=source, changelog=f"{group}-changelog")
+        initial = [(5, "Assignment delayed due to the configured initial rebalance delay.")]
+        interval = [(5, "Assignment delayed due to the configured assignment interval.")]
+        began = time.monotonic()
+        for m in ("m1", "m2"):
+            r = heartbeat(client, group, m, 0, topo=topo)
+            assert (r.error_code, r.member_epoch, statuses(r), r.active_tasks) == (
+                0, 1, initial, ()), r
+        (g,) = describe(client, group)
+        assert (g.group_state, g.group_epoch, g.assignment_epoch,
+                sorted((m.member_id, m.member_epoch) for m in g.members)) == (
+            "Assigning", 3, 1, [("m1", 1), ("m2", 1)])
+        epochs, owned = {"m1": 1, "m2": 1}, {"m1": set(), "m2": set()}
+        while not (owned["m1"] and owned["m2"]):
+            assert time.monotonic() < began + 15, (epochs, owned)
+            for m in ("m1", "m2"):
+                r = heartbeat(client, group, m, epochs[m], owned=owned[m])
+                assert r.error_code == 0, r
+                if r.active_tasks is not None:
+                    owned[m] = active(r)
+                if not owned[m]:
+                    assert (r.member_epoch, statuses(r)) in ((1, initial), (3, [])), r
+                epochs[m] = r.member_epoch
+            time.sleep(0.05)
+        assert time.monotonic() - began >= 0.45
+        assert epochs == {"m1": 3, "m2": 3} and owned["m1"] | owned["m2"] == {("0", 0), ("0", 1)}
+        (g,) = describe(client, group)
+        assert (g.group_state, g.group_epoch, g.assignment_epoch) == ("Stable", 3, 3)
+        assigned = time.monotonic()
+        r = heartbeat(client, group, "m3", 0, topo=topo)
+        assert (r.error_code, r.member_epoch, statuses(r), r.active_tasks) == (
+            0, 3, interval, ()), r
+        (g,) = describe(client, group)
+        assert (g.group_state, g.group_epoch, g.assignment_epoch) == ("Assigning", 4, 3)
+        while statuses(r):
+            assert statuses(r) == interval and r.member_epoch == 3, r
+            assert time.monotonic() < assigned + 15
+            time.sleep(0.1)
+            r = heartbeat(client, group, "m3", r.member_epoch, owned=set())
+            assert r.error_code == 0, r
+        assert time.monotonic() - assigned >= 1.0  # the interval, not the next heartbeat
+        assert r.member_epoch == 4
+        (g,) = describe(client, group)
+        assert (g.group_epoch, g.assignment_epoch) == (4, 4)
     finally:
         client.close()

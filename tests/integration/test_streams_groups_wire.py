@@ -16,7 +16,7 @@ from txbroker.testing.broker_thread import BrokerThread
 
 from tests.integration.wire_util import API_VERSIONS, api_versions_request, connect
 
-ENABLED = {"txbroker.streams.version": "1"}
+ENABLED = {"txbroker.streams.version": "1", "group.streams.initial.rebalance.delay.ms": "0"}
 OFF = {"txbroker.streams.version": "0"}
 STREAMS_APIS = {88, 89}
 HB = request_module(88, 0)

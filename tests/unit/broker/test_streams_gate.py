@@ -28,6 +28,8 @@ def test_streams_broker_keys_have_kafka_defaults():
     assert config.get("group.streams.num.standby.replicas") == 0
     assert config.get("group.streams.max.size") == 2**31 - 1
     assert config.get("group.streams.task.offset.interval.ms") == 60000
+    assert config.get("group.streams.initial.rebalance.delay.ms") == 3000
+    assert config.get("group.streams.assignment.interval.ms") == 1000
 
 
 def test_streams_apis_advertised_only_at_streams_version_1(tmp_path):

@@ -1,15 +1,17 @@
 """A stateful model of a streams group (KIP-1071): Kafka Streams clients join with a
 topology, heartbeat, apply their assignment (acknowledging revocations), leave, crash
 and time out; a static member leaves with -2 and rejoins under a new member id; the
-coordinator crashes and is rebuilt from its encoded records. Invariants: an active task
+coordinator crashes and is rebuilt from its encoded records; the group's initial
+rebalance delay and assignment interval change. Invariants: an active task
 is held by at most one member (the coordinator's view and what live clients run), a
 standby never sits on the process running the active task, a stable group with
-members runs every task, epochs never go back, and a rebuilt group equals the one
-that wrote the records."""
+members runs every task, epochs never go back, no member holds a task while the
+initial rebalance delay runs, two assignments are at least the assignment interval
+apart, and a rebuilt group equals the one that wrote the records."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
@@ -57,8 +59,10 @@ class StreamsGroupMachine(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
         self.config = StreamsGroupConfig(session_timeout_ms=SESSION, heartbeat_interval_ms=100,
-                                         num_standby_replicas=1)
+                                         num_standby_replicas=1, initial_rebalance_delay_ms=300,
+                                         assignment_interval_ms=200)
         self.groups = StreamsGroups(lambda _gid: self.config)
+        self.last_assignment = 0  # the last target assignment's timestamp (0: none)
         self.now = 0
         self.log: list[tuple[bytes, bytes | None]] = []
         self.topics = {"in": 3, "side": 2}
@@ -163,8 +167,14 @@ class StreamsGroupMachine(RuleBasedStateMachine):
     @rule(n=st.integers(0, 2))
     def set_num_standby_replicas(self, n: int) -> None:
         """The group config changes (IncrementalAlterConfigs): a new assignment follows."""
-        self.config = StreamsGroupConfig(session_timeout_ms=SESSION, heartbeat_interval_ms=100,
-                                         num_standby_replicas=n)
+        self.config = replace(self.config, num_standby_replicas=n)
+
+    @rule(delay=st.sampled_from([0, 300, 3000]), interval=st.sampled_from([0, 200, 1000]))
+    def set_delays(self, delay: int, interval: int) -> None:
+        """streams.initial.rebalance.delay.ms and streams.assignment.interval.ms change."""
+        self.config = replace(self.config, initial_rebalance_delay_ms=delay,
+                              assignment_interval_ms=interval)
+        self.last_assignment = 0
 
     @rule(i=st.integers(0, CLIENTS - 1))
     def request_shutdown(self, i: int) -> None:
@@ -233,6 +243,28 @@ class StreamsGroupMachine(RuleBasedStateMachine):
             for t in cl.owned.active:
                 assert t not in running, (t, running.get(t), cl.member_id)
                 running[t] = cl.member_id
+
+    @invariant()
+    def no_tasks_during_the_initial_delay(self) -> None:
+        """A member joined the group while it was Empty: nobody gets tasks before the
+        delay ends."""
+        g = self._group()
+        if g is None or g.initial_delay_deadline is None:
+            return
+        for c in g.p.current.values():
+            assert c.assigned == EMPTY_TASKS and c.pending_revocation == EMPTY_TASKS, c
+        assert all(t == EMPTY_TASKS for t in g.p.target.values())
+
+    @invariant()
+    def assignments_are_an_interval_apart(self) -> None:
+        g = self._group()
+        if g is None:
+            return
+        stamp = g.p.assignment_timestamp
+        if stamp and stamp != self.last_assignment:
+            if self.last_assignment:
+                assert stamp >= self.last_assignment + self.config.assignment_interval_ms
+            self.last_assignment = stamp
 
     @invariant()
     def standby_never_with_its_active(self) -> None:
