@@ -98,6 +98,7 @@ def main(argv: list[str] | None = None) -> int:
         if not polled:
             continue
         seqs: dict[tuple[str, int], list[int]] = {}
+        accepted = []
         for m in polled:
             key = None if m.key() is None else m.key().decode(errors="replace")
             seq = history.delivered(m.topic(), m.partition(), m.offset(), key,
@@ -107,11 +108,15 @@ def main(argv: list[str] | None = None) -> int:
                 consumer.acknowledge(m, AcknowledgeType.REJECT)  # never delivered again
                 continue
             time.sleep(args.work_ms / 1000)  # the work, done before the ACCEPT
-            consumer.acknowledge(m, AcknowledgeType.ACCEPT)
+            accepted.append(m)
             seqs.setdefault((m.topic(), m.partition()), []).append(seq)
         if not seqs:
             continue  # (only REJECTs: sent with the next poll)
+        # Written before the first acknowledge(): librdkafka may send an ACCEPT with any
+        # later request, so from here a kill leaves these unknown, never hidden.
         history.sent([s for group_seqs in seqs.values() for s in group_seqs])
+        for m in accepted:
+            consumer.acknowledge(m, AcknowledgeType.ACCEPT)
         try:
             results = consumer.commit_sync(COMMIT_TIMEOUT_S)
         except KafkaException as e:

@@ -95,11 +95,14 @@ public class ChaosShareWorker {
                 for (ConsumerRecord<String, String> r : records) {
                     int seq = history.delivered(r);
                     Thread.sleep(20);  // the work, done before the ACCEPT
-                    consumer.acknowledge(r, AcknowledgeType.ACCEPT);
                     byPartition.computeIfAbsent(r.topic() + "-" + r.partition(), k -> new ArrayList<>()).add(seq);
                     all.add(seq);
                 }
+                // "sent" before the first acknowledge: from here a kill leaves them unknown.
                 history.seqs("sent", all, null);
+                for (ConsumerRecord<String, String> r : records) {
+                    consumer.acknowledge(r, AcknowledgeType.ACCEPT);
+                }
                 Map<TopicIdPartition, Optional<KafkaException>> results;
                 try {
                     results = consumer.commitSync(Duration.ofSeconds(10));
