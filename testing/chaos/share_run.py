@@ -11,7 +11,8 @@ writing its deliveries and ACCEPTs into TXBROKER_HISTORY
 the broker crashed, made to lose power once a member's acknowledgements are durable
 and not yet answered (the ``after_share_acknowledge_durable`` point), restarted
 cleanly, hung, and request faults injected. Then, faults off, the drain: the run waits
-until every input record has an ACCEPT and the group's start offsets are at the input's
+until every input record has an ACCEPT (or was delivered up to the delivery count
+limit: archived) and the group's start offsets are at the input's
 end (no progress for ``stall_timeout`` is a stall), and checks the histories
 (share_checker.py).
 """
@@ -38,7 +39,7 @@ from .run import (
     timeline,
     under_fire,
 )
-from .share_checker import FAILED, check_share, parse_history
+from .share_checker import FAILED, Accept, Delivery, check_share, parse_history
 from .supervisor import Instances
 
 DELIVERY_COUNT_LIMIT = 10  # Kafka's greatest: a record archived by the faults is rare
@@ -139,19 +140,28 @@ def _lines(folder: Path) -> list[str]:
             for line in path.read_text(errors="replace").splitlines()]
 
 
+def settled(deliveries: Sequence[Delivery], accepts: Sequence[Accept],
+            delivery_count_limit: int) -> set[str | None]:
+    """The input keys the drain waits for no more: ACCEPTed (confirmed or without an
+    answer), or delivered up to the limit (archived, never ACCEPTed: the checker tells
+    it from a lost one the same way)."""
+    key_of = {(d.worker, d.seq): d.key for d in deliveries}
+    done = {key_of.get((a.worker, a.seq)) for a in accepts if a.outcome != FAILED}
+    return done | {d.key for d in deliveries if (d.count or 0) >= delivery_count_limit}
+
+
 def _drain(broker: BrokerProcess, pool: Instances, histories: Path, group: str, topic: str,
            partitions: int, ends: dict[tuple[str, int], int], ids: set[str],
            stall_timeout: float, event) -> str | None:
     """Wait until every input has an ACCEPT in the histories (confirmed or without an
-    answer) and the group's start offsets reach the input's end (the broker holds
+    answer) or was delivered up to the delivery count limit, and the group's start offsets reach the input's end (the broker holds
     nothing undecided: an ACCEPT without an answer that failed would keep one back);
     the stall's reason if the accepted count stops growing for ``stall_timeout``."""
     last, last_change = None, time.monotonic()
     while True:
         supervise(broker, pool, event)
         deliveries, accepts = parse_history(_lines(histories))
-        key_of = {(d.worker, d.seq): d.key for d in deliveries}
-        done = {key_of.get((a.worker, a.seq)) for a in accepts if a.outcome != FAILED}
+        done = settled(deliveries, accepts, DELIVERY_COUNT_LIMIT)
         try:
             starts = share_start_offsets(broker.bootstrap, group, topic, partitions)
         except (OSError, RuntimeError):  # restarting: no news is no progress

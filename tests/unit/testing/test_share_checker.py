@@ -119,3 +119,14 @@ def test_history_lines_as_the_worker_writes_them(tmp_path):
     assert [(x.seq, x.outcome) for x in accepts] == [(a, CONFIRMED), (b, FAILED), (c, UNKNOWN)]
     assert all(x.worker == h.worker for x in accepts)
     assert json.loads(lines[0])["w"] == h.worker
+
+
+def test_the_drain_waits_no_more_for_accepted_or_archived_records():
+    from txbroker.testing.chaos.share_run import settled
+
+    deliveries = [d("w1", 1, 0), d("w1", 2, 1), d("w1", 3, 2, count=LIMIT - 1),
+                  d("w2", 1, 2, count=LIMIT), d("w2", 2, 1, count=2)]
+    accepts = [Accept("w1", 1, CONFIRMED), Accept("w1", 2, FAILED), Accept("w2", 2, UNKNOWN)]
+    # in-0 confirmed, in-1 failed once then unknown, in-2 delivered up to the limit.
+    assert settled(deliveries, accepts, LIMIT) == {"in-0", "in-1", "in-2"}
+    assert settled(deliveries[:3], accepts[:2], LIMIT) == {"in-0"}
