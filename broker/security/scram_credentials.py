@@ -13,9 +13,14 @@ import json
 import logging
 import os
 import threading
+from typing import TYPE_CHECKING
 
-from txbroker.protocol import scram
 from txbroker.storage.durable_file import write_durably
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+
+    from txbroker.protocol import scram
 
 log = logging.getLogger(__name__)
 
@@ -30,6 +35,9 @@ def _b64(data: bytes) -> str:
 
 
 class ScramCredentialStore:
+    """Every broker opens the store at start; the SCRAM code (protocol/scram.py, ~5 ms
+    of imports) is loaded only when there are credentials to read or to write."""
+
     def __init__(self, data_dir: str) -> None:
         self.path = os.path.join(data_dir, CREDENTIALS_FILE)
         self._users: dict[str, dict[str, scram.ScramCredential]] = {}
@@ -42,6 +50,8 @@ class ScramCredentialStore:
                 raw = json.load(f)
         except FileNotFoundError:
             return
+        from txbroker.protocol import scram
+
         users: dict[str, dict[str, scram.ScramCredential]] = {}
         for user, mechs in raw.get("users", {}).items():
             users[user] = {
@@ -75,10 +85,15 @@ class ScramCredentialStore:
             self._users = users
 
 
-def add_users(data_dir: str, users: dict[str, str], mechanisms=tuple(scram.MECHANISMS),
-              iterations: int = scram.MIN_ITERATIONS) -> None:
+def add_users(data_dir: str, users: dict[str, str], mechanisms: Iterable[str] | None = None,
+              iterations: int | None = None) -> None:
     """Create or replace SCRAM credentials for ``users`` (name -> password) before a broker
-    starts on ``data_dir``, as ``kafka-storage format --add-scram`` does for Kafka."""
+    starts on ``data_dir``, as ``kafka-storage format --add-scram`` does for Kafka
+    (default: every mechanism, at the minimum iteration count)."""
+    from txbroker.protocol import scram
+
+    mechanisms = tuple(scram.MECHANISMS) if mechanisms is None else mechanisms
+    iterations = scram.MIN_ITERATIONS if iterations is None else iterations
     os.makedirs(data_dir, exist_ok=True)
     store = ScramCredentialStore(data_dir)
     upserts = {(user, mech): scram.make_credential(scram.mechanism(mech), password, iterations=iterations)
