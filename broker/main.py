@@ -6,6 +6,7 @@ its exit status. The command line that leads here is txbroker/cli.py, which pars
 from __future__ import annotations
 
 import asyncio
+import gc
 import os
 import resource
 import signal
@@ -95,6 +96,12 @@ def run(args) -> int:
 
     from .config import StartupError, load_config
     from .server import Broker
+
+    # The modules are loaded, and live as long as the process: out of the collector's
+    # sight (gc.freeze moves them at no cost), so that no collection ever walks them.
+    # txbroker/cli.py turned the collector off while they loaded.
+    gc.freeze()
+    gc.enable()
 
     try:
         config = load_config(config_file=args.config, host=args.host, port=args.port,
