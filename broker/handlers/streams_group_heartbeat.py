@@ -62,8 +62,9 @@ def _answer(ctx, error: ErrorCode, message: str | None = None, **fields):
                  task_offset_interval=fields.get("task_offset_interval", ZERO),
                  status=fields.get("status"), active_tasks=fields.get("active_tasks"),
                  standby_tasks=fields.get("standby_tasks"),
-                 warmup_tasks=fields.get("warmup_tasks"), endpoint_information_epoch=0,
-                 partitions_by_user_endpoint=None)
+                 warmup_tasks=fields.get("warmup_tasks"),
+                 endpoint_information_epoch=fields.get("endpoint_information_epoch", 0),
+                 partitions_by_user_endpoint=fields.get("partitions_by_user_endpoint"))
 
 
 def _request(ctx, request, topology) -> StreamsHeartbeat:
@@ -81,7 +82,8 @@ def _request(ctx, request, topology) -> StreamsHeartbeat:
         user_endpoint=None if endpoint is None else (endpoint.host, int(endpoint.port)),
         client_tags=None if tags is None else tuple((kv.key, kv.value) for kv in tags),
         shutdown_application=bool(request.shutdown_application),
-        client_id=ctx.header.client_id or "", client_host=client_host(ctx.peer))
+        client_id=ctx.header.client_id or "", client_host=client_host(ctx.peer),
+        endpoint_information_epoch=int(request.endpoint_information_epoch))
 
 
 def _creatable(ctx, names: list[str]) -> tuple[list[str], list[str]]:
@@ -146,7 +148,24 @@ async def handle(ctx: RequestContext, request):
                      for s in statuses),
         active_tasks=None if a is None else task_ids(schema.TaskIds, a.active),
         standby_tasks=None if a is None else task_ids(schema.TaskIds, a.standby),
-        warmup_tasks=None if a is None else task_ids(schema.TaskIds, a.warmup))
+        warmup_tasks=None if a is None else task_ids(schema.TaskIds, a.warmup),
+        endpoint_information_epoch=result.endpoint_information_epoch,
+        partitions_by_user_endpoint=_by_endpoint(schema, result.partitions_by_endpoint))
+
+
+def _by_endpoint(schema, endpoints):
+    """PartitionsByUserEndpoint: each member's endpoint and its tasks' partitions."""
+    if endpoints is None:
+        return None
+
+    def topic_partitions(pairs):
+        return tuple(build(schema.TopicPartition, topic=topic, partitions=parts)
+                     for topic, parts in pairs)
+
+    return tuple(build(schema.EndpointToPartitions,
+                       user_endpoint=build(schema.Endpoint, host=e.host, port=e.port),
+                       active_partitions=topic_partitions(e.active),
+                       standby_partitions=topic_partitions(e.standby)) for e in endpoints)
 
 
 def _unauthorized(statuses: list[Status], denied: list[str]) -> list[Status]:

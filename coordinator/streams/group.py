@@ -10,7 +10,9 @@ as in Kafka: session and rebalance deadlines (re-armed by :meth:`on_loaded`), th
 initial rebalance delay (Kafka's timer: when a member joins the group while it is
 Empty, the first target assignment waits ``initial_rebalance_delay_ms``; not re-armed
 after a load, the next heartbeat assigns), the configured topology (recomputed at the
-next heartbeat) and a member's request to shut the application down.
+next heartbeat), a member's request to shut the application down and the endpoint
+information epoch (Kafka's: it moves when a member's ``application.server`` endpoint
+changes, or the tasks of a member with one; 0 after a load).
 
 Group states (StreamsGroup.StreamsGroupState): EMPTY without members; NOT_READY while
 the topology is not validated against the topics (missing source or internal topics,
@@ -42,6 +44,7 @@ from txbroker.coordinator.streams.records import (
 )
 from txbroker.coordinator.streams.results import (
     LEAVE_STATIC_EPOCH,
+    EndpointPartitions,
     Expired,
     StreamsGroupConfig,
 )
@@ -89,6 +92,7 @@ class StreamsGroup:
         self.rebalance_deadlines: dict[str, int] = {}
         # When the initial rebalance delay ends (None: not running).
         self.initial_delay_deadline: int | None = None
+        self.endpoint_epoch = 0
         self.shutdown_requester: str | None = None
         self._out: list[StreamsRecord] = []
 
@@ -194,6 +198,37 @@ class StreamsGroup:
         none: frozenset[str] = frozenset()
         return Owners(active.get, lambda t: frozenset(standby.get(t, none)),
                       lambda t: frozenset(warmup.get(t, none)))
+
+    def endpoint_partitions(self, last: str, topics: Mapping[str, int]) -> tuple[
+            EndpointPartitions, ...]:
+        """Kafka's buildEndpointToPartitions: each member with a user endpoint (``last``
+        at the end), with the partitions of the input topics (source and repartition
+        source) of its active tasks, and of its standby and warm-up tasks; a topic
+        without such partitions is left out."""
+        subtopologies = {s.subtopology_id: s for s in (
+            self.p.topology.subtopologies if self.p.topology is not None else ())}
+
+        def partitions(tasks: frozenset[TaskId]) -> tuple[tuple[str, tuple[int, ...]], ...]:
+            out = []
+            for sid in sorted({s for s, _ in tasks}):
+                sub = subtopologies.get(sid)
+                for topic in sorted(set(sub.input_topics())) if sub is not None else ():
+                    count = topics.get(topic)
+                    parts = tuple(sorted(p for s, p in tasks
+                                         if s == sid and count is not None and p < count))
+                    if parts:
+                        out.append((topic, parts))
+            return tuple(out)
+
+        out = []
+        for mid in sorted(self.p.members, key=lambda m: (m == last, m)):
+            endpoint = self.p.members[mid].user_endpoint
+            if endpoint is None:
+                continue
+            a = self.member_assignment(mid).assigned
+            out.append(EndpointPartitions(endpoint[0], endpoint[1], partitions(a.active),
+                                          partitions(a.standby | a.warmup)))
+        return tuple(out)
 
     def describe(self) -> dict[str, Any]:
         """StreamsGroupDescribe's view of the group, as plain data."""

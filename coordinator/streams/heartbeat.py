@@ -17,7 +17,11 @@
    Empty: members reconcile towards no tasks, ASSIGNMENT_DELAYED) or the last
    assignment is more recent than the assignment interval (the current target stays,
    ASSIGNMENT_DELAYED);
-6. the member is reconciled towards its target (``reconcile.py``).
+6. the member is reconciled towards its target (``reconcile.py``);
+7. the endpoint information epoch moves if the member's user endpoint changed, or its
+   tasks and it has one; a member whose epoch of it is another gets every member's
+   endpoint and partitions (Kafka 4.4: for a group this heartbeat creates, the answer
+   says epoch 0 and the group's epoch stays 0).
 
 Any error leaves the group as it was and writes nothing (Kafka's write operation fails
 as a whole).
@@ -221,6 +225,7 @@ def _heartbeat(g: StreamsGroup, hb: StreamsHeartbeat, topics: TopicImage, now_ms
     p, cfg = g.p, g.config
     joining = hb.member_epoch == JOIN_EPOCH
     was_empty = not p.members
+    existed = p.metadata_seen
     is_new = hb.member_id not in p.members and (hb.instance_id is None
                                                 or g.static_member(hb.instance_id) is None)
     if joining and is_new and len(p.members) >= cfg.max_size:
@@ -324,11 +329,30 @@ def _heartbeat(g: StreamsGroup, hb: StreamsHeartbeat, topics: TopicImage, now_ms
                                "encountered a fatal error and requested a shutdown for the entire "
                                "application."))
     changed = joining or new.assigned != before.assigned
+
+    # 7. Interactive-query endpoints.
+    endpoint = meta.user_endpoint
+    moved = (endpoint != (old.user_endpoint if old is not None else None)
+             or (endpoint is not None and _assigned_with_epochs(new)
+                 != _assigned_with_epochs(before)))
+    endpoint_epoch = g.endpoint_epoch + moved
+    if existed:
+        g.endpoint_epoch = endpoint_epoch
+    by_endpoint = (g.endpoint_partitions(hb.member_id, topics)
+                   if endpoint_epoch != hb.endpoint_information_epoch else None)
     return StreamsHeartbeatResult(
         member_id=hb.member_id, member_epoch=new.member_epoch,
         heartbeat_interval_ms=cfg.heartbeat_interval_ms,
         task_offset_interval_ms=cfg.task_offset_interval_ms, statuses=tuple(statuses),
-        assignment=new.assigned if changed else None, internal_topics_to_create=to_create)
+        assignment=new.assigned if changed else None, internal_topics_to_create=to_create,
+        endpoint_information_epoch=g.endpoint_epoch if existed else 0,
+        partitions_by_endpoint=by_endpoint)
+
+
+def _assigned_with_epochs(a: MemberAssignment) -> tuple:
+    """The assigned tasks with their active tasks' epochs (Kafka's TasksTupleWithEpochs;
+    the tasks pending revocation are apart)."""
+    return a.assigned, sorted((t, e) for t, e in a.active_epochs if t in a.assigned.active)
 
 
 def _check_tasks(tasks: dict[str, int], owned) -> None:

@@ -12,6 +12,7 @@ from txbroker.coordinator.streams.records import StreamsRecord
 from txbroker.coordinator.streams.topology import InternalTopic, Status, StreamsTopology
 
 __all__ = ["StreamsGroupConfig", "StreamsHeartbeat", "StreamsHeartbeatResult", "Expired",
+           "EndpointPartitions",
            "JOIN_EPOCH", "LEAVE_EPOCH", "LEAVE_STATIC_EPOCH"]
 
 JOIN_EPOCH = 0
@@ -41,12 +42,25 @@ class StreamsHeartbeat:
     shutdown_application: bool = False
     client_id: str = ""  # from the request header / connection, as Kafka takes them
     client_host: str = ""
+    endpoint_information_epoch: int = 0  # the member's view of the endpoints
 
     def owned(self) -> TasksTuple | None:
         if self.active_tasks is None:
             return None
         return TasksTuple(self.active_tasks, self.standby_tasks or frozenset(),
                           self.warmup_tasks or frozenset())
+
+
+@dataclass(frozen=True)
+class EndpointPartitions:
+    """One member's interactive-query endpoint (``application.server``) and the
+    partitions of the source and repartition-source topics of its active tasks, and of
+    its standby and warm-up tasks: (topic, partitions) pairs."""
+
+    host: str
+    port: int
+    active: tuple[tuple[str, tuple[int, ...]], ...] = ()
+    standby: tuple[tuple[str, tuple[int, ...]], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -66,6 +80,10 @@ class StreamsHeartbeatResult:
     assignment: TasksTuple | None = None
     internal_topics_to_create: tuple[InternalTopic, ...] = ()
     records: tuple[StreamsRecord, ...] = ()
+    # The group's endpoint information epoch, and every member's endpoint and partitions
+    # when the member's epoch of them is another (None: unchanged for it).
+    endpoint_information_epoch: int = 0
+    partitions_by_endpoint: tuple[EndpointPartitions, ...] | None = None
 
 
 @dataclass(frozen=True)

@@ -223,3 +223,97 @@ def test_initial_rebalance_delay_and_assignment_interval_as_kafka(streams_broker
         assert (g.group_epoch, g.assignment_epoch) == (4, 4)
     finally:
         client.close()
+
+
+def _heartbeat_with_endpoint(client, group, member, epoch, endpoint=None, info=0, **kwargs):
+    """StreamsGroupHeartbeat with a user endpoint (application.server) and the member's
+    EndpointInformationEpoch."""
+    import dataclasses
+
+    from tests.integration.test_streams_groups_wire import HB, heartbeat_request
+
+    request = heartbeat_request(group, member, epoch, **kwargs)
+    return client.request(88, 0, dataclasses.replace(
+        request, endpoint_information_epoch=info,
+        user_endpoint=None if endpoint is None else HB.Endpoint(host=endpoint[0],
+                                                                port=endpoint[1])))
+
+
+def _endpoints(r):
+    if r.partitions_by_user_endpoint is None:
+        return None
+    return sorted(((e.user_endpoint.host, e.user_endpoint.port),
+                   sorted((t.topic, list(t.partitions)) for t in e.active_partitions),
+                   sorted((t.topic, list(t.partitions)) for t in e.standby_partitions))
+                  for e in r.partitions_by_user_endpoint)
+
+
+def test_user_endpoints_as_kafka(streams_broker):  # noqa: F811
+    """Interactive queries (KIP-1071): a member's UserEndpoint; the group's
+    EndpointInformationEpoch moves when a member's endpoint changes, or the tasks of a
+    member with one; a member whose epoch is another gets PartitionsByUserEndpoint:
+    every member with an endpoint and the source-topic partitions of its active tasks."""
+    from tests.differential.test_group_configs import SET, _alter, _describe_settled
+
+    broker = streams_broker
+    group, source = unique("sge"), unique("src")
+    ready(broker, group)
+    broker.create_topic(source, 2)
+    broker.create_topic(f"{group}-changelog", 2)
+    client = broker.raw()
+    try:
+        assert _alter(client, group, [("streams.assignment.interval.ms", SET, "0")]) == (0, None)
+        _describe_settled(client, group, "streams.assignment.interval.ms", "0")
+        topo = topology(source=source, changelog=f"{group}-changelog")
+        h1, h2 = ("h1.example", 8001), ("h2.example", 8002)
+        r = _heartbeat_with_endpoint(client, group, "m1", 0, h1, topo=topo)
+        # The group's first heartbeat: the answer says epoch 0 and lists the endpoints.
+        assert r.error_code == 0 and r.endpoint_information_epoch == 0, r
+        assert _endpoints(r) == [(h1, [(source, sorted(p for _s, p in active(r)))], [])]
+        epoch, owned, info = r.member_epoch, active(r), 0
+        deadline = time.monotonic() + 15
+        while len(owned) < 2:
+            assert time.monotonic() < deadline, r
+            time.sleep(0.05)
+            r = _heartbeat_with_endpoint(client, group, "m1", epoch, info=info, owned=owned)
+            assert r.error_code == 0, r
+            epoch = r.member_epoch
+            if r.active_tasks is not None:
+                owned = active(r)
+            if r.partitions_by_user_endpoint is not None:
+                info = r.endpoint_information_epoch
+        r = _heartbeat_with_endpoint(client, group, "m1", epoch, info=info, owned=owned)
+        assert (r.endpoint_information_epoch, r.partitions_by_user_endpoint) == (info, None)
+        if info:
+            r = _heartbeat_with_endpoint(client, group, "m1", epoch, info=0, owned=owned)
+            assert r.endpoint_information_epoch == info
+            assert _endpoints(r) == [(h1, [(source, [0, 1])], [])]
+        r2 = _heartbeat_with_endpoint(client, group, "m2", 0, h2, topo=topo)
+        assert r2.endpoint_information_epoch == info + 1
+        assert _endpoints(r2) == [(h1, [(source, [0, 1])], []), (h2, [], [])]
+        epochs, tasks = settle_two(client, group, {"m1": epoch, "m2": r2.member_epoch},
+                                   {"m1": owned, "m2": set()}, info + 1)
+        r3 = _heartbeat_with_endpoint(client, group, "m3", 0, topo=topo)  # no endpoint
+        # m2's join, m1's revocation of a task and m2's new task moved it.
+        assert r3.endpoint_information_epoch == info + 3, r3
+        listed = _endpoints(r3)
+        assert listed == sorted([(h1, [(source, sorted(p for _s, p in tasks["m1"]))], []),
+                                 (h2, [(source, sorted(p for _s, p in tasks["m2"]))], [])])
+        assert len(tasks["m1"]) == len(tasks["m2"]) == 1
+    finally:
+        client.close()
+
+
+def settle_two(client, group, epochs, owned, info):
+    """Heartbeat m1 and m2 with the tasks they were given until each owns one."""
+    deadline = time.monotonic() + 15
+    while not (len(owned["m1"]) == 1 and len(owned["m2"]) == 1):
+        assert time.monotonic() < deadline, (epochs, owned)
+        for m in ("m1", "m2"):
+            r = _heartbeat_with_endpoint(client, group, m, epochs[m], info=info, owned=owned[m])
+            assert r.error_code == 0, r
+            epochs[m] = r.member_epoch
+            if r.active_tasks is not None:
+                owned[m] = active(r)
+        time.sleep(0.05)
+    return epochs, owned

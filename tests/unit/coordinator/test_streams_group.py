@@ -50,6 +50,7 @@ class Client:
     pending: TasksTuple | None = None  # an assignment it received and has not applied
     left_static: bool = False
     seen: dict = field(default_factory=dict)
+    endpoint_epoch: int = 0  # the endpoint information epoch it last got the endpoints at
 
     def drop_all(self) -> None:
         self.epoch, self.owned, self.pending = 0, EMPTY_TASKS, None
@@ -83,15 +84,30 @@ class StreamsGroupMachine(RuleBasedStateMachine):
             active_tasks=None if owned is None else owned.active,
             standby_tasks=None if owned is None else owned.standby,
             warmup_tasks=None if owned is None else owned.warmup,
-            process_id=PROCESS[c.index] if epoch == 0 else None, client_id=f"c{c.index}", **kw)
+            process_id=PROCESS[c.index] if epoch == 0 else None, client_id=f"c{c.index}",
+            # Clients 0 and 2 serve interactive queries (application.server).
+            user_endpoint=(f"h{c.index}", 9000) if epoch == 0 and c.index % 2 == 0 else None,
+            endpoint_information_epoch=c.endpoint_epoch, **kw)
         r = self.groups.heartbeat(hb, self.topics, self.now)
         self._record(r.records)
+        if r.partitions_by_endpoint is not None:
+            self._check_endpoints(r.partitions_by_endpoint)
+            c.endpoint_epoch = r.endpoint_information_epoch
         for t in r.internal_topics_to_create:
             self.to_create[t.name] = t.partitions
         return r
 
     def _group(self):
         return self.groups.get(GROUP)
+
+    def _check_endpoints(self, endpoints) -> None:
+        """PartitionsByUserEndpoint: the members with an endpoint, each once, with the
+        partitions of their current tasks; no active partition twice."""
+        g = self._group()
+        with_endpoint = [m.user_endpoint for m in g.p.members.values() if m.user_endpoint]
+        assert sorted((e.host, e.port) for e in endpoints) == sorted(with_endpoint)
+        active = [(t, p) for e in endpoints for t, ps in e.active for p in ps]
+        assert len(active) == len(set(active)), endpoints
 
     # -- rules ---------------------------------------------------------------------------
 

@@ -19,7 +19,11 @@ from txbroker.coordinator.streams.heartbeat import (
     INTERVAL_DETAIL,
 )
 from txbroker.coordinator.streams.reconcile import UNREVOKED_TASKS, TasksTuple
-from txbroker.coordinator.streams.results import StreamsGroupConfig, StreamsHeartbeat
+from txbroker.coordinator.streams.results import (
+    EndpointPartitions,
+    StreamsGroupConfig,
+    StreamsHeartbeat,
+)
 from txbroker.coordinator.streams.topology import (
     MISSING_INTERNAL_TOPICS,
     MISSING_SOURCE_TOPICS,
@@ -264,3 +268,38 @@ def test_assignment_interval_holds_a_new_assignment() -> None:
               now=2000)
     assert r1.statuses == () and len(r1.assignment.active) == 2  # two to revoke
     assert gs.get(G).p.assignment_timestamp == 2000
+
+
+def test_user_endpoints_and_their_partitions() -> None:
+    """Kafka 4.4: the endpoint information epoch moves when a member's endpoint changes
+    or the tasks of a member with one; a member with another epoch gets every member's
+    endpoint with the input-topic partitions of its active and standby tasks."""
+    gs = groups(num_standby_replicas=1)
+    r1 = join(gs, "m1", user_endpoint=("h1", 1))
+    # A new group: the answer says 0 (Kafka answers before the group exists) and the
+    # group's epoch stays 0, but the member's 0 differs from the new group's 1.
+    assert r1.endpoint_information_epoch == 0 and gs.get(G).endpoint_epoch == 0
+    assert r1.partitions_by_endpoint == (EndpointPartitions("h1", 1, (("in", (0, 1, 2, 3)),)),)
+    assert beat(gs, "m1", 2, r1.assignment).partitions_by_endpoint is None
+    r2 = join(gs, "m2", "p2", user_endpoint=("h2", 2))
+    assert r2.endpoint_information_epoch == 1
+    standby = tuple(sorted(p for _s, p in r2.assignment.standby))  # of tasks m1 keeps
+    assert r2.partitions_by_endpoint == (EndpointPartitions("h1", 1, (("in", (0, 1, 2, 3)),)),
+                                         EndpointPartitions("h2", 2, (), (("in", standby),)))
+    r1 = beat(gs, "m1", 2, r1.assignment, endpoint_information_epoch=1)  # revokes two
+    assert r1.endpoint_information_epoch == 2 and len(r1.assignment.active) == 2
+    kept = tuple(sorted(p for _s, p in r1.assignment.active))
+    assert r1.partitions_by_endpoint[-1] == EndpointPartitions("h1", 1, (("in", kept),))  # last
+    r1 = beat(gs, "m1", r1.member_epoch, r1.assignment, endpoint_information_epoch=2)
+    assert r1.partitions_by_endpoint is None
+    r2 = beat(gs, "m2", r2.member_epoch, TasksTuple(), endpoint_information_epoch=2)
+    moved = tuple(sorted({0, 1, 2, 3} - set(kept)))
+    assert r2.endpoint_information_epoch == 3 and standby == kept
+    assert r2.partitions_by_endpoint == (
+        EndpointPartitions("h1", 1, (("in", kept),)),
+        EndpointPartitions("h2", 2, (("in", moved),), (("in", kept),)))
+    # A member without an endpoint is not listed; leaving moves nothing.
+    r3 = join(gs, "m3", "p3")
+    assert r3.endpoint_information_epoch == 3 and len(r3.partitions_by_endpoint) == 2
+    gs.heartbeat(StreamsHeartbeat(G, "m1", -1), TOPICS, 0)
+    assert gs.get(G).endpoint_epoch == 3
