@@ -44,6 +44,16 @@ def statuses(r) -> list[tuple[int, str]]:
     return [(s.status_code, s.status_detail) for s in r.status or ()]
 
 
+def new_group(broker, prefix: str, partitions: int) -> tuple[str, str]:
+    """A group id whose coordinator serves it, with its source topic and the changelog
+    topic of ``topology(source, changelog=f"{group}-changelog")`` created."""
+    group, source = unique(prefix), unique("src")
+    ready(broker, group)
+    broker.create_topic(source, partitions)
+    broker.create_topic(f"{group}-changelog", partitions)
+    return group, source
+
+
 def test_heartbeat_errors_and_statuses_as_kafka(streams_broker):  # noqa: F811
     broker = streams_broker
     group, source = unique("sg"), unique("src")
@@ -92,10 +102,7 @@ def test_heartbeat_errors_and_statuses_as_kafka(streams_broker):  # noqa: F811
 
 def test_offset_commit_by_a_streams_member_as_kafka(streams_broker):  # noqa: F811
     broker = streams_broker
-    group, source = unique("sgc"), unique("src")
-    ready(broker, group)
-    broker.create_topic(source, 1)
-    broker.create_topic(f"{group}-changelog", 1)
+    group, source = new_group(broker, "sgc", 1)
     client = broker.raw()
     try:
         epoch, _owned = join_until_stable(client, group, "m1", topo=topology(
@@ -168,10 +175,7 @@ def test_initial_rebalance_delay_and_assignment_interval_as_kafka(streams_broker
     from tests.differential.test_group_configs import SET, _alter, _describe_settled
 
     broker = streams_broker
-    group, source = unique("sgd"), unique("src")
-    ready(broker, group)
-    broker.create_topic(source, 2)
-    broker.create_topic(f"{group}-changelog", 2)
+    group, source = new_group(broker, "sgd", 2)
     client = broker.raw()
     try:
         assert _alter(client, group, [("streams.initial.rebalance.delay.ms", SET, "500"),
@@ -256,10 +260,7 @@ def test_user_endpoints_as_kafka(streams_broker):  # noqa: F811
     from tests.differential.test_group_configs import SET, _alter, _describe_settled
 
     broker = streams_broker
-    group, source = unique("sge"), unique("src")
-    ready(broker, group)
-    broker.create_topic(source, 2)
-    broker.create_topic(f"{group}-changelog", 2)
+    group, source = new_group(broker, "sge", 2)
     client = broker.raw()
     try:
         assert _alter(client, group, [("streams.assignment.interval.ms", SET, "0")]) == (0, None)
