@@ -8,7 +8,7 @@ import functools
 import logging
 from collections.abc import Iterator
 
-from txbroker.protocol.errors import ErrorCode, KafkaError
+from txbroker.protocol.errors import ErrorCode, KafkaError, RecordTooLargeError
 from txbroker.protocol.records import (
     BatchHeader,
     Record,
@@ -22,6 +22,9 @@ from txbroker.storage.manager import LogManager
 
 OFFSETS_TOPIC = "__consumer_offsets"
 TXN_TOPIC = "__transaction_state"
+# A batch of one record, beyond its key and value: the batch header (61 bytes) and the
+# record's varint lengths, attributes and deltas (at most 21 bytes).
+_ONE_RECORD_OVERHEAD = 82
 
 
 def append_error_code(e: Exception) -> ErrorCode:
@@ -108,6 +111,15 @@ def append_records(plog: PartitionLog, records: list[tuple[bytes, bytes | None]]
     with a producer id it is a transactional batch of that producer (TxnOffsetCommit).
     ``flush=False``: no fsync is requested for it (see PartitionLog.append)."""
     ts = now_ms() if timestamp is None else timestamp
+    # Kafka's coordinator runtime refuses a record that does not fit in a batch of the
+    # partition's max.message.bytes (RecordTooLargeException: the client is answered
+    # UNKNOWN_SERVER_ERROR); a large topology or assignment is refused here the same way.
+    limit = plog.config.max_message_bytes - _ONE_RECORD_OVERHEAD
+    for key, value in records:
+        if len(key) + (len(value) if value is not None else 0) > limit:
+            raise RecordTooLargeError(
+                f"a record of {len(key) + len(value or b'')} bytes does not fit in a batch "
+                f"of max.message.bytes {plog.config.max_message_bytes} of {plog.name}")
     if len(records) == 1:  # a coordinator's state record: the common case, built directly
         key, value = records[0]
         batch = bytearray(build_single_record_batch(

@@ -51,6 +51,19 @@ def topology_from(wire) -> StreamsTopology | None:
         for s in wire.subtopologies or ()))
 
 
+def copartition_indexes_valid(topology: StreamsTopology) -> bool:
+    """Whether every copartition group's indexes name a topic of its subtopology."""
+    for s in topology.subtopologies:
+        sizes = (len(s.source_topics), len(s.source_topic_regex),
+                 len(s.repartition_source_topics))
+        for g in s.copartition_groups:
+            for indexes, size in zip((g.source_topics, g.source_topic_regex,
+                                      g.repartition_source_topics), sizes, strict=True):
+                if any(not 0 <= i < size for i in indexes):
+                    return False
+    return True
+
+
 def topology_topics(topology: StreamsTopology) -> list[str]:
     """Every topic a topology names, in order, once (what KafkaApis checks)."""
     seen: dict[str, None] = {}

@@ -18,8 +18,15 @@ import datetime
 import logging
 
 from txbroker.coordinator.group.group_configs import STREAMS_ACCEPTABLE_RECOVERY_LAG
+from txbroker.coordinator.group.streams_coordinator import PartitionCounts
+from txbroker.coordinator.internal_topic import OFFSETS_TOPIC, partition_for
 from txbroker.coordinator.streams.results import StreamsHeartbeat
-from txbroker.coordinator.streams.topology import MISSING_INTERNAL_TOPICS, Status
+from txbroker.coordinator.streams.topology import (
+    MISSING_INTERNAL_TOPICS,
+    InvalidTopologyError,
+    Status,
+    configure_topics,
+)
 from txbroker.protocol.acls import AclOperation, ResourceType
 from txbroker.protocol.errors import ErrorCode
 from txbroker.protocol.messages import build
@@ -28,6 +35,7 @@ from ..context import RequestContext
 from ._groups import DESCRIBE, TOPIC, ZERO, client_host, may_read_group, ms
 from ._streams import (
     DISABLED,
+    copartition_indexes_valid,
     streams_enabled,
     task_ids,
     tasks_from,
@@ -65,6 +73,35 @@ def _answer(ctx, error: ErrorCode, message: str | None = None, **fields):
                  warmup_tasks=fields.get("warmup_tasks"),
                  endpoint_information_epoch=fields.get("endpoint_information_epoch", 0),
                  partitions_by_user_endpoint=fields.get("partitions_by_user_endpoint"))
+
+
+def _tasks_overflow_records(broker, group_id: str, topology) -> bool:
+    """Whether a joining topology has so many tasks (against the topics as they are)
+    that a member's assignment record cannot fit in max.message.bytes of
+    ``__consumer_offsets``: every active task is some member's, at 4 bytes a task, so one
+    member of the group (with the joining one) gets at least total / members of them.
+    Kafka computes that assignment and then fails to write it (UNKNOWN_SERVER_ERROR);
+    it is refused here before the assignment is computed, so its cost stays bounded by
+    the record size too. A topology that cannot be configured is left to the
+    coordinator (its status or error)."""
+    try:
+        tasks = configure_topics(topology, PartitionCounts(broker.logs.topics)).tasks
+    except InvalidTopologyError:
+        return False
+    total = sum((tasks or {}).values())
+    if not total:
+        return False
+    g = broker.groups.streams.get(group_id)
+    members = (len(g.p.members) if g is not None else 0) + 1
+    topics = broker.logs.topics
+    # Before __consumer_offsets exists: the broker's message.max.bytes it will have.
+    limit = int(broker.logs.broker_defaults.get("max.message.bytes", 1048588))
+    if OFFSETS_TOPIC in topics:
+        plog = broker.logs.get_log(OFFSETS_TOPIC,
+                                   partition_for(group_id, topics[OFFSETS_TOPIC].partitions))
+        if plog is not None:
+            limit = plog.config.max_message_bytes
+    return -(-total // members) * 4 > limit
 
 
 def _request(ctx, request, topology) -> StreamsHeartbeat:
@@ -113,6 +150,16 @@ async def handle(ctx: RequestContext, request):
     if request.group_id and broker.shares.is_share_group(request.group_id):
         return _answer(ctx, ErrorCode.group_id_not_found,
                        f"Group {request.group_id} is not a streams group.")
+    if topology is not None and not copartition_indexes_valid(topology):
+        # Kafka's coordinator fails on the index (UNKNOWN_SERVER_ERROR, no message) and
+        # writes nothing.
+        log.info("StreamsGroupHeartbeat of group %r refused: a copartition group names a "
+                 "topic index out of range", request.group_id)
+        return _answer(ctx, ErrorCode.unknown_server_error)
+    if topology is not None and _tasks_overflow_records(broker, request.group_id, topology):
+        log.info("StreamsGroupHeartbeat of group %r refused: its topology's tasks cannot fit "
+                 "in the members' assignment records", request.group_id)
+        return _answer(ctx, ErrorCode.unknown_server_error)
     hb = _request(ctx, request, topology)
     result = await broker.groups.streams_heartbeat(hb)
     error = ErrorCode(result.error)

@@ -27,6 +27,7 @@ The topics are passed in as a :data:`TopicImage` (name -> partition count).
 from __future__ import annotations
 
 import hashlib
+import heapq
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
@@ -189,29 +190,44 @@ def metadata_hash(topology: StreamsTopology | None, topics: TopicImage) -> int:
 
 def _repartition_counts(subs: tuple[Subtopology, ...], count) -> dict[str, int]:
     """RepartitionTopics: fixed counts, then each sink topic gets the largest partition
-    count of its writer's inputs, iterated until every repartition topic has one."""
+    count of its writer's inputs known when the writer is visited; Kafka visits every
+    subtopology in order, pass after pass, until every sink has a count. The passes are
+    replayed here in their order without visiting a subtopology that cannot progress: a
+    writer waits until one of its repartition source topics gets a count, then is visited
+    where its pass would visit it next (linear in the topology, where the passes are
+    quadratic for a chain of subtopologies listed last first)."""
     counts = {t.name: t.partitions for s in subs for t in s.repartition_source_topics
               if t.partitions}
-    while True:
-        needed = progress = False
-        for s in subs:
-            for sink in s.repartition_sink_topics:
-                if sink in counts:
-                    continue
-                candidates = [counts[t.name] for t in s.repartition_source_topics
-                              if t.name in counts]
-                candidates += [n for n in map(count, s.source_topics) if n is not None]
-                if candidates:
-                    counts[sink] = max(candidates)
-                    progress = True
-                else:
-                    needed = True
-        if not needed:
-            break
-        if not progress:
-            raise InvalidTopologyError(
-                "Failed to compute number of partitions for all repartition topics. "
-                "There may be loops in the topology that cannot be resolved.")
+    readers: dict[str, list[int]] = {}
+    for i, s in enumerate(subs):
+        for t in s.repartition_source_topics:
+            readers.setdefault(t.name, []).append(i)
+    due = [(1, i) for i in range(len(subs))]  # (pass, position): a heap, in order already
+    scheduled = set(range(len(subs)))
+    waiting: set[int] = set()
+    while due:
+        rnd, i = heapq.heappop(due)
+        scheduled.discard(i)
+        s = subs[i]
+        for sink in s.repartition_sink_topics:
+            if sink in counts:
+                continue
+            candidates = [counts[t.name] for t in s.repartition_source_topics
+                          if t.name in counts]
+            candidates += [n for n in map(count, s.source_topics) if n is not None]
+            if not candidates:
+                waiting.add(i)
+                continue
+            counts[sink] = max(candidates)
+            waiting.discard(i)
+            for j in readers.get(sink, ()):
+                if j in waiting and j not in scheduled:
+                    scheduled.add(j)
+                    heapq.heappush(due, (rnd if j > i else rnd + 1, j))
+    if any(sink not in counts for i in waiting for sink in subs[i].repartition_sink_topics):
+        raise InvalidTopologyError(
+            "Failed to compute number of partitions for all repartition topics. "
+            "There may be loops in the topology that cannot be resolved.")
     for s in subs:
         if any(t.name not in counts for t in s.repartition_source_topics):
             raise InvalidTopologyError(
@@ -224,6 +240,9 @@ def _enforce_copartitioning(subs: tuple[Subtopology, ...], count, decided: dict[
     """CopartitionedTopicsEnforcer, group by group."""
     fixed = {t.name for s in subs for t in s.repartition_source_topics if t.partitions}
     flexible = {t.name for s in subs for t in s.repartition_source_topics if not t.partitions}
+    # A fixed topic's count never changes below (a change raises): the check of all of
+    # them, made once rather than per copartition group.
+    fixed_count: list[tuple[int | None, bool]] = []
     for s in subs:
         for g in s.copartition_groups:
             group = {s.source_topics[i] for i in g.source_topics} | {
@@ -235,8 +254,11 @@ def _enforce_copartitioning(subs: tuple[Subtopology, ...], count, decided: dict[
             if set(repart) == group:
                 if fixed:
                     # Kafka validates every fixed repartition topic of the topology here.
-                    first = count(next(iter(sorted(fixed))))
-                    if any(count(t) != first for t in fixed):
+                    if not fixed_count:
+                        first = count(min(fixed))
+                        fixed_count.append((first, all(count(t) == first for t in fixed)))
+                    first, uniform = fixed_count[0]
+                    if not uniform:
                         raise _TopicConfigurationError(
                             INCORRECTLY_PARTITIONED_TOPICS,
                             f"Following topics do not have the same number of partitions: "

@@ -4,7 +4,11 @@ create, and the status codes / errors Kafka reports."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
 from txbroker.coordinator.streams.topology import (
     INCORRECTLY_PARTITIONED_TOPICS,
     MISSING_INTERNAL_TOPICS,
@@ -135,3 +139,72 @@ def test_request_checks() -> None:
                                               "partition count, but it is set to 4.")
     assert validate_request_topology(_join_topology()) is None
     assert regex_unsupported(StreamsTopology(0, (Subtopology("0", (), ("a.*",)),)))
+
+
+def _passes(subs, topics) -> dict[str, int] | str:
+    """Kafka's RepartitionTopics as written there: every subtopology visited in order,
+    pass after pass, until every sink has a count (the specification of the replay in
+    topology._repartition_counts); the error's first words when there is one."""
+    counts = {t.name: t.partitions for s in subs for t in s.repartition_source_topics
+              if t.partitions}
+    while True:
+        needed = progress = False
+        for s in subs:
+            for sink in s.repartition_sink_topics:
+                if sink in counts:
+                    continue
+                candidates = [counts[t.name] for t in s.repartition_source_topics
+                              if t.name in counts]
+                candidates += [topics[t] for t in s.source_topics]
+                if candidates:
+                    counts[sink], progress = max(candidates), True
+                else:
+                    needed = True
+        if not needed:
+            break
+        if not progress:
+            return "loops"
+    if any(t.name not in counts for s in subs for t in s.repartition_source_topics):
+        return "never"
+    return counts
+
+
+@settings(max_examples=400)
+# A writer visited before its inputs have counts, then once one has, in the same pass
+# or the next: what it sees decides its sink's count (r3: 7, r4: 2).
+@example([([], [(1, 0), (2, 0)], [3]), (["a"], [], [1]), (["c"], [], [2]),
+          ([], [(1, 0), (3, 0)], [4])])
+@example([([], [(1, 0)], [2]), ([], [(2, 0), (4, 0)], [5]), ([], [(3, 0)], [4]),
+          (["c"], [], [3]), (["a"], [], [1])])  # the same in a later pass (r5: 2)
+@given(st.lists(st.tuples(
+    st.lists(st.sampled_from(["a", "b", "c"]), max_size=1, unique=True),
+    st.lists(st.tuples(st.integers(0, 5), st.sampled_from([0, 0, 0, 3])), max_size=3),
+    st.lists(st.integers(0, 5), max_size=2, unique=True)), min_size=1, max_size=8))
+def test_repartition_counts_replay_kafkas_passes(spec) -> None:
+    from txbroker.coordinator.streams.topology import _repartition_counts
+
+    topics = {"a": 2, "b": 5, "c": 7}
+    subs = tuple(Subtopology(str(i), tuple(sources), repartition_sink_topics=tuple(
+        f"r{n}" for n in sinks), repartition_source_topics=tuple(
+        TopicInfo(f"r{n}", fixed) for n, fixed in dict(reads).items()))
+        for i, (sources, reads, sinks) in enumerate(spec))
+    expected = _passes(subs, topics)
+    if isinstance(expected, str):
+        with pytest.raises(InvalidTopologyError, match=expected):
+            _repartition_counts(subs, topics.get)
+    else:
+        assert _repartition_counts(subs, topics.get) == expected
+
+
+def test_a_long_chain_of_repartition_topics_is_linear() -> None:
+    """20,000 subtopologies, each reading what the one before writes, listed last first
+    (under a megabyte as a record): Kafka's passes would visit 2 * 10^8 subtopologies."""
+    n = 20_000
+    chain = StreamsTopology(1, tuple(Subtopology(
+        str(i), ("in",) if i == 0 else (), repartition_sink_topics=(f"r{i + 1}",),
+        repartition_source_topics=(TopicInfo(f"r{i}"),) if i else ())
+        for i in reversed(range(n))))
+    started = time.perf_counter()
+    configured = configure_topics(chain, {"in": 4})
+    assert time.perf_counter() - started < 5
+    assert len(configured.tasks) == n and set(configured.tasks.values()) == {4}
