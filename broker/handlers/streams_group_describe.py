@@ -60,6 +60,12 @@ def _assignment(schema, tasks):
                  warmup_tasks=task_ids(schema.TaskIds, tasks.warmup))
 
 
+def _task_offsets(schema, offsets):
+    """The offsets a member last reported (Kafka keeps them in memory)."""
+    return tuple(build(schema.TaskOffset, subtopology_id=s, partition=p, offset=o)
+                 for (s, p), o in sorted(offsets.items()))
+
+
 def _member(schema, m):
     endpoint = m["user_endpoint"]
     return build(schema.Member, member_id=m["member_id"], member_epoch=m["member_epoch"],
@@ -70,7 +76,8 @@ def _member(schema, m):
                      schema.Endpoint, host=endpoint[0], port=endpoint[1]),
                  client_tags=tuple(build(schema.KeyValue, key=k, value=v)
                                    for k, v in m["client_tags"] or ()),
-                 task_offsets=(), task_end_offsets=(),
+                 task_offsets=_task_offsets(schema, m["task_offsets"][0]),
+                 task_end_offsets=_task_offsets(schema, m["task_offsets"][1]),
                  assignment=_assignment(schema, m["assignment"]),
                  target_assignment=_assignment(schema, m["target_assignment"]), is_classic=False)
 

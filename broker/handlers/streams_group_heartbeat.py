@@ -120,7 +120,14 @@ def _request(ctx, request, topology) -> StreamsHeartbeat:
         client_tags=None if tags is None else tuple((kv.key, kv.value) for kv in tags),
         shutdown_application=bool(request.shutdown_application),
         client_id=ctx.header.client_id or "", client_host=client_host(ctx.peer),
-        endpoint_information_epoch=int(request.endpoint_information_epoch))
+        endpoint_information_epoch=int(request.endpoint_information_epoch),
+        task_offsets=_offsets(request.task_offsets),
+        task_end_offsets=_offsets(request.task_end_offsets))
+
+
+def _offsets(wire) -> tuple[tuple[str, int, int], ...] | None:
+    return None if wire is None else tuple(
+        (o.subtopology_id, int(o.partition), int(o.offset)) for o in wire)
 
 
 def _creatable(ctx, names: list[str]) -> tuple[list[str], list[str]]:

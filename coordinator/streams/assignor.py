@@ -9,11 +9,15 @@ processes first (tasks per member of the process), then over a process's members
 Active tasks, sorted by partition then subtopology:
   1. each goes back to the member that had it (the previous target assignment) if that
      member is still under its quota (ceil(tasks / members), recomputed as members fill);
-  2. else to a member that had it as a standby, if under quota (state is there);
+  2. else to a standby candidate, if under quota (state is there): the members that
+     had it as a standby first, then the members that reported an offset for it in
+     their heartbeats' TaskOffsets (state on their disk); each kind by the reported
+     offset, highest first (Kafka 4.4's collectStandbyCandidates /
+     rankStandbyCandidates);
   3. the rest, sorted by subtopology then partition (a range-like first assignment), to
      the least-loaded member of the least-loaded process.
 Standby tasks (``num.standby.replicas`` per task of a stateful subtopology): to the
-previous active owner, then a previous standby owner, while under the total quota and
+previous active owner, then a standby candidate, while under the total quota and
 never on a process that already has the task (as active or standby); the rest to the
 least-loaded process without the task. Replicas that do not fit are dropped (Kafka logs
 a warning).
@@ -36,12 +40,14 @@ TaskId = tuple[str, int]  # (subtopology id, partition)
 
 @dataclass(frozen=True)
 class AssignorMember:
-    """A member as the assignor sees it: its process and its previous (target) tasks."""
+    """A member as the assignor sees it: its process, its previous (target) tasks and
+    the offsets it last reported for the tasks whose state it has (TaskOffsets)."""
 
     member_id: str
     process_id: str
     active: frozenset[TaskId] = frozenset()
     standby: frozenset[TaskId] = frozenset()
+    task_offsets: Mapping[TaskId, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -106,13 +112,11 @@ def assign(members: Iterable[AssignorMember], tasks: Mapping[str, int],
     stateful = set(stateful)
     procs: dict[str, _Process] = {}
     prev_active: dict[TaskId, AssignorMember] = {}
-    prev_standby: dict[TaskId, list[AssignorMember]] = {}
+    prev_standby = _standby_candidates(members)
     for m in members:
         procs.setdefault(m.process_id, _Process(m.process_id)).counts[m.member_id] = 0
         for t in sorted(m.active):
             prev_active[t] = m
-        for t in sorted(m.standby):
-            prev_standby.setdefault(t, []).append(m)
     active_tasks = [(s, p) for s, n in tasks.items() for p in range(n)]
     n_active = len(active_tasks)
     n_total = n_active + sum(n * num_standby_replicas for s, n in tasks.items() if s in stateful)
@@ -129,6 +133,20 @@ def assign(members: Iterable[AssignorMember], tasks: Mapping[str, int],
         out[m.member_id] = MemberTasks(frozenset(proc.active.get(m.member_id, ())),
                                        frozenset(proc.standby.get(m.member_id, ())))
     return out
+
+
+def _standby_candidates(members: list[AssignorMember]) -> dict[TaskId, list[AssignorMember]]:
+    """Per task, the members with its state: its previous standbys, then the members
+    that reported an offset for it (and do not have it as a standby); each kind by the
+    reported offset (0 when none), highest first, else in member order."""
+    ranked: dict[TaskId, list[tuple[bool, int, int, AssignorMember]]] = {}
+    for i, m in enumerate(members):
+        for t in m.standby:
+            ranked.setdefault(t, []).append((False, -m.task_offsets.get(t, 0), i, m))
+        for t, offset in m.task_offsets.items():
+            if t not in m.standby:
+                ranked.setdefault(t, []).append((True, -offset, i, m))
+    return {t: [c[3] for c in sorted(cs, key=lambda c: c[:3])] for t, cs in ranked.items()}
 
 
 def _least_loaded_prev(procs: dict[str, _Process], candidates: list[AssignorMember] | None,

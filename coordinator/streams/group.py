@@ -12,7 +12,9 @@ Empty, the first target assignment waits ``initial_rebalance_delay_ms``; not re-
 after a load, the next heartbeat assigns), the configured topology (recomputed at the
 next heartbeat), a member's request to shut the application down and the endpoint
 information epoch (Kafka's: it moves when a member's ``application.server`` endpoint
-changes, or the tasks of a member with one; 0 after a load).
+changes, or the tasks of a member with one; 0 after a load), and the task offsets and
+end offsets each member last reported (Kafka's MemberTaskOffsets, in memory only: the
+assignor ranks standby candidates by them, describe lists them).
 
 Group states (StreamsGroup.StreamsGroupState): EMPTY without members; NOT_READY while
 the topology is not validated against the topics (missing source or internal topics,
@@ -93,6 +95,8 @@ class StreamsGroup:
         # When the initial rebalance delay ends (None: not running).
         self.initial_delay_deadline: int | None = None
         self.endpoint_epoch = 0
+        # member id -> (TaskOffsets, TaskEndOffsets) it last reported: task -> offset.
+        self.task_offsets: dict[str, tuple[dict[TaskId, int], dict[TaskId, int]]] = {}
         self.shutdown_requester: str | None = None
         self._out: list[StreamsRecord] = []
 
@@ -129,6 +133,7 @@ class StreamsGroup:
             if kind == R.MEMBER_METADATA and value is None:
                 self.session_deadlines.pop(mid, None)
                 self.rebalance_deadlines.pop(mid, None)
+                self.task_offsets.pop(mid, None)
 
     def _write(self, kind: int, value: Any, member_id: str = "") -> None:
         record = (StreamsRecordKey(kind, self.group_id, member_id), value)
@@ -242,6 +247,7 @@ class StreamsGroup:
                             "topology_epoch": m.topology_epoch, "process_id": m.process_id,
                             "user_endpoint": m.user_endpoint, "client_tags": m.client_tags,
                             "assignment": c.assigned,
+                            "task_offsets": self.task_offsets.get(mid, ({}, {})),
                             "target_assignment": p.target.get(mid, EMPTY_TASKS)})
         return {"group_id": self.group_id, "state": self.state, "group_epoch": p.group_epoch,
                 "assignment_epoch": p.assignment_epoch, "topology": p.topology,
@@ -320,7 +326,8 @@ class StreamsGroup:
         (Kafka's TargetAssignmentBuilder writes the delta)."""
         p, configured = self.p, self.configured
         members = [AssignorMember(mid, m.process_id, p.target.get(mid, EMPTY_TASKS).active,
-                                  p.target.get(mid, EMPTY_TASKS).standby)
+                                  p.target.get(mid, EMPTY_TASKS).standby,
+                                  self.task_offsets.get(mid, ({}, {}))[0])
                    for mid, m in sorted(p.members.items())]
         if configured is not None and configured.is_ready:
             result = assign(members, configured.tasks or {}, configured.stateful,

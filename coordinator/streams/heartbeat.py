@@ -118,7 +118,7 @@ def heartbeat(g: StreamsGroup, hb: StreamsHeartbeat, topics: TopicImage, now_ms:
     if problem is not None:
         return StreamsHeartbeatResult(error=problem[0].value, message=problem[1])
     saved = (g.p.copy(), dict(g.session_deadlines), dict(g.rebalance_deadlines), g.configured,
-             g.initial_delay_deadline)
+             g.initial_delay_deadline, dict(g.task_offsets))
     try:
         if hb.member_epoch in (LEAVE_EPOCH, LEAVE_STATIC_EPOCH):
             result = _leave(g, hb)
@@ -126,7 +126,7 @@ def heartbeat(g: StreamsGroup, hb: StreamsHeartbeat, topics: TopicImage, now_ms:
             result = _heartbeat(g, hb, topics, now_ms)
     except _Error as exc:
         (g.p, g.session_deadlines, g.rebalance_deadlines, g.configured,
-         g.initial_delay_deadline) = saved
+         g.initial_delay_deadline, g.task_offsets) = saved
         g._out = []
         return StreamsHeartbeatResult(error=exc.code.value, message=exc.message)
     return StreamsHeartbeatResult(**{**result.__dict__, "records": g._take()})
@@ -286,6 +286,15 @@ def _heartbeat(g: StreamsGroup, hb: StreamsHeartbeat, topics: TopicImage, now_ms
         bump = True
     if bump:
         g._write(R.GROUP_METADATA, g.group_metadata(p.group_epoch + 1, mhash, validated, configs))
+
+    # The member's task offsets (Kafka's MemberTaskOffsets.update: a list not sent keeps
+    # the last one), before the assignment that ranks standby candidates by them.
+    if hb.task_offsets is not None or hb.task_end_offsets is not None:
+        offsets, ends = g.task_offsets.get(hb.member_id, ({}, {}))
+        g.task_offsets[hb.member_id] = (
+            offsets if hb.task_offsets is None else {(s, q): o for s, q, o in hb.task_offsets},
+            ends if hb.task_end_offsets is None else {(s, q): o
+                                                      for s, q, o in hb.task_end_offsets})
 
     # 5. The target assignment (Kafka's maybeUpdateStreamsTargetAssignment), after the
     # initial rebalance delay that a member joining an Empty group starts.

@@ -43,6 +43,10 @@ class StreamsHeartbeat:
     client_id: str = ""  # from the request header / connection, as Kafka takes them
     client_host: str = ""
     endpoint_information_epoch: int = 0  # the member's view of the endpoints
+    # TaskOffsets / TaskEndOffsets: (subtopology, partition, offset) of the tasks whose
+    # state the member has, and their changelogs' end offsets (None: unchanged).
+    task_offsets: tuple[tuple[str, int, int], ...] | None = None
+    task_end_offsets: tuple[tuple[str, int, int], ...] | None = None
 
     def owned(self) -> TasksTuple | None:
         if self.active_tasks is None:

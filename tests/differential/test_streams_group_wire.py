@@ -229,16 +229,24 @@ def test_initial_rebalance_delay_and_assignment_interval_as_kafka(streams_broker
         client.close()
 
 
-def _heartbeat_with_endpoint(client, group, member, epoch, endpoint=None, info=0, **kwargs):
-    """StreamsGroupHeartbeat with a user endpoint (application.server) and the member's
-    EndpointInformationEpoch."""
+def _heartbeat_with_endpoint(client, group, member, epoch, endpoint=None, info=0,
+                             offsets=None, end_offsets=None, **kwargs):
+    """StreamsGroupHeartbeat with a user endpoint (application.server), the member's
+    EndpointInformationEpoch and its TaskOffsets / TaskEndOffsets ((subtopology,
+    partition) -> offset)."""
     import dataclasses
 
     from tests.integration.test_streams_groups_wire import HB, heartbeat_request
 
+    def task_offsets(pairs):
+        return None if pairs is None else tuple(
+            HB.TaskOffset(subtopology_id=s, partition=p, offset=o)
+            for (s, p), o in sorted(pairs.items()))
+
     request = heartbeat_request(group, member, epoch, **kwargs)
     return client.request(88, 0, dataclasses.replace(
-        request, endpoint_information_epoch=info,
+        request, endpoint_information_epoch=info, task_offsets=task_offsets(offsets),
+        task_end_offsets=task_offsets(end_offsets),
         user_endpoint=None if endpoint is None else HB.Endpoint(host=endpoint[0],
                                                                 port=endpoint[1])))
 
@@ -318,3 +326,52 @@ def settle_two(client, group, epochs, owned, info):
                 owned[m] = active(r)
         time.sleep(0.05)
     return epochs, owned
+
+
+def test_task_offsets_rank_the_candidates_as_kafka(streams_broker):  # noqa: F811
+    """A member's TaskOffsets (the state it has on disk) are kept in memory: describe
+    lists them with its TaskEndOffsets, and the sticky assignor takes the member for a
+    task it reported an offset for (after the previous owners), as Kafka 4.4's standby
+    candidates. m1 holds both tasks; m2 and m3 join within the assignment interval, m3
+    with offsets for both tasks: the moving task goes to m3 (without them, to the least
+    loaded process, m2's)."""
+    from tests.differential.test_group_configs import SET, _alter, _describe_settled
+
+    broker = streams_broker
+    group, source = new_group(broker, "sgo", 2)
+    client = broker.raw()
+    try:
+        assert _alter(client, group, [("streams.assignment.interval.ms", SET, "1500"),
+                                      ("streams.num.standby.replicas", SET, "1")]) == (0, None)
+        _describe_settled(client, group, "streams.num.standby.replicas", "1")
+        topo = topology(source=source, changelog=f"{group}-changelog")
+        epoch, owned = join_until_stable(client, group, "m1", topo=topo)
+        assert owned == {("0", 0), ("0", 1)}
+        r = _heartbeat_with_endpoint(client, group, "m2", 0, topo=topo)
+        assert statuses(r) == [(5, "Assignment delayed due to the configured assignment "
+                                   "interval.")], r
+        offsets, ends = {("0", 0): 100, ("0", 1): 200}, {("0", 0): 150, ("0", 1): 250}
+        r = _heartbeat_with_endpoint(client, group, "m3", 0, topo=topo, offsets=offsets,
+                                     end_offsets=ends)
+        assert r.error_code == 0 and r.active_tasks == (), r
+        (g,) = describe(client, group)
+        listed = {m.member_id: ({(o.subtopology_id, o.partition): o.offset for o in m.task_offsets},
+                                {(o.subtopology_id, o.partition): o.offset
+                                 for o in m.task_end_offsets}) for m in g.members}
+        assert listed == {"m1": ({}, {}), "m2": ({}, {}), "m3": (offsets, ends)}
+        deadline = time.monotonic() + 15
+        while g.assignment_epoch < g.group_epoch:
+            assert time.monotonic() < deadline, g
+            time.sleep(0.1)
+            r = _heartbeat_with_endpoint(client, group, "m1", epoch, owned=owned)
+            assert r.error_code == 0, r
+            (g,) = describe(client, group)
+        targets = {m.member_id: (
+            sorted((t.subtopology_id, p) for t in m.target_assignment.active_tasks
+                   for p in t.partitions),
+            sorted((t.subtopology_id, p) for t in m.target_assignment.standby_tasks
+                   for p in t.partitions)) for m in g.members}
+        assert targets == {"m1": ([("0", 0)], [("0", 1)]), "m2": ([], [("0", 0)]),
+                           "m3": ([("0", 1)], [])}, targets
+    finally:
+        client.close()

@@ -98,3 +98,19 @@ def test_properties(ids, procs, n0, n1, standby, prev_seed) -> None:
         assert all(not m.standby for m in out.values())
     # Stickiness: with the same members, nothing moves.
     assert {m: v.active for m, v in out.items()} == {m: v.active for m, v in first.items()}
+
+
+def test_reported_task_offsets_make_a_member_a_candidate() -> None:
+    """Kafka 4.4's standby candidates: the previous standbys, then the members that
+    reported an offset for the task (highest first); a moving active task goes to one
+    of them before the least-loaded process."""
+    tasks = {"0": 2}
+    m1 = AssignorMember("m1", "p1", frozenset({("0", 0), ("0", 1)}))
+    plain = assign([m1, AssignorMember("m2", "p2"), AssignorMember("m3", "p3")], tasks, {"0"})
+    assert plain["m2"].active == {("0", 1)} and not plain["m3"].active
+    ranked = assign([m1, AssignorMember("m2", "p2", task_offsets={("0", 1): 5}),
+                     AssignorMember("m3", "p3", task_offsets={("0", 1): 9})], tasks, {"0"})
+    assert ranked["m3"].active == {("0", 1)}  # the most state
+    prev = assign([m1, AssignorMember("m2", "p2", standby=frozenset({("0", 1)})),
+                   AssignorMember("m3", "p3", task_offsets={("0", 1): 9})], tasks, {"0"})
+    assert prev["m2"].active == {("0", 1)}  # a previous standby comes first

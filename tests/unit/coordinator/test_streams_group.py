@@ -139,7 +139,11 @@ class StreamsGroupMachine(RuleBasedStateMachine):
             return
         if ack and c.pending is not None:
             c.owned, c.pending = c.pending, None
-        r = self._send(c, c.epoch, c.owned if report or ack else None)
+        # A reporting client sends its tasks' offsets too (its state on disk; the
+        # assignor ranks standby candidates by them).
+        offsets = tuple((s, q, 100 * c.index + q) for s, q in sorted(
+            c.owned.active | c.owned.standby)) if report else None
+        r = self._send(c, c.epoch, c.owned if report or ack else None, task_offsets=offsets)
         if r.error:
             assert r.error in (25, 110), r  # UNKNOWN_MEMBER_ID, FENCED_MEMBER_EPOCH
             c.drop_all()  # Streams closes its tasks and rejoins under its member id
@@ -280,6 +284,12 @@ class StreamsGroupMachine(RuleBasedStateMachine):
         if stamp and stamp != self.last_assignment and self.last_assignment:
             assert stamp >= self.last_assignment + self.config.assignment_interval_ms
         self.last_assignment = stamp
+
+    @invariant()
+    def task_offsets_only_of_members(self) -> None:
+        g = self._group()
+        if g is not None:
+            assert g.task_offsets.keys() <= g.p.members.keys()
 
     @invariant()
     def standby_never_with_its_active(self) -> None:
