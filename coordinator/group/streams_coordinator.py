@@ -190,17 +190,17 @@ class StreamsGroupShell:
             g.on_loaded(now_ms())
 
     def _streams_type_error(self, group_id: str, joining: bool) -> list[Record] | None:
-        """None if ``group_id`` may be a streams group, else the records that make it one
-        (an Empty classic group is deleted first, as Kafka's maybeDeleteEmptyClassicGroup)
-        — raises LookupError when another group type owns the id."""
+        """None if ``group_id`` may be a streams group, else the records that make it one:
+        an Empty classic group's tombstone, written before the streams group's records
+        (Kafka's maybeDeleteEmptyClassicGroup; the classic group leaves memory once they
+        are written) — raises LookupError when another group type owns the id."""
         if self.is_consumer_group(group_id):
             raise LookupError(group_id)
         classic = self.state.classic_group(group_id)
         if classic is None:
             return None
-        if classic.members or not joining or self.state.delete_group(group_id) != _E.none.value:
+        if classic.members or not joining or classic.state.value != "Empty":
             raise LookupError(group_id)
-        log.info("empty classic group %r converted to a streams group", group_id)
         return [(encode_group_metadata_key(group_id), None)]
 
     async def streams_heartbeat(self, hb: StreamsHeartbeat) -> StreamsHeartbeatResult:
@@ -220,10 +220,14 @@ class StreamsGroupShell:
         epoch_before = g.p.group_epoch if g is not None else 0
         result = self.streams.heartbeat(hb, PartitionCounts(self.logs.topics), now_ms())
         self._reschedule()
+        # A refused join converts nothing (Kafka writes none of its records).
+        pre = pre if result.error == _E.none.value and result.records else []
         records = pre + [SR.encode_record(r) for r in result.records]
         plog, last, error = self._append_streams_records(hb.group_id, records)
         if error != _E.none.value:
             return StreamsHeartbeatResult(error=error)
+        if pre and self.state.delete_group(hb.group_id) == _E.none.value:
+            log.info("empty classic group %r converted to a streams group", hb.group_id)
         g = self.streams.get(hb.group_id)
         if g is not None and g.p.group_epoch != epoch_before:
             log.info("streams group %r: group epoch %d, %d member(s), state %s (member %s, "

@@ -29,6 +29,7 @@ from tests.integration.tools.test_streams_group_tools import commit_offset
 from tests.integration.txn_util import unique
 
 from .conftest import BROKER_PARAMS, COMMON_CONFIG, Broker, running_broker
+from .test_streams_group_bounds import big_topology
 from .test_streams_group_wire import ready
 
 CONFIG = {
@@ -107,7 +108,7 @@ def streams_join(client, group: str, topic: str):
 
 def test_a_group_id_changes_type_as_in_kafka(broker):
     topic = broker.topic("conv", 1)
-    names = ("classic", "busy", "cg", "cgempty", "share", "sg", "sgempty", "sgcg", "sgshare")
+    names = ("classic", "refused", "busy", "cg", "cgempty", "share", "sg", "sgempty", "sgcg", "sgshare")
     g = {n: unique(n) for n in names}
     ready(broker, *g.values())
     client = broker.raw()
@@ -126,6 +127,16 @@ def test_a_group_id_changes_type_as_in_kafka(broker):
         # The new streams group's member commits over the simple consumer's offset.
         commit_offset(client, g["classic"], "m1", r.member_epoch, topic, 0, 6)
         assert committed(client, g["classic"], topic) == (0, 6)
+
+        # ... but not by a join that is refused (a topology too large for a record):
+        # the classic group and its offsets stay.
+        assert simple_commit(client, g["refused"], topic, 4) == 0
+        r = heartbeat(client, g["refused"], "m1", 0, topo=big_topology(2500))
+        assert (r.error_code, r.error_message) == (E.unknown_server_error, None)
+        described, listed = seen(client, g["refused"])
+        # (Kafka 4.4 lists the group twice after the refused write: not copied.)
+        assert (described, set(listed)) == ((0, None, "Empty", ""), {("Empty", "classic", "")})
+        assert committed(client, g["refused"], topic) == (0, 4)
 
         # (b) A classic group with a member stays classic.
         member = join_group(client, g["busy"]).member_id
