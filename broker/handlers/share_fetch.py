@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+import logging
 import time
 
 from txbroker.coordinator.share.results import AcknowledgementBatch
@@ -29,6 +30,8 @@ from txbroker.protocol.messages import build
 from ..context import CloseConnection, RequestContext
 from ._groups import ZERO, may_read_group, ms
 from ._share import DISABLED, leader, share_enabled
+
+log = logging.getLogger(__name__)
 
 API_KEY = 78
 MIN_VERSION = 1
@@ -116,6 +119,16 @@ async def handle(ctx: RequestContext, request):
     # this one sees the new epoch.
     session = shares.update_session(group_id, member_id, epoch, requested, forgotten,
                                     ctx.session)
+    # v2's ShareAcquireMode: 0 batch_optimized (whole batches, max_records soft), 1
+    # record_limit (at most max_records).
+    acquire_mode = int(getattr(request, "share_acquire_mode", 0))
+    record_limit = acquire_mode == 1
+    if acquire_mode not in (0, 1):
+        # Kafka 4.4 moves the session on, then fails the request in ShareAcquireMode.forId.
+        log.info("ShareFetch from %s (group %r, member %s): unknown ShareAcquireMode %d",
+                 ctx.peer, group_id, member_id, acquire_mode)
+        return _top(ctx, ErrorCode.unknown_server_error,
+                    f"Unknown ShareAcquireMode {acquire_mode} (0 batch_optimized, 1 record_limit).")
     ack_results = await shares.acknowledge(group_id, member_id, acks) if acks else {}
     if acks and await broker.faults.hit("after_share_acknowledge_durable"):
         raise CloseConnection  # (the drop action: the answer is lost)
@@ -129,7 +142,8 @@ async def handle(ctx: RequestContext, request):
     fetched: dict = {}
     while fetchable:
         fetched = await shares.acquire(group_id, member_id, fetchable,
-                                       max_records=max_records, max_bytes=max_bytes)
+                                       max_records=max_records, max_bytes=max_bytes,
+                                       record_limit=record_limit)
         remaining = deadline - time.monotonic()
         if any(f.acquired or f.error for f in fetched.values()) or remaining <= 0 \
                 or broker.stopping.is_set():

@@ -419,9 +419,11 @@ class ShareCoordinator:
         return part
 
     async def acquire(self, group_id: str, member_id: str, tps: Sequence[TopicPartition], *,
-                      max_records: int, max_bytes: int) -> dict[TopicPartition, PartitionFetch]:
+                      max_records: int, max_bytes: int, record_limit: bool = False
+                      ) -> dict[TopicPartition, PartitionFetch]:
         """One pass of a ShareFetch: read each partition from its next acquirable offset
-        and acquire for the member; answered once the acquisitions are durable."""
+        and acquire for the member; answered once the acquisitions are durable.
+        ``record_limit``: ShareAcquireMode record_limit, at most ``max_records``."""
         names = self._topics_by_id()
 
         def run(effects: _Effects, token: int | None) -> dict[TopicPartition, PartitionFetch]:
@@ -440,7 +442,7 @@ class ShareCoordinator:
                     continue
                 try:
                     got = self._acquire_one((group_id, tid, p), plog, member_id, effects, token,
-                                            remaining_records, remaining_bytes)
+                                            remaining_records, remaining_bytes, record_limit)
                 except (KafkaError, OSError) as e:
                     code = e.code.value if isinstance(e, KafkaError) else _E.kafka_storage_error.value
                     out[(tid, p)] = PartitionFetch(code, str(e))
@@ -457,7 +459,8 @@ class ShareCoordinator:
         return result
 
     def _acquire_one(self, sp: SPKey, plog: PartitionLog, member_id: str, effects: _Effects,
-                     token: int | None, max_records: int, max_bytes: int) -> PartitionFetch:
+                     token: int | None, max_records: int, max_bytes: int,
+                     record_limit: bool) -> PartitionFetch:
         """Read from the share-partition's next acquirable offset in windows of at most
         READ_WINDOW_BYTES (a read of the whole max_bytes would copy megabytes to deliver
         a batch), acquire, and answer only the batches the acquired records are in, as
@@ -476,7 +479,7 @@ class ShareCoordinator:
                 return PartitionFetch()
             budget -= len(read.data)
             got = self._acquire_read(sp, part, plog, read, offset, member_id, effects,
-                                     token, max_records, limit)
+                                     token, max_records, limit, record_limit)
             if got is not None:
                 return got
             if part.next_fetch_offset() <= offset:  # nothing moved: no progress to make
@@ -484,8 +487,8 @@ class ShareCoordinator:
         return PartitionFetch()
 
     def _acquire_read(self, sp: SPKey, part: SharePartition, plog: PartitionLog, read,
-                      offset: int, member_id: str, effects: _Effects, token: int | None, max_records: int,
-                      limit: int) -> PartitionFetch | None:
+                      offset: int, member_id: str, effects: _Effects, token: int | None,
+                      max_records: int, limit: int, record_limit: bool) -> PartitionFetch | None:
         """Acquire among the batches of one read; None if none was acquired (the read
         was control batches, aborted or over the delivery limit)."""
         cfg = part.config
@@ -511,7 +514,7 @@ class ShareCoordinator:
                             and txn.first_offset <= h.base_offset <= txn.last_offset]
         res = part.acquire(member_id, fetched, fetch_offset=offset, now_ms=now_ms(),
                            max_records=max_records, last_stable_offset=limit,
-                           aborted_ranges=aborted)
+                           aborted_ranges=aborted, record_limit=record_limit)
         self._persist_write(effects, sp, res.write, token)
         if not res.acquired:
             return None

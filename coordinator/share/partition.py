@@ -275,13 +275,15 @@ class SharePartition(InFlightRuns):
 
     def acquire(self, member_id: str, fetched: Sequence[FetchedBatch], *, fetch_offset: int,
                 now_ms: int, max_records: int, last_stable_offset: int | None = None,
-                aborted_ranges: Sequence[tuple[int, int]] = ()) -> AcquireResult:
+                aborted_ranges: Sequence[tuple[int, int]] = (),
+                record_limit: bool = False) -> AcquireResult:
         """Acquire for ``member_id`` the acquirable records among the batches a log read
         from ``fetch_offset`` returned (in offset order). Under read_committed nothing at
         or after ``last_stable_offset`` is acquired and the offsets of
         ``aborted_ranges`` (batches of aborted transactions, inclusive ranges) are
         archived, never delivered. ``max_records`` is soft (whole pieces, like Kafka's
-        batch_optimized mode); no new batch is begun once the window holds
+        batch_optimized mode) unless ``record_limit`` (Kafka's record_limit mode: at
+        most ``max_records``, a batch taken in part); no new batch is begun once the window holds
         ``partition_max_record_locks`` records, and one begun below it is taken whole,
         as Kafka 4.4 does. Offsets the read skipped (compaction, retention)
         are archived. The write carries the acquisitions: this broker persists the
@@ -299,9 +301,9 @@ class SharePartition(InFlightRuns):
         count = 0
         limit = cfg.delivery_count_limit
 
-        new_run_last = False  # the last range acquired is of records new to the window
+        new_run_last = False  # the last range acquired is of records read past the window
 
-        def take(lo: int, hi: int, b: InFlightBatch | None) -> None:
+        def take(lo: int, hi: int, b: InFlightBatch | None, past_end: bool = False) -> None:
             nonlocal count, new_run_last
             for x, y, is_aborted in split_by(lo, hi, aborted):
                 if b is None:
@@ -321,13 +323,13 @@ class SharePartition(InFlightRuns):
                 run.delivery_count += 1
                 self._set(run, _ACQUIRED, member_id, deadline)
                 last = acquired[-1] if acquired else None
-                if b is None and new_run_last and last is not None and last.last_offset + 1 == x \
+                if past_end and new_run_last and last is not None and last.last_offset + 1 == x \
                         and last.delivery_count == run.delivery_count:
                     # New records of consecutive batches are one range, as Kafka answers.
                     acquired[-1] = AcquiredRecords(last.first_offset, y, last.delivery_count)
                 else:
                     acquired.append(AcquiredRecords(x, y, run.delivery_count))
-                new_run_last = b is None
+                new_run_last = past_end
                 count += y - x + 1
                 self.stats.acquired_records += y - x + 1
                 if run.delivery_count > 1:
@@ -357,7 +359,7 @@ class SharePartition(InFlightRuns):
                         stop = True
                         break
                     if b is None or b.state is _AVAILABLE:
-                        take(x, y, b)
+                        take(x, min(y, x + max_records - count - 1) if record_limit else y, b)
             if stop or count >= max_records:
                 break
             # Past the window: new records, within the record-lock cap.
@@ -378,8 +380,12 @@ class SharePartition(InFlightRuns):
                 # Kafka's batch-optimized acquisition: a batch begun below the cap is
                 # taken whole (one round trip per producer batch, not per cap's worth),
                 # so the window may pass the cap by less than one batch.
+                # In record_limit mode the rest of the batch stays in the window, to be
+                # acquired first next time (Kafka keeps the batch in flight, in part
+                # AVAILABLE).
                 self._end = hi + 1
-                take(nlo, hi, None)
+                take(nlo, min(hi, nlo + max_records - count - 1) if record_limit else hi, None,
+                     past_end=True)
         self._advance_start()
         return AcquireResult(tuple(acquired), tuple(archived), self._write(changed, start_before))
 

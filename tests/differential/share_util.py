@@ -132,17 +132,22 @@ def describe_groups(client, *groups: str):
 
 
 def share_fetch(client, group: str, member: str, epoch: int, topic_id, partitions=(0,), *,
-                acks=(), max_wait_ms: int = 0, max_records: int = 100, forgotten=()):
-    """ShareFetch v1; ``acks``: (first, last, type) on the first partition."""
-    m = request_module(SHARE_FETCH, 1)
+                acks=(), max_wait_ms: int = 0, max_records: int = 100, forgotten=(),
+                batch_size: int | None = None, acquire_mode: int | None = None):
+    """ShareFetch v1 (v2 with ``acquire_mode``: 0 batch_optimized, 1 record_limit);
+    ``acks``: (first, last, type) on the first partition."""
+    version = 1 if acquire_mode is None else 2
+    m = request_module(SHARE_FETCH, version)
+    extra = {} if acquire_mode is None else {"share_acquire_mode": acquire_mode}
     parts = tuple(build(m.FetchPartition, partition_index=p, acknowledgement_batches=tuple(
         build(m.AcknowledgementBatch, first_offset=a, last_offset=b, acknowledge_types=(t,))
         for a, b, t in (acks if i == 0 else ())))
         for i, p in enumerate(partitions))
-    return client.request(SHARE_FETCH, 1, build(
+    return client.request(SHARE_FETCH, version, build(
         m.ShareFetchRequest, group_id=group, member_id=member, share_session_epoch=epoch,
         max_wait=datetime.timedelta(milliseconds=max_wait_ms), min_bytes=1, max_bytes=1 << 20,
-        max_records=max_records, batch_size=max_records,
+        max_records=max_records, batch_size=max_records if batch_size is None else batch_size,
+        **extra,
         topics=(build(m.FetchTopic, topic_id=topic_id, partitions=parts),) if parts else (),
         forgotten_topics_data=tuple(build(m.ForgottenTopic, topic_id=topic_id,
                                           partitions=tuple(forgotten)) for _ in forgotten[:1])))

@@ -247,3 +247,27 @@ def test_a_classic_group_id_is_not_a_share_group(share_broker):
     finally:
         client.close()
         c.close()
+
+
+
+def test_record_limit_mode_acquires_at_most_max_records(share_broker):
+    """ShareFetch v2's ShareAcquireMode record_limit (1): at most MaxRecords, a batch
+    taken in part and its rest acquired first next time (its own range); an unknown
+    mode fails the request with UNKNOWN_SERVER_ERROR after the session moved on."""
+    b = share_broker
+    with _member(b, "sgw-rl") as (client, group, topic, tid, member):
+        for first in (0, 4, 8):
+            produce(b, topic, 4, start=first)  # a batch each (flushed)
+        got = []
+        for epoch, n in enumerate((2, 5, 3, 10)):
+            r = share_fetch(client, group, member, epoch, tid, max_records=n,
+                            batch_size=1, max_wait_ms=3000, acquire_mode=1)
+            parts = [p for t in r.responses for p in t.partitions]
+            got.append((acquired(r), [_batches(p.records) for p in parts]))
+        assert got == [([(0, 0, 1, 1)], [[(0, 3)]]),
+                       ([(0, 2, 3, 1), (0, 4, 6, 1)], [[(0, 3), (4, 7)]]),
+                       ([(0, 7, 7, 1), (0, 8, 9, 1)], [[(4, 7), (8, 11)]]),
+                       ([(0, 10, 11, 1)], [[(8, 11)]])]
+        r = share_fetch(client, group, member, 4, tid, max_records=3, acquire_mode=7)
+        assert (r.error_code, list(r.responses)) == (E.unknown_server_error, [])
+        assert share_fetch(client, group, member, 5, tid, acquire_mode=0).error_code == 0

@@ -185,16 +185,18 @@ class SharePartitionMachine(RuleBasedStateMachine):
             self.terminal.add(offset)
 
     @rule(member=st.sampled_from(MEMBERS), max_records=st.integers(1, 10),
-          n_batches=st.integers(1, 4), stop_at_lso=st.booleans())
-    def fetch(self, member: str, max_records: int, n_batches: int, stop_at_lso: bool) -> None:
-        self._fetch(member, max_records, n_batches, stop_at_lso)
+          n_batches=st.integers(1, 4), stop_at_lso=st.booleans(), record_limit=st.booleans())
+    def fetch(self, member: str, max_records: int, n_batches: int, stop_at_lso: bool,
+              record_limit: bool) -> None:
+        self._fetch(member, max_records, n_batches, stop_at_lso, record_limit)
 
     @rule(member=st.sampled_from(MEMBERS), n=st.integers(1, 4))
     def produce_and_fetch(self, member: str, n: int) -> None:
         self._append(n)
         self._fetch(member, 10, 4, True)
 
-    def _fetch(self, member: str, max_records: int, n_batches: int, stop_at_lso: bool) -> None:
+    def _fetch(self, member: str, max_records: int, n_batches: int, stop_at_lso: bool,
+               record_limit: bool = False) -> None:
         fetch_offset = self.p.next_fetch_offset()
         end = self.lso if (self.read_committed and stop_at_lso) else self.hw
         batches = [FetchedBatch(a, b) for a, b in self.log if b >= fetch_offset and a < end]
@@ -202,7 +204,9 @@ class SharePartitionMachine(RuleBasedStateMachine):
         lso = self.lso
         r = self.p.acquire(member, batches, fetch_offset=fetch_offset, now_ms=self.now,
                            max_records=max_records, last_stable_offset=lso,
-                           aborted_ranges=self.aborted)
+                           aborted_ranges=self.aborted, record_limit=record_limit)
+        if record_limit:  # ShareAcquireMode record_limit: never more than asked
+            assert sum(a.last_offset - a.first_offset + 1 for a in r.acquired) <= max_records
         for a in r.acquired:
             for o in range(a.first_offset, a.last_offset + 1):
                 assert o not in self.holders, f"{o} acquired while {self.holders[o]} holds it"
