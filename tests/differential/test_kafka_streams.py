@@ -40,11 +40,12 @@ class StreamsInstance:
     """One PaymentsStreams JVM; its output lines collected by a thread."""
 
     def __init__(self, classes: Path, bootstrap: str, app_id: str, prefix: str,
-                 state_dir: Path, delay_ms: int, group_protocol: str = "classic") -> None:
+                 state_dir: Path, delay_ms: int, group_protocol: str = "classic",
+                 application_server: str | None = None) -> None:
         self.proc = subprocess.Popen(
             ["java", "-Xmx256m", "-XX:TieredStopAtLevel=1", "-cp", classpath(classes),
              "PaymentsStreams", bootstrap, app_id, prefix, str(state_dir), str(delay_ms),
-             group_protocol],
+             group_protocol, *([application_server] if application_server else [])],
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         self.lines: list[str] = []
         self._states: queue.Queue[str] = queue.Queue()

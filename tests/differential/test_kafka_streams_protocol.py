@@ -4,10 +4,13 @@ test_kafka_streams.py (exactly_once_v2, a repartition topic and a changelog, whi
 broker creates) runs as two instances; one is SIGKILLed mid-stream and restarted from
 its state directory, then a third instance joins (scale-out). read_committed readers see
 every payment exactly once, and StreamsGroupDescribe shows the three members sharing
-the four tasks."""
+the four tasks. Each instance has an interactive-query endpoint (``application.server``):
+KafkaStreams.metadataForAllStreamsClients() of the last one shows the three endpoints
+with the partitions of their active tasks (the broker's PartitionsByUserEndpoint)."""
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Iterator
 
@@ -39,6 +42,22 @@ CONFIG = {
               "group.streams.min.heartbeat.interval.ms": "100",
               "group.streams.initial.rebalance.delay.ms": "0"},
 }
+
+
+ENDPOINT_PORTS = {"a": 7001, "b": 7002, "c": 7003}  # application.server of each instance
+
+
+def endpoints_seen(instance) -> dict[str, tuple[list[str], list[str]]]:
+    """The instance's last METADATA line: endpoint -> (standby, active) partitions."""
+    lines = [x for x in instance.lines if x.startswith("METADATA ")]
+    if not lines:
+        return {}
+    out = {}
+    for endpoint, active, standby in re.findall(r"(\S+) active=\[(.*?)\] standby=\[(.*?)\]",
+                                                lines[-1]):
+        out[endpoint] = ([x for x in standby.split(", ") if x],
+                         [x for x in active.split(", ") if x])
+    return out
 
 
 @pytest.fixture(scope="module", params=BROKER_PARAMS)
@@ -78,7 +97,8 @@ def test_streams_protocol_kill_restart_and_scale_out(streams_broker, jvm_classes
 
     def instance(name: str, delay_ms: int) -> StreamsInstance:
         started.append(StreamsInstance(jvm_classes, broker.bootstrap, app_id, prefix,
-                                       tmp_path / name, delay_ms, "streams"))
+                                       tmp_path / name, delay_ms, "streams",
+                                       f"localhost:{ENDPOINT_PORTS[name]}"))
         running.append(started[-1])
         return started[-1]
 
@@ -104,6 +124,19 @@ def test_streams_protocol_kill_restart_and_scale_out(streams_broker, jvm_classes
             if g.group_state == "Stable" and len(g.members) == 3 and len(owners) == 3:
                 break
             assert time.monotonic() < deadline, (g, [i.tail() for i in running])
+            time.sleep(0.5)
+        # What the Streams clients learnt of each other's endpoints and partitions.
+        repartition = f"{app_id}-balances-repartition"
+        inputs = {f"{t}-{p}" for t in (f"{prefix}-payments", repartition)
+                  for p in range(PARTITIONS)}
+        deadline = time.monotonic() + 30
+        while True:
+            seen = endpoints_seen(c)
+            active = [p for _standby, ps in seen.values() for p in ps]
+            if (set(seen) == {f"localhost:{p}" for p in ENDPOINT_PORTS.values()}
+                    and sorted(active) == sorted(inputs)):
+                break
+            assert time.monotonic() < deadline, (seen, c.tail())
             time.sleep(0.5)
     finally:
         for i in started:

@@ -18,7 +18,8 @@ import org.apache.kafka.streams.state.KeyValueStore;
  * The payments validator as a Kafka Streams topology with exactly_once_v2, for
  * tests/differential/test_kafka_streams.py:
  *
- *   java PaymentsStreams BOOTSTRAP APPLICATION_ID PREFIX STATE_DIR DELAY_MS [GROUP_PROTOCOL]
+ *   java PaymentsStreams BOOTSTRAP APPLICATION_ID PREFIX STATE_DIR DELAY_MS [GROUP_PROTOCOL
+ *        [APPLICATION_SERVER]]
  *
  * Reads PREFIX-payments (key: payment id, value: "account,amount"). Valid payments
  * (a known account, an amount above 0) go to PREFIX-validated unchanged, the others
@@ -29,7 +30,10 @@ import org.apache.kafka.streams.state.KeyValueStore;
  * DELAY_MS slows each valid payment down, so a test can kill the instance mid-stream.
  * GROUP_PROTOCOL is "classic" (the default) or "streams" (KIP-1071: the broker assigns
  * the tasks; its group.streams.* keys set the session timeout and heartbeat interval).
- * Prints "STATE <state>" on each state change.
+ * Prints "STATE <state>" on each state change. With APPLICATION_SERVER (host:port, the
+ * interactive-query endpoint) it also prints, every second while RUNNING, what
+ * KafkaStreams.metadataForAllStreamsClients() says: "METADATA host:port active=[topic-p,
+ * ...] standby=[...]; host:port ..." (clients sorted, partitions sorted).
  */
 public class PaymentsStreams {
     static boolean valid(String value) {
@@ -42,10 +46,18 @@ public class PaymentsStreams {
         }
     }
 
+    static java.util.List<String> partitions(java.util.Set<org.apache.kafka.common.TopicPartition> tps) {
+        java.util.List<String> out = new java.util.ArrayList<>();
+        for (org.apache.kafka.common.TopicPartition tp : tps) out.add(tp.topic() + "-" + tp.partition());
+        java.util.Collections.sort(out);
+        return out;
+    }
+
     public static void main(String[] args) throws Exception {
         String bootstrap = args[0], applicationId = args[1], prefix = args[2], stateDir = args[3];
         long delayMs = Long.parseLong(args[4]);
         String groupProtocol = args.length > 5 ? args[5] : "classic";
+        String applicationServer = args.length > 6 ? args[6] : null;
 
         Properties props = new Properties();
         props.put(StreamsConfig.APPLICATION_ID_CONFIG, applicationId);
@@ -56,6 +68,9 @@ public class PaymentsStreams {
         props.put(StreamsConfig.STATESTORE_CACHE_MAX_BYTES_CONFIG, 0);
         props.put(StreamsConfig.REPLICATION_FACTOR_CONFIG, 1);
         props.put(StreamsConfig.GROUP_PROTOCOL_CONFIG, groupProtocol);
+        if (applicationServer != null) {
+            props.put(StreamsConfig.APPLICATION_SERVER_CONFIG, applicationServer);
+        }
         props.put(StreamsConfig.DEFAULT_KEY_SERDE_CLASS_CONFIG, Serdes.StringSerde.class);
         props.put(StreamsConfig.DEFAULT_VALUE_SERDE_CLASS_CONFIG, Serdes.StringSerde.class);
         // A killed instance's member leaves the group soon; its open transaction is
@@ -105,6 +120,17 @@ public class PaymentsStreams {
         });
         Runtime.getRuntime().addShutdownHook(new Thread(streams::close));
         streams.start();
+        while (applicationServer != null && !stopped.await(1, java.util.concurrent.TimeUnit.SECONDS)) {
+            if (streams.state() != KafkaStreams.State.RUNNING) continue;
+            java.util.List<String> clients = new java.util.ArrayList<>();
+            for (org.apache.kafka.streams.StreamsMetadata m : streams.metadataForAllStreamsClients()) {
+                clients.add(m.host() + ":" + m.port() + " active=" + partitions(m.topicPartitions())
+                    + " standby=" + partitions(m.standbyTopicPartitions()));
+            }
+            java.util.Collections.sort(clients);
+            System.out.println("METADATA " + String.join("; ", clients));
+            System.out.flush();
+        }
         stopped.await();
     }
 }
