@@ -408,7 +408,7 @@ class Broker:
         # before "ready" (while the logs open in a worker thread); the rest after it, a
         # version at a time while the broker is idle (_preload_when_idle). After a crash,
         # start-up is the outage.
-        opening = loop.run_in_executor(None, self.logs.open)
+        opening = loop.run_in_executor(None, self._open_data_dir)
         preload_schemas([v for v in supported_versions() if v[0] == API_VERSIONS_KEY])
         await opening
         if self.authorizer is not None:
@@ -484,6 +484,12 @@ class Broker:
         log.info("txbroker ready: listening on %s:%d (advertised %s:%d), data dir %s, node %d%s",
                  self.host, self.port, adv_host, adv_port, self.logs.data_dir, self.node_id,
                  others)
+
+    def _open_data_dir(self) -> None:
+        """In a worker thread at start: open the logs, then take the transaction
+        coordinator's epoch (its fsyncs overlap the event loop thread's imports)."""
+        self.logs.open()
+        self.transactions.bump_epoch()
 
     async def stop(self) -> None:
         """Stop accepting, finish in-flight requests, flush and close the logs."""

@@ -94,6 +94,7 @@ class TransactionCoordinator:
         self.config = config
         self.faults = faults
         self.coordinator_epoch = 0
+        self._epoch_bumped = False  # bump_epoch() ran for the coming start()
         self.shell = CoordinatorShell(logs, TXN_TOPIC, self,
                                       partitions=config.state_log_partitions,
                                       segment_bytes=config.state_log_segment_bytes,
@@ -130,9 +131,18 @@ class TransactionCoordinator:
 
     # --- lifecycle --------------------------------------------------------------------
 
+    def bump_epoch(self) -> None:
+        """Take this incarnation's coordinator epoch now (a file write and two fsyncs),
+        for the coming start(): the broker does it in a worker thread right after the
+        logs open, while its event loop thread does other start-up work."""
+        self.coordinator_epoch = self._bump_epoch()
+        self._epoch_bumped = True
+
     async def start(self) -> None:
         self.shell.start()
-        self.coordinator_epoch = self._bump_epoch()
+        if not self._epoch_bumped:
+            self.coordinator_epoch = self._bump_epoch()
+        self._epoch_bumped = False
         self.state = self._new_state()
         self.snapshots.clear()
         if TXN_TOPIC in self.logs.topics:
