@@ -135,7 +135,6 @@ class _Requests:
 
 FIRST_USE = ("api_versions", "metadata", "create_topics", "produce", "fetch")
 REPEATED = ("api_versions", "metadata", "produce", "fetch")
-SPARSE_REQUESTS = 30
 SPARSE_GAP_S = 0.06
 
 
@@ -149,7 +148,8 @@ def _cpu_seconds(pid: int) -> float:
     return total / 1e9
 
 
-def one_run(command: list[str], requests: int, settle: float) -> dict[str, float]:
+def one_run(command: list[str], requests: int, settle: float,
+            sparse_requests: int = 30) -> dict[str, float]:
     data_dir = tempfile.mkdtemp(prefix="txbroker-startup-")
     port = _free_port()
     ready = threading.Event()
@@ -194,10 +194,11 @@ def one_run(command: list[str], requests: int, settle: float) -> dict[str, float
             # Requests spaced past the broker's idle wait (its background schema import
             # runs between them): does it delay them?
             sparse = []
-            for i in range(SPARSE_REQUESTS):
+            for i in range(sparse_requests):
                 time.sleep(SPARSE_GAP_S)
                 sparse.append(conn.timed(reqs.frame("metadata", 50 + i)))
             out["sparse:metadata_median"] = statistics.median(sparse)
+            out["sparse:metadata_p90"] = statistics.quantiles(sparse, n=10)[-1]
             out["sparse:metadata_max"] = max(sparse)
             time.sleep(settle)  # (back to back below: no idle moment for the preload)
             cid = 100
@@ -248,6 +249,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="requests per API once settled (the steady-state median)")
     p.add_argument("--settle", type=float, default=3.0,
                    help="seconds between the first requests and the repeated ones")
+    p.add_argument("--sparse", type=int, default=30, choices=range(2, 10_001), metavar="N",
+                   help="Metadata requests 60 ms apart right after the first ones")
     p.add_argument("--warmup", type=int, default=1,
                    help="starts not counted first (the first one writes the bytecode caches "
                         "of modules edited since)")
@@ -255,10 +258,10 @@ def main(argv: list[str] | None = None) -> int:
     opts = p.parse_args(argv)
     command = shlex.split(opts.command) if opts.command else _default_command()
     for _ in range(opts.warmup):
-        one_run(command, 1, 0)
+        one_run(command, 1, 0, 2)
     runs: list[dict[str, float]] = []
     for _ in range(opts.runs):
-        runs.append(one_run(command, opts.requests, opts.settle))
+        runs.append(one_run(command, opts.requests, opts.settle, opts.sparse))
     summary = summarize(runs)
     print(f"{' '.join(command)} serve: {opts.runs} runs, load {os.getloadavg()[0]:.2f}")
     for key, s in summary.items():
