@@ -15,7 +15,6 @@ import uuid
 from collections.abc import Iterator
 
 from kio.schema.errors import ErrorCode as E
-
 from txbroker.protocol.records import read_header
 
 from tests.differential import share_util
