@@ -225,6 +225,13 @@ def test_initial_rebalance_delay_and_assignment_interval_as_kafka(streams_broker
         assert r.member_epoch == 4
         (g,) = describe(client, group)
         assert (g.group_epoch, g.assignment_epoch) == (4, 4)
+        # Once the group is Empty again, the next member to join waits the delay again.
+        for m in ("m1", "m2", "m3"):
+            assert heartbeat(client, group, m, -1).error_code == 0
+        (g,) = describe(client, group)
+        assert (g.group_state, g.group_epoch, g.assignment_epoch) == ("Empty", 7, 7)
+        r = heartbeat(client, group, "m4", 0, topo=topo)
+        assert (r.member_epoch, statuses(r), r.active_tasks) == (7, initial, ()), r
     finally:
         client.close()
 
