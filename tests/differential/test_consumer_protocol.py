@@ -38,6 +38,10 @@ def test_versions_and_group_version_feature(broker):
     assert ranges[69] == (0, 1)
     assert supported["group.version"] == (0, 1)
     assert finalized["group.version"] == (1, 1)
+    # Streams groups (KIP-1071): a new Kafka 4.4 cluster finalizes streams.version 1 and
+    # advertises StreamsGroupHeartbeat / StreamsGroupDescribe 0-1.
+    assert (supported["streams.version"], finalized["streams.version"]) == ((0, 1), (1, 1))
+    assert (ranges[88], ranges[89]) == ((0, 1), (0, 1))
 
 
 def test_two_members_split_then_one_takes_all(broker):
