@@ -189,6 +189,8 @@ def _fault_points(text: str) -> str:
 
 
 def _faults(text: str) -> str:
+    if not str(text).strip():
+        return ""  # no fault (the default): fault_spec.py is not part of the start-up
     from .fault_spec import load_fault_specs
 
     return _checked_by(load_fault_specs, text)

@@ -15,17 +15,27 @@ import itertools
 import logging
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from txbroker.coordinator.transaction.faults import FaultInjector
 from txbroker.protocol.messages import api_name
 
 from . import partition_faults as pf
 from .context import CloseConnection
-from .fault_spec import ANY_API, FaultSpec, parse_spec
 from .hang import BrokerHang
 
+if TYPE_CHECKING:
+    from .fault_spec import FaultSpec
+
 log = logging.getLogger("txbroker.faults")
+
+
+def _parse_spec(spec: Mapping[str, Any], **options: Any) -> FaultSpec:
+    """fault_spec.parse_spec, that module loaded when a broker first installs a fault
+    (a broker without faults never does: it is not part of the start-up)."""
+    from .fault_spec import parse_spec
+
+    return parse_spec(spec, **options)
 
 
 class Fault:
@@ -104,18 +114,18 @@ class FaultTable:
         self._ids = itertools.count(1)
         self._topic_names = topic_names
         for point, action in list(injector.armed.items()):
-            self._install(parse_spec({"point": point, "action": action}))
+            self._install(_parse_spec({"point": point, "action": action}))
 
     # --- installing ----------------------------------------------------------------
 
     def add(self, spec: Mapping[str, Any] | None = None, /, **values: Any) -> Fault:
         """Install one fault (plain data, fault_spec.py); ValueError if it is wrong."""
-        return self._install(parse_spec({**(spec or {}), **values}))
+        return self._install(_parse_spec({**(spec or {}), **values}))
 
     def add_json(self, specs: Any) -> list[Fault]:
         """Install faults given as JSON (one object or a list); all or none."""
         items = specs if isinstance(specs, list) else [specs]
-        parsed = [parse_spec(s, allow_callable=False) for s in items]
+        parsed = [_parse_spec(s, allow_callable=False) for s in items]
         return [self._install(s) for s in parsed]
 
     def adopt(self, faults: Iterable[Fault]) -> None:
@@ -157,6 +167,7 @@ class FaultTable:
             self._fsync_hooks[fault.id] = hook
             self._fsync_faults.append(hook)
         elif spec.kind == "request":
+            from .fault_spec import ANY_API
             from .handlers import HANDLER_TABLE
 
             keys = HANDLER_TABLE if ANY_API in spec.api_keys else spec.api_keys
@@ -230,7 +241,7 @@ class FaultTable:
         self.points.arm_from_config(text)
         for point, action in list(self.points.armed.items()):
             if not any(f.spec.point == point and f.active for f in self._faults.values()):
-                self._install(parse_spec({"point": point, "action": action}))
+                self._install(_parse_spec({"point": point, "action": action}))
 
     def disarm(self, point: str | None = None) -> None:
         for fault in list(self._faults.values()):

@@ -58,13 +58,11 @@ from .context import (
     RequestContext,
     Session,
 )
-from .fault_spec import load_fault_specs
 from .features import SHARE_VERSION, TRANSACTION_VERSION, FinalizedFeatures
 from .handlers import HANDLERS, accepts, api_versions, supported_versions
 from .listeners import Listener, build_listeners
 from .metrics import BrokerMetrics
 from .request_faults import FaultTable
-from .security.acl_store import AclStore, AclStoreError, load_acls
 from .security.authorizer import Authorizer, parse_super_users
 from .share_config import (
     check_share_config,
@@ -75,6 +73,8 @@ from .share_config import (
 
 if TYPE_CHECKING:
     from txbroker.coordinator.share.coordinator import ShareCoordinator
+
+    from .security.acl_store import AclStore
 
 log = logging.getLogger("txbroker")
 
@@ -254,7 +254,10 @@ class Broker:
             fsync_faults=self.logs.flusher.fsync_faults)
         self.fault_apis = self.faults.by_api
         self.hang = self.faults.hang  # a broker hang fault: hang.on holds every request
-        self.faults.add_json(load_fault_specs(config.get("txbroker.faults")))
+        if config.get("txbroker.faults"):
+            from .fault_spec import load_fault_specs
+
+            self.faults.add_json(load_fault_specs(config.get("txbroker.faults")))
         self.transactions = TransactionCoordinator(
             self.logs, self.groups, self.producer_ids, TxnCoordinatorConfig(
                 state_log_partitions=config.get("transaction.state.log.num.partitions"),
@@ -311,6 +314,8 @@ class Broker:
         self.authorizer: Authorizer | None = None
         self.acl_store: AclStore | None = None
         if config.get("authorizer.class.name"):
+            from .security.acl_store import AclStore  # (not imported by brokers without ACLs)
+
             self.authorizer = Authorizer(parse_super_users(config.get("super.users")),
                                          config.get("allow.everyone.if.no.acl.found"))
             self.acl_store = AclStore(self.logs.data_dir, self.authorizer)
@@ -412,6 +417,8 @@ class Broker:
         preload_schemas([v for v in supported_versions() if v[0] == API_VERSIONS_KEY])
         await opening
         if self.authorizer is not None:
+            from .security.acl_store import AclStoreError, load_acls
+
             try:
                 acls = load_acls(self.logs.data_dir)
             except AclStoreError as e:
