@@ -27,13 +27,13 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from kio.schema.errors import ErrorCode
 from txbroker.protocol.errors import KafkaError
-from txbroker.protocol.records import read_header
+from txbroker.protocol.records import BatchHeader, read_header
 from txbroker.storage.log import PartitionLog
 from txbroker.storage.manager import LogManager
 
@@ -493,21 +493,26 @@ class ShareCoordinator:
         was control batches, aborted or over the delivery limit)."""
         cfg = part.config
         data = read.data
-        headers = []
-        pos = 0
-        while pos < len(data):
-            h = read_header(data, pos)
-            headers.append((pos, h))
-            pos += h.size
-        # Control batches (transaction markers) are never delivered: left out of what the
-        # share-partition sees, they are archived as offsets with no record.
-        fetched = [FetchedBatch(h.base_offset, h.last_offset) for _, h in headers
-                   if not h.is_control]
-        if not fetched:
-            return None
+        headers: list[tuple[int, BatchHeader]] = []  # (position, header), as walked
+
+        def batches() -> Iterator[FetchedBatch]:
+            # Walked only as far as the acquisition goes: a 1 MiB read of one-record
+            # batches is ~13,000 headers, of which a max_records of 500 needs 500.
+            pos = 0
+            while pos < len(data):
+                h = read_header(data, pos)
+                headers.append((pos, h))
+                pos += h.size
+                # Control batches (transaction markers) are never delivered: left out of
+                # what the share-partition sees, they are archived as offsets with no record.
+                if not h.is_control:
+                    yield FetchedBatch(h.base_offset, h.last_offset)
+
+        fetched: Iterable[FetchedBatch] = batches()
         aborted: list[tuple[int, int]] = []
-        if cfg.read_committed:
-            for txn in plog.aborted_transactions(offset, read.next_offset):
+        if cfg.read_committed and (txns := plog.aborted_transactions(offset, read.next_offset)):
+            fetched = list(fetched)  # the aborted batches are found among all the headers
+            for txn in txns:
                 aborted += [(h.base_offset, h.last_offset) for _, h in headers
                             if h.is_transactional and not h.is_control
                             and h.producer_id == txn.producer_id
@@ -520,7 +525,7 @@ class ShareCoordinator:
             return None
         lo, hi = res.acquired[0].first_offset, res.acquired[-1].last_offset
         begin = next(p for p, h in headers if h.last_offset >= lo)
-        end = next((p for p, h in headers if h.base_offset > hi), len(data))
+        end = max(p + h.size for p, h in headers if h.base_offset <= hi)
         return PartitionFetch(records=bytes(data[begin:end]), acquired=res.acquired)
 
     # -- dead-letter topics (KIP-1191) ----------------------------------------------------------

@@ -41,8 +41,9 @@ resumes them on initialization: at least once).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
+from itertools import chain
 
 from kio.schema.errors import ErrorCode
 from txbroker.coordinator.share.inflight import InFlightRuns
@@ -273,7 +274,7 @@ class SharePartition(InFlightRuns):
 
     # -- acquisition (ShareFetch) ------------------------------------------------------------
 
-    def acquire(self, member_id: str, fetched: Sequence[FetchedBatch], *, fetch_offset: int,
+    def acquire(self, member_id: str, fetched: Iterable[FetchedBatch], *, fetch_offset: int,
                 now_ms: int, max_records: int, last_stable_offset: int | None = None,
                 aborted_ranges: Sequence[tuple[int, int]] = (),
                 record_limit: bool = False) -> AcquireResult:
@@ -293,7 +294,9 @@ class SharePartition(InFlightRuns):
         changed: list[tuple[int, int]] = []
         archived: list[tuple[int, int]] = []
         acquired: list[AcquiredRecords] = []
-        if max_records <= 0 or not fetched:
+        batches = iter(fetched)  # taken one at a time: the caller may read them lazily
+        first = next(batches, None) if max_records > 0 else None
+        if first is None:
             return AcquireResult((), (), None)
         bound = last_stable_offset if cfg.read_committed and last_stable_offset is not None else None
         aborted = sorted(aborted_ranges) if cfg.read_committed else []
@@ -336,12 +339,12 @@ class SharePartition(InFlightRuns):
                     self.stats.redelivered_records += y - x + 1
 
         # Offsets between fetch_offset and the first returned batch no longer exist.
-        first_fetched = fetched[0].first_offset
+        first_fetched = first.first_offset
         if first_fetched > fetch_offset:
             self._archive_missing(max(fetch_offset, self._start), first_fetched - 1, changed, archived)
         prev_last: int | None = None
         stop = False
-        for fb in fetched:
+        for fb in chain((first,), batches):
             lo, hi = max(fb.first_offset, self._start), fb.last_offset
             if bound is not None:
                 hi = min(hi, bound - 1)
