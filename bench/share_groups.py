@@ -13,7 +13,10 @@ starts):
   same partition together (a share group hands every member every partition, and
   each record to one member at a time);
 * **classic-1**: one member of a classic consumer group reads the same partition, for
-  reference (with one partition a classic group cannot use a second member).
+  reference (with one partition a classic group cannot use a second member);
+* **share-1-single**: share-1 over 30,000 records (at most ``--records``) produced one
+  per batch (``batch.num.messages=1``), as a queue fed one job at a time is: a
+  ShareFetch then acquires many small batches.
 
 The clock runs from the first record any consumer received to the moment every
 offset was received (assignment and the first fetch are left out: they are the same
@@ -44,16 +47,20 @@ from .clients import PhaseError, create_topic
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_OUT = ROOT / "bench" / "results"
-SCENARIOS = ("share-1", "share-4", "classic-1")
+SCENARIOS = ("share-1", "share-4", "classic-1", "share-1-single")
+SINGLE_RECORDS = 30_000  # share-1-single: one record per producer batch is slow to produce
 TXBROKER_SETTINGS = {"txbroker.share.version": "1"}
 READ_TIMEOUT = 180.0
 
 
-def produce_one_partition(bootstrap: str, topic: str, count: int, size: int) -> None:
+def produce_one_partition(bootstrap: str, topic: str, count: int, size: int,
+                          one_per_batch: bool = False) -> None:
     from confluent_kafka import Producer
 
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5,
-                         "batch.size": 1_000_000, "acks": "all", "log_level": 3})
+    batching = {"linger.ms": 0, "batch.num.messages": 1} if one_per_batch else \
+        {"linger.ms": 5, "batch.size": 1_000_000}
+    producer = Producer({"bootstrap.servers": bootstrap, **batching, "acks": "all",
+                         "log_level": 3})
     value = b"x" * size
     for _ in range(count):
         while True:
@@ -163,11 +170,14 @@ def scenario(broker: ManagedBroker, name: str, records: int, size: int) -> dict[
     tag = uuid.uuid4().hex[:8]
     topic, group = f"share-bench-{tag}", f"share-bench-{tag}"
     create_topic(bootstrap, topic, partitions=1)
-    produce_one_partition(bootstrap, topic, records, size)
+    single = name.endswith("-single")
+    if single:
+        records = min(records, SINGLE_RECORDS)
+    produce_one_partition(bootstrap, topic, records, size, one_per_batch=single)
     share = name.startswith("share")
     if share:
         earliest_for_group(bootstrap, group)
-    members = int(name.rsplit("-", 1)[1])
+    members = int(name.split("-")[1])
     return Reader(bootstrap, topic, group, members, share, records).run()
 
 
