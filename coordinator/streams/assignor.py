@@ -22,6 +22,8 @@ never on a process that already has the task (as active or standby); the rest to
 least-loaded process without the task. Replicas that do not fit are dropped (Kafka logs
 a warning).
 
+Client tags and racks are not read: Kafka 4.4's StickyTaskAssignor reads only a
+member's process id (``streams.rack.aware.assignment.tags`` places nothing there).
 Kafka 4.4 assigns no warm-up tasks: its StickyTaskAssignor returns active and standby
 tasks only, and ``AssignmentRefiner.refine`` (where warm-ups would be inserted) returns
 the target assignment unchanged. Ties that Kafka breaks by hash-map or heap order are
