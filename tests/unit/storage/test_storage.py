@@ -201,6 +201,42 @@ def test_read_max_bytes_cuts_at_whole_batches(logdir):
     plog.close()
 
 
+@pytest.mark.parametrize("interval", [0, 150, 4096])
+def test_read_ends_where_a_walk_from_its_start_ends(logdir, interval):
+    """A read walks for its end from an index entry inside it, not from its start: the
+    same batches, end and next offset as the brute-force walk, for every start, size
+    and max_offset (batches of one to four records, of many sizes)."""
+    config = replace(LAZY, segment_bytes=1 << 20, index_interval_bytes=interval)
+    plog = open_log(logdir, config)
+    rng = random.Random(interval)
+    for i in range(120):
+        append(plog, make_batch(rng.randint(1, 4), size=rng.choice((1, 30, 300, 900)), tag=i))
+    seg = plog.segments[0]
+    batches = list(seg.batches())
+    end_offset = plog.log_end_offset
+    for offset in range(0, end_offset, 3):
+        for max_bytes in (1, 200, 1000, 5000, 20_000, 1 << 20):
+            for max_offset in (offset + 1, offset + 7, end_offset // 2, end_offset):
+                got = seg.read(offset, max_bytes, max_offset, True)
+                start = next(p for p, h in batches if h.last_offset >= offset)
+                first = next(h for p, h in batches if p == start)
+                expected = [(p, h) for p, h in batches if p >= start
+                            and h.base_offset < max_offset
+                            and p + h.size - start <= max(max_bytes, first.size)]
+                # whole batches from the first, stopping at the first that fails
+                whole = []
+                for p, h in expected:
+                    if whole and p != whole[-1][0] + whole[-1][1].size:
+                        break
+                    whole.append((p, h))
+                if first.base_offset >= max_offset:
+                    whole = []
+                assert len(got.data) == sum(h.size for _, h in whole), (offset, max_bytes,
+                                                                         max_offset)
+                assert got.next_offset == (whole[-1][1].last_offset + 1 if whole else offset)
+    plog.close()
+
+
 def test_high_watermark_waits_for_flush_with_flush_messages_1(logdir):
     plog = open_log(logdir, LogConfig())
     append(plog, make_batch(3))
