@@ -9,6 +9,14 @@ the ``__consumer_offsets`` partitions and the group-id namespace of the other gr
   ahead of it).
 * Session and rebalance timeouts, and the end of a group's initial rebalance delay
   (its first assignment), fire on the coordinator's wake timer (``streams_tick``).
+* An assignment too large for the event loop (``AssignmentInput.work`` at least
+  ``offload_min_work``: 25-70 ms of the assignor) is computed on the streams
+  assignor's thread: the state machine asks for it (``assignment_input``) before it
+  changes anything, and the heartbeat (or the ended initial rebalance delay) runs
+  again on the event loop with the result, which is used only if the group's input is
+  still the same (else it is computed again). Meanwhile the group is held: its other
+  heartbeats wait and its timers are not run (as Kafka's coordinator thread runs one
+  group's events one after the other); every other request is answered.
 * Loading replays the StreamsGroup* records (``replay_streams_record``), then re-arms
   the timers (``streams_loaded``).
 * Internal topics (repartition, changelog) a heartbeat asks for are created in the
@@ -22,9 +30,11 @@ the ``__consumer_offsets`` partitions and the group-id namespace of the other gr
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import re
 from collections.abc import Iterable, Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -44,6 +54,7 @@ from .offsets import ExpiryRule
 from .records import encode_group_metadata_key
 
 if TYPE_CHECKING:
+    from txbroker.coordinator.streams.assignor import AssignmentInput, MemberTasks
     from txbroker.coordinator.streams.groups import StreamsGroups
     from txbroker.coordinator.streams.results import StreamsHeartbeat, StreamsHeartbeatResult
     from txbroker.coordinator.streams.topology import InternalTopic
@@ -126,6 +137,45 @@ class StreamsGroupShell:
     group's StreamsGroupConfig."""
 
     _streams_groups: StreamsGroups | None = None
+    _streams_assignor: ThreadPoolExecutor | None = None
+
+    @property
+    def _streams_holds(self) -> dict[str, asyncio.Future[None]]:
+        """group id -> done when the group's assignment off the event loop has landed."""
+        holds = self.__dict__.get("_streams_holds_by_group")
+        if holds is None:
+            holds = self.__dict__["_streams_holds_by_group"] = {}
+        return holds
+
+    def _streams_hold(self, group_id: str) -> asyncio.Future[None]:
+        held = asyncio.get_running_loop().create_future()
+        self._streams_holds[group_id] = held
+        return held
+
+    def _streams_release(self, group_id: str, held: asyncio.Future[None]) -> None:
+        if self._streams_holds.get(group_id) is held:
+            del self._streams_holds[group_id]
+        held.set_result(None)
+        self._reschedule()  # its timers were not run meanwhile
+
+    async def _streams_idle(self, group_id: str) -> None:
+        while (held := self._streams_holds.get(group_id)) is not None:
+            await asyncio.shield(held)
+
+    async def _streams_compute(self, snapshot: AssignmentInput) -> dict[str, MemberTasks]:
+        """The assignment of ``snapshot``, on the streams assignor's thread (one: the
+        large groups' assignments queue, as on Kafka's coordinator threads)."""
+        from txbroker.coordinator.streams.assignor import compute_target
+
+        if self._streams_assignor is None:
+            self._streams_assignor = ThreadPoolExecutor(
+                1, thread_name_prefix="txbroker-streams-assignor")
+        started = now_ms()
+        result = await asyncio.get_running_loop().run_in_executor(
+            self._streams_assignor, compute_target, snapshot)
+        log.info("streams assignment of %d member(s) computed off the event loop in %d ms",
+                 len(snapshot.members), now_ms() - started)
+        return result
 
     @property
     def streams(self) -> StreamsGroups:
@@ -154,7 +204,8 @@ class StreamsGroupShell:
             self._streams_groups.on_loaded(now)
 
     def streams_next_deadline_ms(self) -> int | None:
-        return None if self._streams_groups is None else self._streams_groups.next_deadline_ms()
+        return None if self._streams_groups is None else self._streams_groups.next_deadline_ms(
+            self._streams_holds)
 
     def _append_streams_records(self, group_id: str, records: list[Record]):
         """Append now (in call order); returns (partition log, last offset, error)."""
@@ -204,26 +255,44 @@ class StreamsGroupShell:
         return [(encode_group_metadata_key(group_id), None)]
 
     async def streams_heartbeat(self, hb: StreamsHeartbeat) -> StreamsHeartbeatResult:
-        """StreamsGroupHeartbeat: answered once its records are durable."""
+        """StreamsGroupHeartbeat: answered once its records are durable. A heartbeat
+        whose assignment is too large for the event loop holds its group while the
+        assignment is computed on the assignor's thread, then runs again with it."""
         from txbroker.coordinator.streams import records as SR
         from txbroker.coordinator.streams.results import JOIN_EPOCH, StreamsHeartbeatResult
 
-        if not self.is_ready(hb.group_id):
-            return StreamsHeartbeatResult(error=_E.coordinator_load_in_progress.value)
+        held = precomputed = None
         try:
-            pre = self._streams_type_error(hb.group_id, hb.member_epoch == JOIN_EPOCH) or []
-        except LookupError:
-            return StreamsHeartbeatResult(error=_E.group_id_not_found.value,
-                                          message=f"Group {hb.group_id} is not a streams group.")
-        self.ensure_offsets_topic()
-        g = self.streams.get(hb.group_id)
-        epoch_before = g.p.group_epoch if g is not None else 0
-        result = self.streams.heartbeat(hb, PartitionCounts(self.logs.topics), now_ms())
-        self._reschedule()
-        # A refused join converts nothing (Kafka writes none of its records).
-        pre = pre if result.error == _E.none.value and result.records else []
-        records = pre + [SR.encode_record(r) for r in result.records]
-        plog, last, error = self._append_streams_records(hb.group_id, records)
+            while True:
+                if held is None:
+                    await self._streams_idle(hb.group_id)
+                if not self.is_ready(hb.group_id):
+                    return StreamsHeartbeatResult(error=_E.coordinator_load_in_progress.value)
+                try:
+                    pre = self._streams_type_error(hb.group_id,
+                                                   hb.member_epoch == JOIN_EPOCH) or []
+                except LookupError:
+                    return StreamsHeartbeatResult(
+                        error=_E.group_id_not_found.value,
+                        message=f"Group {hb.group_id} is not a streams group.")
+                self.ensure_offsets_topic()
+                g = self.streams.get(hb.group_id)
+                epoch_before = g.p.group_epoch if g is not None else 0
+                result = self.streams.heartbeat(hb, PartitionCounts(self.logs.topics),
+                                                now_ms(), precomputed)
+                if result.assignment_input is None:
+                    break
+                held = held or self._streams_hold(hb.group_id)
+                snapshot = result.assignment_input
+                precomputed = (snapshot, await self._streams_compute(snapshot))
+            self._reschedule()
+            # A refused join converts nothing (Kafka writes none of its records).
+            pre = pre if result.error == _E.none.value and result.records else []
+            records = pre + [SR.encode_record(r) for r in result.records]
+            plog, last, error = self._append_streams_records(hb.group_id, records)
+        finally:
+            if held is not None:
+                self._streams_release(hb.group_id, held)
         if error != _E.none.value:
             return StreamsHeartbeatResult(error=error)
         if pre and self.state.delete_group(hb.group_id) == _E.none.value:
@@ -256,16 +325,39 @@ class StreamsGroupShell:
             return
         from txbroker.coordinator.streams import records as SR
 
-        for group_id, expired in self._streams_groups.expire(now).items():
+        holds = self._streams_holds
+        for group_id, expired in self._streams_groups.expire(now, holds).items():
             if expired.member_ids:
                 log.info("streams group %r: member(s) %s removed on session or rebalance "
                          "timeout (group epoch bumped)", group_id,
                          ", ".join(expired.member_ids))
-            else:
+            elif expired.assignment_input is None:
                 log.info("streams group %r: initial rebalance delay over, tasks assigned",
                          group_id)
-            self._append_streams_records(group_id,
-                                         [SR.encode_record(r) for r in expired.records])
+            if expired.records:
+                self._append_streams_records(group_id,
+                                             [SR.encode_record(r) for r in expired.records])
+            if expired.assignment_input is not None:
+                self.shell.spawn(self._streams_assign_delayed(
+                    group_id, expired.assignment_input, self._streams_hold(group_id)))
+
+    async def _streams_assign_delayed(self, group_id: str, snapshot: AssignmentInput | None,
+                                      held: asyncio.Future[None]) -> None:
+        """The assignment an ended initial rebalance delay left to compute off the event
+        loop; computed again while the group's input changes under it."""
+        from txbroker.coordinator.streams import records as SR
+
+        try:
+            while snapshot is not None:
+                precomputed = (snapshot, await self._streams_compute(snapshot))
+                records, snapshot = self.streams.assign_delayed(group_id, precomputed, now_ms())
+                if records:
+                    log.info("streams group %r: initial rebalance delay over, tasks assigned",
+                             group_id)
+                    self._append_streams_records(group_id,
+                                                 [SR.encode_record(r) for r in records])
+        finally:
+            self._streams_release(group_id, held)
 
     def create_streams_topics(self, topics: Iterable[InternalTopic],
                               max_partitions: int | None = None) -> None:

@@ -42,8 +42,17 @@ broker/handlers/ and the group coordinator's part in
   ``statuses`` (Status list; MISSING_CLIENT_TAGS is never produced); ``assignment``
   (None: the three task lists null); EndpointInformationEpoch and PartitionsByUserEndpoint
   are not computed here (send epoch 0 and null).
+* Large assignments: a result with ``assignment_input`` is no answer yet and changed
+  nothing; compute ``assignor.compute_target(result.assignment_input)`` off the event
+  loop (a pure function of that snapshot) and call ``groups.heartbeat`` again with
+  ``precomputed=(input, target)``: it is used if the group's input is still the same,
+  else a new ``assignment_input`` comes back. Hold the group meanwhile (its other
+  heartbeats wait, ``expire`` and ``next_deadline_ms`` skip it).
 * Timers: after each operation schedule a wake-up at ``groups.next_deadline_ms()``; on
-  wake-up call ``groups.expire(now_ms)`` and persist each group's ``records``.
+  wake-up call ``groups.expire(now_ms)`` and persist each group's ``records``; an
+  ``assignment_input`` there (an ended initial rebalance delay's large assignment) is
+  computed off the loop and given to ``groups.assign_delayed`` (its records, or the
+  group's new input to compute in turn).
 * Loading a ``__consumer_offsets`` partition: for each record whose key's int16 type is in
   :data:`records.RECORD_TYPES`, ``groups.replay(*records.decode_record(key, value))`` in
   log order (a ValueError: skip the record with a log line), then

@@ -39,6 +39,10 @@ class StreamsGroupConfig:
     initial_rebalance_delay_ms: int = 3_000  # group.streams.initial.rebalance.delay.ms
     # A new target assignment at most this often (0: at once).
     assignment_interval_ms: int = 1_000  # group.streams.assignment.interval.ms
+    # Not a Kafka key: an assignment whose estimated work (AssignmentInput.work: 25-70
+    # ms of the assignor here) reaches this is computed off the event loop by the
+    # shell (the heartbeat waits for it; see StreamsGroup.update_target).
+    offload_min_work: int = 100_000
 
     def assignment_configs(self) -> tuple[tuple[str, str], ...]:
         """LastAssignmentConfigs: a change of them triggers a new assignment."""

@@ -30,7 +30,13 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from txbroker.coordinator.streams import records as R
-from txbroker.coordinator.streams.assignor import AssignorMember, TaskId, assign
+from txbroker.coordinator.streams.assignor import (
+    AssignmentInput,
+    AssignorMember,
+    MemberTasks,
+    TaskId,
+    compute_target,
+)
 from txbroker.coordinator.streams.reconcile import (
     EMPTY_TASKS,
     MemberAssignment,
@@ -52,11 +58,21 @@ from txbroker.coordinator.streams.results import (
 )
 from txbroker.coordinator.streams.topology import ConfiguredTopology, StreamsTopology
 
-__all__ = ["StreamsGroup", "EMPTY", "NOT_READY", "ASSIGNING", "RECONCILING", "STABLE_GROUP",
-           "DEAD"]
+__all__ = ["StreamsGroup", "NeedsAssignment", "EMPTY", "NOT_READY", "ASSIGNING", "RECONCILING", "STABLE_GROUP", "DEAD"]
 
 EMPTY, NOT_READY, ASSIGNING, RECONCILING, STABLE_GROUP, DEAD = (
     "Empty", "NotReady", "Assigning", "Reconciling", "Stable", "Dead")
+
+
+class NeedsAssignment(Exception):  # noqa: N818 (a request to the shell, not an error)
+    """Raised by :meth:`StreamsGroup.update_target` when the assignment is too large to
+    compute on the event loop: the operation that needed it is rolled back, the shell
+    computes ``compute_target(snapshot)`` elsewhere and runs the operation again with
+    the result (``StreamsGroup.precomputed``)."""
+
+    def __init__(self, snapshot: AssignmentInput) -> None:
+        super().__init__("assignment to be computed off the event loop")
+        self.snapshot = snapshot
 
 
 @dataclass
@@ -98,6 +114,9 @@ class StreamsGroup:
         # member id -> (TaskOffsets, TaskEndOffsets) it last reported: task -> offset.
         self.task_offsets: dict[str, tuple[dict[TaskId, int], dict[TaskId, int]]] = {}
         self.shutdown_requester: str | None = None
+        # A target assignment computed elsewhere, used by update_target if its input
+        # equals the group's (set by the caller around one operation).
+        self.precomputed: tuple[AssignmentInput, Mapping[str, MemberTasks]] | None = None
         self._out: list[StreamsRecord] = []
 
     # -- records ----------------------------------------------------------------------
@@ -300,9 +319,33 @@ class StreamsGroup:
                       or self.rebalance_deadlines.get(m, now_ms + 1) <= now_ms)
         for mid in gone:
             self.fence(mid)
+        snapshot = None
         if self.initial_delay_deadline is not None and self.initial_delay_deadline <= now_ms:
-            self.end_initial_delay(now_ms)
-        return Expired(tuple(gone), self._take())
+            try:
+                self.end_initial_delay(now_ms)
+            except NeedsAssignment as need:  # the shell computes it: assign_delayed
+                snapshot = need.snapshot
+        return Expired(tuple(gone), self._take(), snapshot)
+
+    def assign_delayed(self, precomputed: tuple[AssignmentInput, Mapping[str, MemberTasks]],
+                       now_ms: int) -> tuple[tuple[StreamsRecord, ...], AssignmentInput | None]:
+        """The delayed assignment that :meth:`expire` left to be computed elsewhere:
+        applied if the group still waits for one and its input is the one computed
+        (the records); if the input changed meanwhile, nothing is written and the new
+        input is returned, to be computed in turn; a group that no longer waits (Empty,
+        assigned meanwhile, a new delay or interval running) gets nothing."""
+        p = self.p
+        if not (p.members and self.configured is not None and p.group_epoch > p.assignment_epoch
+                and self.initial_delay_deadline is None and self.can_assign(now_ms)):
+            return (), None
+        self.precomputed = precomputed
+        try:
+            self.update_target(now_ms)
+        except NeedsAssignment as need:
+            return (), need.snapshot
+        finally:
+            self.precomputed = None
+        return self._take(), None
 
     def end_initial_delay(self, now_ms: int) -> None:
         """Kafka's computeDelayedTargetAssignment: nothing for a group that became Empty
@@ -320,21 +363,34 @@ class StreamsGroup:
         last, interval = self.p.assignment_timestamp, self.config.assignment_interval_ms
         return last == 0 or interval == 0 or now_ms >= last + interval
 
+    def assignment_input(self) -> AssignmentInput:
+        """What the assignor reads of the group now."""
+        p, configured = self.p, self.configured
+        members = tuple(AssignorMember(mid, m.process_id, p.target.get(mid, EMPTY_TASKS).active,
+                                       p.target.get(mid, EMPTY_TASKS).standby,
+                                       self.task_offsets.get(mid, ({}, {}))[0])
+                        for mid, m in sorted(p.members.items()))
+        ready = configured is not None and configured.is_ready
+        return AssignmentInput(members, (configured.tasks or {}) if ready else None,
+                               frozenset(configured.stateful) if ready else frozenset(),
+                               self.config.num_standby_replicas)
+
     def update_target(self, now_ms: int) -> None:
         """A new target assignment at the group epoch (the sticky assignor over the
         configured topology's tasks); only members whose target changed get a record
-        (Kafka's TargetAssignmentBuilder writes the delta)."""
-        p, configured = self.p, self.configured
-        members = [AssignorMember(mid, m.process_id, p.target.get(mid, EMPTY_TASKS).active,
-                                  p.target.get(mid, EMPTY_TASKS).standby,
-                                  self.task_offsets.get(mid, ({}, {}))[0])
-                   for mid, m in sorted(p.members.items())]
-        if configured is not None and configured.is_ready:
-            result = assign(members, configured.tasks or {}, configured.stateful,
-                            self.config.num_standby_replicas)
+        (Kafka's TargetAssignmentBuilder writes the delta). A result computed elsewhere
+        (``precomputed``) is applied only if its input equals the group's now; otherwise
+        an input whose :meth:`AssignmentInput.work` reaches ``offload_min_work`` raises
+        NeedsAssignment before anything is written, and a smaller one is computed here."""
+        snapshot = self.assignment_input()
+        if self.precomputed is not None and self.precomputed[0] == snapshot:
+            result = self.precomputed[1]
+        elif snapshot.work() >= self.config.offload_min_work:
+            raise NeedsAssignment(snapshot)
         else:
-            result = {}
-        for m in members:
+            result = compute_target(snapshot)
+        p = self.p
+        for m in snapshot.members:
             tasks = result.get(m.member_id)
             new = TasksTuple(tasks.active, tasks.standby) if tasks else EMPTY_TASKS
             if p.target.get(m.member_id) != new:

@@ -5,9 +5,10 @@ about. Owns the groups; the streams-group shell is its only caller. Sans-IO like
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable, Mapping
 
 from kio.schema.errors import ErrorCode
+from txbroker.coordinator.streams.assignor import AssignmentInput, MemberTasks
 from txbroker.coordinator.streams.group import DEAD, StreamsGroup
 from txbroker.coordinator.streams.heartbeat import heartbeat
 from txbroker.coordinator.streams.records import StreamsRecord, StreamsRecordKey
@@ -34,9 +35,13 @@ class StreamsGroups:
         g = self.groups.get(group_id)
         return None if g is None or g.state == DEAD else g
 
-    def heartbeat(self, hb: StreamsHeartbeat, topics: TopicImage, now_ms: int) -> StreamsHeartbeatResult:
+    def heartbeat(self, hb: StreamsHeartbeat, topics: TopicImage, now_ms: int,
+                  precomputed: tuple[AssignmentInput, Mapping[str, MemberTasks]] | None = None,
+                  ) -> StreamsHeartbeatResult:
         """A joining heartbeat creates the group; any other one for a group that does
-        not exist is GROUP_ID_NOT_FOUND (as Kafka's getStreamsGroupOrThrow)."""
+        not exist is GROUP_ID_NOT_FOUND (as Kafka's getStreamsGroupOrThrow). An answer
+        with ``assignment_input`` changed nothing: the caller computes that assignment
+        off the event loop and calls again with it as ``precomputed``."""
         g = self.get(hb.group_id)
         created = g is None and hb.member_epoch == JOIN_EPOCH
         if g is None:
@@ -47,8 +52,8 @@ class StreamsGroups:
             g = StreamsGroup(hb.group_id, self.config_for(hb.group_id))
             self.groups[hb.group_id] = g
         g.config = self.config_for(hb.group_id)  # group configs are dynamic
-        result = heartbeat(g, hb, topics, now_ms)
-        if created and result.error:
+        result = heartbeat(g, hb, topics, now_ms, precomputed)
+        if created and (result.error or result.assignment_input is not None):
             del self.groups[hb.group_id]  # nothing was written
         return result
 
@@ -65,18 +70,29 @@ class StreamsGroups:
         for g in self.groups.values():
             g.on_loaded(now_ms)
 
-    def expire(self, now_ms: int) -> dict[str, Expired]:
+    def expire(self, now_ms: int, skip: Collection[str] = ()) -> dict[str, Expired]:
         """Session / rebalance timeouts and ended initial rebalance delays of every
-        group: group id -> what was fenced and the records to persist."""
+        group but those in ``skip`` (their assignment is being computed): group id ->
+        what was fenced, the records to persist and the assignment to compute."""
         out = {}
         for gid, g in self.groups.items():
+            if gid in skip:
+                continue
             e = g.expire(now_ms)
-            if e.records:
+            if e.records or e.assignment_input is not None:
                 out[gid] = e
         return out
 
-    def next_deadline_ms(self) -> int | None:
-        deadlines = [d for g in self.groups.values() if (d := g.next_deadline_ms()) is not None]
+    def assign_delayed(self, group_id: str,
+                       precomputed: tuple[AssignmentInput, Mapping[str, MemberTasks]],
+                       now_ms: int) -> tuple[tuple[StreamsRecord, ...], AssignmentInput | None]:
+        """StreamsGroup.assign_delayed of the group (nothing if it is gone)."""
+        g = self.get(group_id)
+        return ((), None) if g is None else g.assign_delayed(precomputed, now_ms)
+
+    def next_deadline_ms(self, skip: Collection[str] = ()) -> int | None:
+        deadlines = [d for gid, g in self.groups.items()
+                     if gid not in skip and (d := g.next_deadline_ms()) is not None]
         return min(deadlines, default=None)
 
     def describe(self, group_ids: Iterable[str]) -> dict[str, dict | None]:

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING
 
 from kio.schema.errors import ErrorCode
 from txbroker.coordinator.streams import records as R
+from txbroker.coordinator.streams.group import NeedsAssignment, StreamsGroup
 from txbroker.coordinator.streams.reconcile import (
     UNKNOWN,
     UNREVOKED_TASKS,
@@ -61,7 +62,9 @@ from txbroker.coordinator.streams.topology import (
 )
 
 if TYPE_CHECKING:
-    from txbroker.coordinator.streams.group import StreamsGroup
+    from collections.abc import Mapping
+
+    from txbroker.coordinator.streams.assignor import AssignmentInput, MemberTasks
 
 __all__ = ["heartbeat", "validate_request", "ASSIGNMENT_DELAYED", "INITIAL_DELAY_DETAIL",
            "INTERVAL_DETAIL"]
@@ -113,22 +116,31 @@ def validate_request(hb: StreamsHeartbeat) -> tuple[ErrorCode, str] | None:
     return None
 
 
-def heartbeat(g: StreamsGroup, hb: StreamsHeartbeat, topics: TopicImage, now_ms: int) -> StreamsHeartbeatResult:
+def heartbeat(g: StreamsGroup, hb: StreamsHeartbeat, topics: TopicImage, now_ms: int,
+              precomputed: tuple[AssignmentInput, Mapping[str, MemberTasks]] | None = None,
+              ) -> StreamsHeartbeatResult:
+    """``precomputed``: a target assignment computed off the event loop for an earlier
+    answer's ``assignment_input``, used if the group's input is still the same."""
     problem = validate_request(hb)
     if problem is not None:
         return StreamsHeartbeatResult(error=problem[0].value, message=problem[1])
     saved = (g.p.copy(), dict(g.session_deadlines), dict(g.rebalance_deadlines), g.configured,
              g.initial_delay_deadline, dict(g.task_offsets))
+    g.precomputed = precomputed
     try:
         if hb.member_epoch in (LEAVE_EPOCH, LEAVE_STATIC_EPOCH):
             result = _leave(g, hb)
         else:
             result = _heartbeat(g, hb, topics, now_ms)
-    except _Error as exc:
+    except (_Error, NeedsAssignment) as exc:
         (g.p, g.session_deadlines, g.rebalance_deadlines, g.configured,
          g.initial_delay_deadline, g.task_offsets) = saved
         g._out = []
+        if isinstance(exc, NeedsAssignment):
+            return StreamsHeartbeatResult(assignment_input=exc.snapshot)
         return StreamsHeartbeatResult(error=exc.code.value, message=exc.message)
+    finally:
+        g.precomputed = None
     return StreamsHeartbeatResult(**{**result.__dict__, "records": g._take()})
 
 

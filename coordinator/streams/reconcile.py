@@ -160,4 +160,4 @@ def _next(cur: MemberAssignment, epoch: int, pid: str, target_epoch: int, target
 
 
 def _epochs(epochs: dict[TaskId, int], tasks: frozenset[TaskId]) -> tuple[tuple[TaskId, int], ...]:
-    return tuple(sorted((t, epochs[t]) for t in tasks))
+    return tuple((t, epochs[t]) for t in sorted(tasks))  # tasks are unique: the same order

@@ -26,6 +26,7 @@ malformed record raises ValueError, so a loader can skip it with a log line.
 
 from __future__ import annotations
 
+import struct
 from dataclasses import dataclass
 from typing import Any
 
@@ -159,21 +160,24 @@ def _by_subtopology(tasks: frozenset[TaskId]) -> list[tuple[str, list[int]]]:
     return [(s, sorted(ps)) for s, ps in sorted(grouped.items())]
 
 
+def _int32s(values: list[int]) -> bytes:
+    """Big-endian int32s, packed at once (a large assignment has 100,000s)."""
+    return struct.pack(f">{len(values)}i", *values)
+
+
 def _task_ids(out: bytearray, tasks: frozenset[TaskId], epochs: dict[TaskId, int] | None = None) -> None:
     rows = _by_subtopology(tasks)
     write_len(out, len(rows))
     for s, parts in rows:
         write_str(out, s)
         write_len(out, len(parts))
-        for p in parts:
-            write_int32(out, p)
+        out += _int32s(parts)
         if epochs is None:
             write_unsigned_varint(out, 0)
             continue
         tag = bytearray()  # AssignmentEpochs, tag 0: a compact int32 array
         write_len(tag, len(parts))
-        for p in parts:
-            write_int32(tag, epochs.get((s, p), 0))
+        tag += _int32s([epochs.get((s, p), 0) for p in parts])
         write_unsigned_varint(out, 1)
         write_unsigned_varint(out, 0)
         write_unsigned_varint(out, len(tag))

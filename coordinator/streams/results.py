@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from txbroker.coordinator.streams.assignor import TaskId
+from txbroker.coordinator.streams.assignor import AssignmentInput, TaskId
 from txbroker.coordinator.streams.config import StreamsGroupConfig
 from txbroker.coordinator.streams.reconcile import TasksTuple
 from txbroker.coordinator.streams.records import StreamsRecord
@@ -88,6 +88,10 @@ class StreamsHeartbeatResult:
     # when the member's epoch of them is another (None: unchanged for it).
     endpoint_information_epoch: int = 0
     partitions_by_endpoint: tuple[EndpointPartitions, ...] | None = None
+    # Not an answer yet: the heartbeat needs this assignment, too large to compute on
+    # the event loop; nothing was changed or written. The caller computes it
+    # (compute_target) and sends the heartbeat again with the result.
+    assignment_input: AssignmentInput | None = None
 
 
 @dataclass(frozen=True)
@@ -96,3 +100,6 @@ class Expired:
 
     member_ids: tuple[str, ...] = ()
     records: tuple[StreamsRecord, ...] = ()
+    # The initial rebalance delay ended but its assignment is too large to compute on
+    # the event loop: the caller computes it and gives it to StreamsGroup.assign_delayed.
+    assignment_input: AssignmentInput | None = None

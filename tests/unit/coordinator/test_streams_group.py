@@ -2,7 +2,10 @@
 topology, heartbeat, apply their assignment (acknowledging revocations), leave, crash
 and time out; a static member leaves with -2 and rejoins under a new member id; the
 coordinator crashes and is rebuilt from its encoded records; the group's initial
-rebalance delay and assignment interval change. Invariants: an active task
+rebalance delay and assignment interval change; assignments are computed off the
+"event loop" (every one, in that mode): the heartbeat or the ended initial delay is
+run again with the result, offered with a stale result of an earlier input first, and
+a delayed one lands only after other operations ran. Invariants: an active task
 is held by at most one member (the coordinator's view and what live clients run), a
 standby never sits on the process running the active task, a stable group with
 members runs every task, epochs never go back, no member holds a task while the
@@ -17,6 +20,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 from txbroker.coordinator.streams import records as R
+from txbroker.coordinator.streams.assignor import compute_target
 from txbroker.coordinator.streams.group import STABLE_GROUP
 from txbroker.coordinator.streams.groups import StreamsGroups
 from txbroker.coordinator.streams.reconcile import EMPTY_TASKS, TasksTuple
@@ -71,6 +75,8 @@ class StreamsGroupMachine(RuleBasedStateMachine):
         self.clients = [Client(i) for i in range(CLIENTS)]
         self.member_epochs: dict[str, int] = {}
         self.group_epochs = (0, 0)
+        self.stale = None  # the last result computed off the loop (its input may be old)
+        self.delayed = None  # the input of an ended initial delay's assignment in flight
 
     def _record(self, records) -> None:
         self.log.extend(R.encode_record(r) for r in records)
@@ -88,7 +94,13 @@ class StreamsGroupMachine(RuleBasedStateMachine):
             # Clients 0 and 2 serve interactive queries (application.server).
             user_endpoint=(f"h{c.index}", 9000) if epoch == 0 and c.index % 2 == 0 else None,
             endpoint_information_epoch=c.endpoint_epoch, **kw)
-        r = self.groups.heartbeat(hb, self.topics, self.now)
+        precomputed = self.stale  # used only if its input is the group's now
+        while True:
+            r = self.groups.heartbeat(hb, self.topics, self.now, precomputed)
+            if r.assignment_input is None:
+                break
+            assert not r.records and not r.error
+            precomputed = self.stale = (r.assignment_input, compute_target(r.assignment_input))
         self._record(r.records)
         if r.partitions_by_endpoint is not None:
             self._check_endpoints(r.partitions_by_endpoint)
@@ -183,6 +195,24 @@ class StreamsGroupMachine(RuleBasedStateMachine):
         self.now += ms
         for e in self.groups.expire(self.now).values():
             self._record(e.records)
+            if e.assignment_input is not None:
+                self.delayed = e.assignment_input
+
+    @precondition(lambda self: self.delayed is not None)
+    @rule()
+    def land_delayed_assignment(self) -> None:
+        """The delayed assignment computed off the loop lands (whatever ran meanwhile:
+        the shell holds the group, the state machine must not rely on it)."""
+        snapshot = self.delayed
+        records, self.delayed = self.groups.assign_delayed(
+            GROUP, (snapshot, compute_target(snapshot)), self.now)
+        self._record(records)
+
+    @rule(on=st.booleans())
+    def set_offload(self, on: bool) -> None:
+        """Every assignment computed off the loop, or none (the default threshold is
+        far above this group's)."""
+        self.config = replace(self.config, offload_min_work=0 if on else 100_000)
 
     @rule(n=st.integers(0, 2))
     def set_num_standby_replicas(self, n: int) -> None:
