@@ -519,7 +519,8 @@ class ShareCoordinator:
                             and txn.first_offset <= h.base_offset <= txn.last_offset]
         res = part.acquire(member_id, fetched, fetch_offset=offset, now_ms=now_ms(),
                            max_records=max_records, last_stable_offset=limit,
-                           aborted_ranges=aborted, record_limit=record_limit)
+                           aborted_ranges=aborted, record_limit=record_limit,
+                           read_end=read.next_offset)
         self._persist_write(effects, sp, res.write, token)
         if not res.acquired:
             return None

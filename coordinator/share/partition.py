@@ -277,7 +277,7 @@ class SharePartition(InFlightRuns):
     def acquire(self, member_id: str, fetched: Iterable[FetchedBatch], *, fetch_offset: int,
                 now_ms: int, max_records: int, last_stable_offset: int | None = None,
                 aborted_ranges: Sequence[tuple[int, int]] = (),
-                record_limit: bool = False) -> AcquireResult:
+                record_limit: bool = False, read_end: int | None = None) -> AcquireResult:
         """Acquire for ``member_id`` the acquirable records among the batches a log read
         from ``fetch_offset`` returned (in offset order). Under read_committed nothing at
         or after ``last_stable_offset`` is acquired and the offsets of
@@ -286,8 +286,10 @@ class SharePartition(InFlightRuns):
         batch_optimized mode) unless ``record_limit`` (Kafka's record_limit mode: at
         most ``max_records``, a batch taken in part); no new batch is begun once the window holds
         ``partition_max_record_locks`` records, and one begun below it is taken whole,
-        as Kafka 4.4 does. Offsets the read skipped (compaction, retention)
-        are archived. The write carries the acquisitions: this broker persists the
+        as Kafka 4.4 does. Offsets the read skipped (compaction, retention, control
+        batches) are archived, also those after its last batch up to ``read_end`` (the
+        offset after the read: trailing transaction markers) once every batch was
+        taken in. The write carries the acquisitions: this broker persists the
         delivery count at acquisition (Kafka does not; see the module docstring)."""
         cfg = self.config
         start_before = self._start
@@ -295,9 +297,17 @@ class SharePartition(InFlightRuns):
         archived: list[tuple[int, int]] = []
         acquired: list[AcquiredRecords] = []
         batches = iter(fetched)  # taken one at a time: the caller may read them lazily
-        first = next(batches, None) if max_records > 0 else None
-        if first is None:
+        if max_records <= 0:
             return AcquireResult((), (), None)
+        first = next(batches, None)
+        if first is None:  # only control batches (markers): their offsets are done
+            if read_end is not None:
+                bound = last_stable_offset if cfg.read_committed and last_stable_offset is not None \
+                    else read_end
+                self._archive_trailing(max(fetch_offset, self._start), min(read_end, bound) - 1,
+                                       changed, archived)
+                self._advance_start()
+            return AcquireResult((), tuple(archived), self._write(changed, start_before))
         bound = last_stable_offset if cfg.read_committed and last_stable_offset is not None else None
         aborted = sorted(aborted_ranges) if cfg.read_committed else []
         deadline = now_ms + cfg.record_lock_duration_ms
@@ -389,8 +399,32 @@ class SharePartition(InFlightRuns):
                 self._end = hi + 1
                 take(nlo, min(hi, nlo + max_records - count - 1) if record_limit else hi, None,
                      past_end=True)
+        else:  # every batch of the read was taken in: what follows the last is markers
+            if read_end is not None and prev_last is not None:
+                self._archive_trailing(max(prev_last + 1, self._start),
+                                       min(read_end, bound if bound is not None else read_end) - 1,
+                                       changed, archived)
         self._advance_start()
         return AcquireResult(tuple(acquired), tuple(archived), self._write(changed, start_before))
+
+    def _archive_trailing(self, lo: int, hi: int, changed: list[tuple[int, int]],
+                          archived: list[tuple[int, int]]) -> None:
+        """Archive ``[lo, hi]``, offsets a read had no record for after its last batch
+        (transaction markers): in the window as ``_archive_missing``, past it as a new
+        ARCHIVED run (or, the window empty, by moving it on)."""
+        if lo > hi:
+            return
+        self._archive_missing(lo, hi, changed, archived)
+        if hi < self._end or lo > self._end:  # (never past a hole the read did not cover)
+            return
+        nlo = self._end
+        if self._start == self._end:
+            self._start = self._end = hi + 1  # empty window: nothing in flight to keep
+            return
+        self._insert(InFlightBatch(nlo, hi, _ARCHIVED, 0))
+        changed.append((nlo, hi))
+        archived.append((nlo, hi))
+        self._end = hi + 1
 
     def _archive_missing(self, lo: int, hi: int, changed: list[tuple[int, int]],
                          archived: list[tuple[int, int]]) -> None:

@@ -124,6 +124,7 @@ class SharePartitionMachine(RuleBasedStateMachine):
         self.cfg = _config(read_committed)
         self.read_committed = read_committed
         self.log: list[tuple[int, int]] = [(0, start - 1)] if start else []
+        self.markers: list[int] = []  # offsets of transaction markers (control batches)
         self.hw = start
         self.txn: list[tuple[int, int]] | None = None
         self.aborted: list[tuple[int, int]] = []
@@ -172,6 +173,10 @@ class SharePartitionMachine(RuleBasedStateMachine):
             for a, b in self.txn:
                 self.aborted_offsets.update(range(a, b + 1))
         self.txn = None
+        # The marker: an offset with no record to deliver (done from the start).
+        self.markers.append(self.hw)
+        self.terminal.add(self.hw)
+        self.hw += 1
 
     # -- the share group ------------------------------------------------------------------------
 
@@ -199,12 +204,16 @@ class SharePartitionMachine(RuleBasedStateMachine):
                record_limit: bool = False) -> None:
         fetch_offset = self.p.next_fetch_offset()
         end = self.lso if (self.read_committed and stop_at_lso) else self.hw
-        batches = [FetchedBatch(a, b) for a, b in self.log if b >= fetch_offset and a < end]
-        batches = batches[:n_batches]
+        # The read: n_batches log batches, markers among them, as the coordinator reads.
+        entries = sorted([(a, b, False) for a, b in self.log]
+                         + [(m, m, True) for m in self.markers])
+        read = [e for e in entries if e[1] >= fetch_offset and e[0] < end][:n_batches]
+        batches = [FetchedBatch(a, b) for a, b, control in read if not control]
         lso = self.lso
         r = self.p.acquire(member, batches, fetch_offset=fetch_offset, now_ms=self.now,
                            max_records=max_records, last_stable_offset=lso,
-                           aborted_ranges=self.aborted, record_limit=record_limit)
+                           aborted_ranges=self.aborted, record_limit=record_limit,
+                           read_end=read[-1][1] + 1 if read else None)
         if record_limit:  # ShareAcquireMode record_limit: never more than asked
             assert sum(a.last_offset - a.first_offset + 1 for a in r.acquired) <= max_records
         for a in r.acquired:
@@ -223,7 +232,8 @@ class SharePartitionMachine(RuleBasedStateMachine):
         for x, y in r.archived:
             for o in range(x, y + 1):
                 assert o not in self.holders
-                assert self.read_committed and o in self.aborted_offsets, f"{o} archived on fetch"
+                assert o in self.markers or (self.read_committed and o in self.aborted_offsets), \
+                    f"{o} archived on fetch"
                 self.terminal.add(o)
         self._persist(r.write)
 
@@ -557,3 +567,24 @@ def test_a_leaving_member_releases_only_its_records() -> None:
     assert r.released == ((0, 4, "m2"),)
     assert r.write.state_batches == (StateBatch(0, 4, 0, 2),)
     assert p.record_state(5).member_id == "m3"
+
+
+def test_a_trailing_transaction_marker_is_archived_and_passed() -> None:
+    """Records 0-2 of a committed transaction and its marker at 3: the read ends with the
+    marker, which has no record; once 0-2 are accepted the start offset is 4 (lag 0),
+    and a read of the marker alone moves an empty window past it."""
+    p, _ = SharePartition.initialize(_config(read_committed=True), 0)
+    r = p.acquire("m1", [FetchedBatch(0, 2)], fetch_offset=0, now_ms=0, max_records=10,
+                  last_stable_offset=4, read_end=4)
+    assert [(a.first_offset, a.last_offset) for a in r.acquired] == [(0, 2)]
+    assert r.archived == ((3, 3),)
+    _ack(p, "m1", (0, 2, (1,)))
+    assert (p.start_offset, p.end_offset) == (4, 4)
+    # The next transaction's marker arrives alone (its records were read before).
+    q, _ = SharePartition.initialize(_config(), 5)
+    r = q.acquire("m1", [], fetch_offset=5, now_ms=0, max_records=10, read_end=6)
+    assert (q.start_offset, q.end_offset) == (6, 6) and r.write is not None
+    # Without read_end (a read cut short) nothing past the last batch is archived.
+    s, _ = SharePartition.initialize(_config(), 0)
+    s.acquire("m1", [FetchedBatch(0, 2)], fetch_offset=0, now_ms=0, max_records=10)
+    assert s.end_offset == 3
