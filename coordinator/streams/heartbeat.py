@@ -6,7 +6,8 @@
    members by instance id; a static member that left with -2 is replaced by its new
    member id and keeps its assignment) and its epoch checked;
 2. its metadata is updated (a change is a StreamsGroupMemberMetadata record and a group
-   epoch bump);
+   epoch bump; for a static member only a change of its topology epoch, rack, client
+   tags or process id bumps it);
 3. the first joining member sets the group's topology; a later one with an older epoch
    gets STALE_TOPOLOGY, with a different topology at the same epoch INVALID_REQUEST
    ("Topology updates are not supported yet." in Kafka 4.4);
@@ -257,8 +258,14 @@ def _heartbeat(g: StreamsGroup, hb: StreamsHeartbeat, topics: TopicImage, now_ms
         hb.process_id if hb.process_id is not None else base.process_id,
         hb.user_endpoint if joining or hb.user_endpoint is not None else base.user_endpoint,
         hb.client_tags if hb.client_tags is not None else base.client_tags)
-    bump = old is None or meta != old
-    if bump:
+    # A change is written and bumps the group epoch; for a static member only a change
+    # the assignment depends on bumps it (Kafka 4.4's hasStreamsMemberMetadataChanged /
+    # hasEpochRelevantMemberConfigChanged: topology epoch, rack, client tags, process
+    # id; not the client id or host, the rebalance timeout or the endpoint).
+    changed = old is None or meta != old
+    bump = changed and (old is None or hb.instance_id is None
+                        or _epoch_relevant(meta) != _epoch_relevant(old))
+    if changed:
         g._write(R.MEMBER_METADATA, meta, hb.member_id)
 
     # 3. The topology.
@@ -368,6 +375,10 @@ def _heartbeat(g: StreamsGroup, hb: StreamsHeartbeat, topics: TopicImage, now_ms
         assignment=new.assigned if changed else None, internal_topics_to_create=to_create,
         endpoint_information_epoch=g.endpoint_epoch if existed else 0,
         partitions_by_endpoint=by_endpoint)
+
+
+def _epoch_relevant(m: MemberMetadata) -> tuple:
+    return m.topology_epoch, m.rack_id, dict(m.client_tags), m.process_id
 
 
 def _assigned_with_epochs(a: MemberAssignment) -> tuple:

@@ -5,15 +5,18 @@ topology, an unknown member, a fenced epoch, a group id of another type)."""
 
 from __future__ import annotations
 
+import dataclasses
 import time
 
 from kio.schema.errors import ErrorCode as E
 from txbroker.protocol.messages import build, request_module
 
 from tests.integration.test_streams_groups_wire import (
+    HB,
     active,
     describe,
     heartbeat,
+    heartbeat_request,
     join_group,
     join_until_stable,
     topology,
@@ -380,5 +383,45 @@ def test_task_offsets_rank_the_candidates_as_kafka(streams_broker):  # noqa: F81
                    for p in t.partitions)) for m in g.members}
         assert targets == {"m1": ([("0", 0)], [("0", 1)]), "m2": ([], [("0", 0)]),
                            "m3": ([("0", 1)], [])}, targets
+    finally:
+        client.close()
+
+
+def test_a_static_members_metadata_bumps_the_group_epoch_as_kafka(streams_broker):  # noqa: F811
+    """Any change of a dynamic member's metadata (here its client id) bumps the group
+    epoch; a static member's only if it is one the assignment reads (client tags, not
+    the client id), as Kafka 4.4's hasStreamsMemberMetadataChanged."""
+    broker = streams_broker
+    group, source = new_group(broker, "sgm", 2)
+    client = broker.raw()
+    topo = topology(source=source, changelog=f"{group}-changelog")
+
+    def group_epoch() -> int:
+        (g,) = describe(client, group)
+        return g.group_epoch
+
+    def again(member: str, epoch: int, client_id: str, instance_id=None, tags=None) -> None:
+        request = heartbeat_request(group, member, epoch, owned=(), instance_id=instance_id)
+        if tags is not None:
+            request = dataclasses.replace(request, client_tags=tuple(
+                build(HB.KeyValue, key=k, value=v) for k, v in tags))
+        r = client.request(88, 0, request, client_id=client_id)
+        assert r.error_code == 0, r.error_message
+
+    try:
+        s1 = heartbeat(client, group, "s1", 0, topo=topo, instance_id="i1")
+        d1 = heartbeat(client, group, "d1", 0, topo=topo)
+        assert (s1.error_code, d1.error_code) == (0, 0)
+        epoch = group_epoch()
+        again("s1", s1.member_epoch, "renamed", instance_id="i1")
+        assert group_epoch() == epoch
+        again("s1", s1.member_epoch, "renamed", instance_id="i1", tags=[("zone", "a")])
+        assert group_epoch() == epoch + 1
+        again("d1", d1.member_epoch, "renamed")
+        assert group_epoch() == epoch + 2
+        (g,) = describe(client, group)
+        assert sorted((m.member_id, m.client_id, [(t.key, t.value) for t in m.client_tags])
+                      for m in g.members) == [("d1", "renamed", []),
+                                              ("s1", "renamed", [("zone", "a")])]
     finally:
         client.close()

@@ -303,3 +303,21 @@ def test_user_endpoints_and_their_partitions() -> None:
     assert r3.endpoint_information_epoch == 3 and len(r3.partitions_by_endpoint) == 2
     gs.heartbeat(StreamsHeartbeat(G, "m1", -1), TOPICS, 0)
     assert gs.get(G).endpoint_epoch == 3
+
+
+def test_a_static_members_client_id_is_written_without_a_group_epoch_bump() -> None:
+    """Kafka 4.4: a static member's metadata change bumps the group epoch only if the
+    assignment reads it (client tags, rack, process, topology epoch); a dynamic one's
+    always."""
+    gs = groups()
+    r = join(gs, "s1", instance_id="i1")
+    epoch = gs.get(G).p.group_epoch
+    r = beat(gs, "s1", r.member_epoch, instance_id="i1", client_id="renamed")
+    assert [k.record_type for k, _ in r.records] == [R.MEMBER_METADATA]
+    assert gs.get(G).p.group_epoch == epoch
+    r = beat(gs, "s1", r.member_epoch, instance_id="i1", client_tags=(("zone", "a"),))
+    assert R.GROUP_METADATA in [k.record_type for k, _ in r.records]
+    assert gs.get(G).p.group_epoch == epoch + 1
+    r = join(gs, "d1", process="p2")
+    r = beat(gs, "d1", r.member_epoch, client_id="renamed")
+    assert gs.get(G).p.group_epoch == epoch + 3  # d1's join, then its client id
