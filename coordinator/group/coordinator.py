@@ -160,6 +160,7 @@ class GroupCoordinator(ConsumerGroupShell, StreamsGroupShell):
 
     async def stop(self) -> None:
         await self.shell.stop(self._expiry_task)
+        self.streams_stop()
 
     def ensure_offsets_topic(self) -> None:
         self.shell.ensure_topic()

@@ -162,6 +162,12 @@ class StreamsGroupShell:
         while (held := self._streams_holds.get(group_id)) is not None:
             await asyncio.shield(held)
 
+    def streams_stop(self) -> None:
+        """The assignor's thread ends (after an assignment it is computing)."""
+        if self._streams_assignor is not None:
+            self._streams_assignor.shutdown(wait=False, cancel_futures=True)
+            self._streams_assignor = None
+
     async def _streams_compute(self, snapshot: AssignmentInput) -> dict[str, MemberTasks]:
         """The assignment of ``snapshot``, on the streams assignor's thread (one: the
         large groups' assignments queue, as on Kafka's coordinator threads)."""

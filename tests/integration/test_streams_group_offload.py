@@ -13,7 +13,7 @@ import pytest
 
 from tests.differential.test_streams_group_bounds import wide
 from tests.helpers import wait_until
-from tests.integration.test_streams_groups_wire import ENABLED, heartbeat
+from tests.integration.test_streams_groups_wire import ENABLED, describe, heartbeat
 from tests.integration.wire_util import (
     API_VERSIONS,
     METADATA,
@@ -92,3 +92,41 @@ def test_a_100k_task_assignment_leaves_the_event_loop_to_others(txbroker, caplog
         assert max(took) < 0.5, sorted(took)[-3:]
     finally:
         client.close()
+
+
+@pytest.mark.long
+def test_the_groups_other_heartbeats_wait_for_the_assignment(txbroker, caplog):
+    """A second member joins while the first one's 100,000-task assignment is being
+    computed: its heartbeat waits for it (the group is held), then joins the group as
+    it is after that assignment (ASSIGNMENT_DELAYED: within the assignment interval);
+    its next heartbeat after the interval gets half the tasks, computed off the event
+    loop again."""
+    txbroker.create_topic("wide-in", 1000)
+    topo = wide("wide-in", 100)
+    first, second = connect(txbroker, timeout=60), connect(txbroker, timeout=60)
+    answers: dict[str, object] = {}
+    try:
+        with caplog.at_level(logging.INFO):
+            joining = threading.Thread(target=lambda: answers.update(
+                m1=heartbeat(first, "g", "m1", 0, topo=topo)))
+            joining.start()
+            assert wait_until(lambda: "g" in txbroker.call(
+                lambda b: dict(b.groups._streams_holds)), timeout=30, interval=0.01)
+            r2 = heartbeat(second, "g", "m2", 0, topo=topo)
+            joining.join()
+            r1 = answers["m1"]
+            assert (r1.error_code, r1.member_epoch) == (0, 2)
+            assert sum(len(t.partitions) for t in r1.active_tasks) == 100_000
+            # m2 joined after m1's assignment landed: the group epoch moved to 3, the
+            # assignment waits for the interval.
+            assert (r2.error_code, [s.status_code for s in r2.status]) == (0, [5])
+            assert wait_until(lambda: heartbeat(second, "g", "m2", r2.member_epoch, owned=())
+                              .status == (), timeout=10, interval=0.2)
+        assert caplog.text.count("computed off the event loop") == 2
+        (g,) = describe(first, "g")
+        assert (g.group_epoch, g.assignment_epoch) == (3, 3)
+        assert sorted(sum(len(t.partitions) for t in m.target_assignment.active_tasks)
+                      for m in g.members) == [50_000, 50_000]
+    finally:
+        first.close()
+        second.close()
