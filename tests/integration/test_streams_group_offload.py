@@ -60,7 +60,11 @@ def _answered_meanwhile(txbroker, action) -> tuple[object, list[float]]:
         poller.join()
 
 
-@pytest.mark.parametrize("delay_ms", [0, pytest.param(200, marks=pytest.mark.long)])
+# A bound on time (the other client's answers) on a shared machine: `make test-long`, as
+# the unit tests of the offload (tests/unit/coordinator/test_streams_offload.py) and
+# the streams model run in `make test`.
+@pytest.mark.long
+@pytest.mark.parametrize("delay_ms", [0, 200])
 def test_a_100k_task_assignment_leaves_the_event_loop_to_others(txbroker, caplog, delay_ms):
     """A lone member joins with 100 subtopologies of a 1000-partition topic: 100,000
     tasks (800 KB in its current assignment record, under max.message.bytes). The
