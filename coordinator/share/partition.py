@@ -421,6 +421,8 @@ class SharePartition(InFlightRuns):
         if self._start == self._end:
             self._start = self._end = hi + 1  # empty window: nothing in flight to keep
             return
+        if self._end - self._start >= self.config.partition_max_record_locks:
+            return  # begun at the cap, as no batch is: archived once the window shrinks
         self._insert(InFlightBatch(nlo, hi, _ARCHIVED, 0))
         changed.append((nlo, hi))
         archived.append((nlo, hi))

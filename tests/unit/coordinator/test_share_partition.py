@@ -588,3 +588,15 @@ def test_a_trailing_transaction_marker_is_archived_and_passed() -> None:
     s, _ = SharePartition.initialize(_config(), 0)
     s.acquire("m1", [FetchedBatch(0, 2)], fetch_offset=0, now_ms=0, max_records=10)
     assert s.end_offset == 3
+
+
+def test_a_trailing_marker_is_not_archived_past_the_record_lock_cap() -> None:
+    """Found by the model: a read's trailing marker, archived past a window already at
+    the cap, passed it by more than a batch. It waits until the window shrinks."""
+    p, _ = SharePartition.initialize(_config(partition_max_record_locks=6), 0)
+    p.acquire("m1", [FetchedBatch(0, 3), FetchedBatch(4, 6)], fetch_offset=0, now_ms=0,
+              max_records=100, read_end=8)
+    assert p.end_offset == 7  # the batch begun below the cap, not the marker at 7
+    _ack(p, "m1", (0, 6, (1,)))
+    r = p.acquire("m1", [], fetch_offset=7, now_ms=0, max_records=100, read_end=8)
+    assert (p.start_offset, p.end_offset) == (8, 8) and r.write is not None
